@@ -1,0 +1,95 @@
+// config.json reader and validator (SPEC §1, §6). Every rejected value raises ConfigError with one
+// line naming the file, the field path, the value and what is allowed.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace msprobe {
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Inclusive integer ranges from `[1, "4-6"]`; empty means "all".
+class RangeList {
+ public:
+  RangeList() = default;
+  explicit RangeList(std::vector<std::pair<int64_t, int64_t>> ranges)
+      : ranges_(std::move(ranges)) {}
+  bool all() const { return ranges_.empty(); }
+  bool contains(int64_t v) const;
+  const std::vector<std::pair<int64_t, int64_t>>& ranges() const { return ranges_; }
+
+ private:
+  std::vector<std::pair<int64_t, int64_t>> ranges_;
+};
+
+enum class Task { Statistics, Tensor, OverflowCheck };
+enum class Level { L0, L1, Mix };
+enum class SummaryMode { Statistics, Md5 };
+enum class Action { Raise, Continue };
+enum class Severity { Medium = 0, High = 1, Critical = 2 };
+
+const char* to_string(Task t);
+const char* to_string(Level l);
+const char* to_string(Severity s);  // "medium" | "high" | "critical"
+
+// data_mode as flags; ["all"] sets all four.
+struct DataMode {
+  bool forward = true, backward = true, input = true, output = true;
+};
+
+// The "statistics" and "tensor" sections.
+struct CollectSection {
+  std::vector<std::string> scope;  // empty, or exactly two call names
+  std::vector<std::string> list;
+  DataMode data_mode;
+  SummaryMode summary_mode = SummaryMode::Statistics;  // only meaningful in "statistics"
+};
+
+// The "overflow_check" section, with this product's extensions (SPEC §6).
+struct OverflowSection {
+  int64_t overflow_nums = 1;  // -1 = unlimited
+  Action action = Action::Raise;
+  Severity stop_level = Severity::Critical;
+  double mutation_threshold = 1e5;
+  std::vector<std::string> rules;  // extra rule files, resolved against the config's folder
+  bool compat = false;
+};
+
+struct Config {
+  Task task = Task::Statistics;
+  std::string dump_path;
+  RangeList rank;
+  RangeList step;
+  Level level = Level::L1;
+  CollectSection statistics;
+  CollectSection tensor;
+  OverflowSection overflow_check;
+
+  // The section that scope/list/data_mode come from for the chosen task.
+  const CollectSection& collect() const { return task == Task::Tensor ? tensor : statistics; }
+};
+
+// Validates `doc` (the parsed config file, or an empty object when there is no file) with
+// `overrides` (keyword arguments of PrecisionDebugger: task, dump_path, level, step, rank, ...)
+// applied on top. `source` names the file in messages ("config.json"); override errors name the
+// keyword instead ("PrecisionDebugger(level=...)"). Relative `rules` paths are resolved against
+// `base_dir` when it is not empty.
+Config parse_config(const nlohmann::json& doc, const std::string& source,
+                    const nlohmann::json& overrides = nlohmann::json::object(),
+                    const std::string& base_dir = "");
+
+// Reads and validates a config file; a missing file or bad JSON is a ConfigError naming the file
+// (and line and column for JSON errors).
+Config load_config_file(const std::string& path,
+                        const nlohmann::json& overrides = nlohmann::json::object());
+
+}  // namespace msprobe

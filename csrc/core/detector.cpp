@@ -1,0 +1,110 @@
+#include "core/detector.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/anomaly.h"
+
+namespace msprobe {
+
+const char* scene_name(Scene s) {
+  switch (s) {
+    case Scene::InputNormalOutputAnomaly:
+      return "InputNormalOutputAnomalyScene";
+    case Scene::InputAnomalyOutputAnomaly:
+      return "InputAnomalyOutputAnomalyScene";
+    case Scene::InputAnomalyOutputNormal:
+      return "InputAnomalyOutputNormalScene";
+    case Scene::NumericalMutation:
+      return "NumericalMutationScene";
+  }
+  return "";
+}
+
+Severity scene_severity(Scene s) {
+  switch (s) {
+    case Scene::InputNormalOutputAnomaly:
+      return Severity::Critical;
+    case Scene::InputAnomalyOutputAnomaly:
+      return Severity::High;
+    case Scene::InputAnomalyOutputNormal:
+      return Severity::Medium;
+    case Scene::NumericalMutation:
+      return Severity::High;
+  }
+  return Severity::Medium;
+}
+
+namespace {
+
+// Running maximum of the non-NaN Norms of top-level tensor entries (the seed's norm lists).
+struct NormMax {
+  bool any = false;
+  double value = 0.0;
+  void take(const Entry& e) {
+    if (!e.is_tensor() || !e.norm.is_number()) return;
+    const double v = e.norm.as_double();
+    if (std::isnan(v)) return;
+    value = any ? std::max(value, v) : v;
+    any = true;
+  }
+};
+
+}  // namespace
+
+bool numerical_mutation(const CallRecord& rec, double t) {
+  NormMax in, out;
+  for (const Entry& e : rec.inputs) in.take(e);
+  for (const auto& kv : rec.kwargs) in.take(kv.second);
+  for (const Entry& e : rec.outputs) out.take(e);
+  if (!in.any || !out.any) return false;
+  if (in.value == 0.0) return out.value > t;
+  return out.value / in.value > t;
+}
+
+std::optional<Scene> Detector::match_scene(const CallRecord& rec, bool input_anomaly,
+                                           bool output_anomaly) const {
+  if (!input_anomaly && output_anomaly) return Scene::InputNormalOutputAnomaly;
+  if (input_anomaly && output_anomaly) return Scene::InputAnomalyOutputAnomaly;
+  if (input_anomaly && !output_anomaly) return Scene::InputAnomalyOutputNormal;
+  if (numerical_mutation(rec, options_.mutation_threshold)) return Scene::NumericalMutation;
+  return std::nullopt;
+}
+
+std::optional<Finding> Detector::judge(const CallRecord& rec) {
+  const bool compat = options_.compat;
+  Finding f;
+  for (size_t i = 0; i < rec.inputs.size(); ++i) {
+    if (holds_anomaly(rec.inputs[i], compat)) f.input_indices.push_back(i);
+  }
+  for (const auto& kv : rec.kwargs) {
+    if (holds_anomaly(kv.second, compat)) f.kwarg_keys.push_back(kv.first);
+  }
+  for (size_t i = 0; i < rec.outputs.size(); ++i) {
+    if (holds_anomaly(rec.outputs[i], compat)) f.output_indices.push_back(i);
+  }
+  bool input_anomaly = !f.input_indices.empty() || !f.kwarg_keys.empty();
+  const bool output_anomaly = !f.output_indices.empty();
+
+  if (!compat) {
+    const std::string forward = forward_name_of(rec.name);
+    if (forward.empty()) {
+      if (input_anomaly || output_anomaly) anomalous_forwards_.insert(rec.name);
+    } else if (anomalous_forwards_.count(forward)) {
+      input_anomaly = true;
+    }
+  }
+
+  const std::optional<Scene> scene = match_scene(rec, input_anomaly, output_anomaly);
+  if (!scene) return std::nullopt;
+  const IgnoreRule* rule = rules_.find(torch_api_name(rec.name));
+  if (rule && rule->covers(rec, compat)) return std::nullopt;
+
+  f.call = rec.name;
+  f.scene = *scene;
+  f.severity = scene_severity(*scene);
+  if (*scene == Scene::NumericalMutation) f.threshold = options_.mutation_threshold;
+  return f;
+}
+
+}  // namespace msprobe

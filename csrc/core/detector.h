@@ -1,0 +1,70 @@
+// The overflow detector (SPEC §4, §5): the four scenes, tried in order, then the ignore filter.
+// The live hooks and `msprobe-cpp check` both judge calls through this class.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "core/config.h"
+#include "core/record.h"
+#include "core/rules.h"
+
+namespace msprobe {
+
+enum class Scene {
+  InputNormalOutputAnomaly,   // critical
+  InputAnomalyOutputAnomaly,  // high
+  InputAnomalyOutputNormal,   // medium
+  NumericalMutation,          // high
+};
+
+const char* scene_name(Scene s);  // "InputNormalOutputAnomalyScene", ...
+Severity scene_severity(Scene s);
+
+struct Finding {
+  std::string call;
+  Scene scene = Scene::InputNormalOutputAnomaly;
+  Severity severity = Severity::Critical;
+  std::vector<size_t> input_indices;  // positions in input_args (or backward `input`)
+  std::vector<std::string> kwarg_keys;
+  std::vector<size_t> output_indices;
+  double threshold = 0.0;  // NumericalMutation only
+};
+
+// The seed's NumericalMutationScene test: max output Norm / max input Norm > threshold, over
+// top-level tensor entries with a non-NaN Norm (kwargs count as inputs); both sides must have one.
+// A max input Norm of 0 compares the max output Norm itself with the threshold.
+bool numerical_mutation(const CallRecord& rec, double threshold);
+
+struct DetectorOptions {
+  double mutation_threshold = 1e5;
+  // msprobe 1.1.1's exact verdicts: non-finite scalar values do not count, and backward calls do
+  // not inherit their forward's anomalies.
+  bool compat = false;
+};
+
+class Detector {
+ public:
+  Detector(RuleSet rules, DetectorOptions options) : rules_(std::move(rules)), options_(options) {}
+
+  // Judges one call; calls must arrive in execution order, because a backward call inherits the
+  // anomalies of its forward seen earlier. Returns the finding left after the ignore filter.
+  std::optional<Finding> judge(const CallRecord& rec);
+
+  // Forgets the forwards seen so far (a new step, a new file).
+  void reset() { anomalous_forwards_.clear(); }
+
+  const DetectorOptions& options() const { return options_; }
+
+ private:
+  std::optional<Scene> match_scene(const CallRecord& rec, bool input_anomaly,
+                                   bool output_anomaly) const;
+
+  RuleSet rules_;
+  DetectorOptions options_;
+  std::unordered_set<std::string> anomalous_forwards_;
+};
+
+}  // namespace msprobe

@@ -1,0 +1,236 @@
+#include "core/dump_reader.h"
+
+#include <limits>
+
+#include "core/json_cursor.h"
+#include "core/text_file.h"
+
+namespace msprobe {
+
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const char x = a[i] >= 'A' && a[i] <= 'Z' ? a[i] - 'A' + 'a' : a[i];
+    if (x != b[i]) return false;
+  }
+  return true;
+}
+
+// Some writers put non-finite statistics in strings ("inf", "NaN"); they mean numbers.
+Scalar numeric_string(Scalar s) {
+  if (s.kind != Scalar::Kind::String) return s;
+  const std::string& t = s.text;
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if (iequals(t, "nan") || iequals(t, "-nan") || iequals(t, "+nan")) {
+    return Scalar::of_float(std::numeric_limits<double>::quiet_NaN());
+  }
+  if (iequals(t, "inf") || iequals(t, "+inf") || iequals(t, "infinity") ||
+      iequals(t, "+infinity")) {
+    return Scalar::of_float(inf);
+  }
+  if (iequals(t, "-inf") || iequals(t, "-infinity")) return Scalar::of_float(-inf);
+  return s;
+}
+
+class RecordParser {
+ public:
+  RecordParser(JsonCursor& cur) : cur_(cur) {}
+
+  void set_context(std::string context) { context_ = std::move(context); }
+
+  [[noreturn]] void fail_expected(const std::string& field, const char* expected) {
+    std::string where = context_ + field;
+    if (!where.empty() && where.back() == '.') where.pop_back();
+    cur_.fail(where + ": expected " + expected + ", got " + describe_next(cur_));
+  }
+
+  std::vector<Entry> entry_list(const std::string& field) {
+    if (cur_.peek() != '[') fail_expected(field, "a list");
+    std::vector<Entry> out;
+    cur_.begin_array();
+    while (cur_.next_item()) out.push_back(entry(field));
+    return out;
+  }
+
+  std::vector<std::pair<std::string, Entry>> entry_map(const std::string& field) {
+    if (cur_.peek() != '{') fail_expected(field, "an object");
+    std::vector<std::pair<std::string, Entry>> out;
+    std::string key;
+    cur_.begin_object();
+    while (cur_.next_key(key)) {
+      Entry e = entry(field);
+      out.emplace_back(std::move(key), std::move(e));
+    }
+    return out;
+  }
+
+  Entry entry(const std::string& field) {
+    const char c = cur_.peek();
+    if (c == '[') return Entry::list(entry_list(field));
+    if (c == '{') return object(field);
+    Entry e;
+    if (c == 'n') {
+      cur_.read_scalar();
+      return e;
+    }
+    e.kind = Entry::Kind::Other;
+    cur_.skip_value();
+    return e;
+  }
+
+ private:
+  Scalar scalar_field(const std::string& field, const char* key) {
+    const char c = cur_.peek();
+    if (c == '{' || c == '[') fail_expected(field + "." + key, "a number, string, boolean or null");
+    return cur_.read_scalar();
+  }
+
+  std::string string_field(const std::string& field, const char* key) {
+    if (cur_.peek() != '"') fail_expected(field + "." + key, "a string");
+    return cur_.read_string();
+  }
+
+  void shape(Entry& e, const std::string& field) {
+    if (cur_.peek() != '[') fail_expected(field + ".shape", "a list of integers");
+    e.has_shape = true;
+    cur_.begin_array();
+    while (cur_.next_item()) {
+      const size_t at = cur_.offset();
+      Scalar s = cur_.read_scalar();
+      if (s.kind != Scalar::Kind::Int) {
+        cur_.fail_at(at, context_ + field + ".shape: expected a list of integers");
+      }
+      e.shape.push_back(s.integer);
+    }
+  }
+
+  Entry object(const std::string& field) {
+    Entry e;
+    e.kind = Entry::Kind::Object;
+    std::string& key = key_;
+    cur_.begin_object();
+    while (cur_.next_key(key)) {
+      if (key == "type") {
+        e.type = string_field(field, "type");
+      } else if (key == "dtype") {
+        e.dtype = string_field(field, "dtype");
+      } else if (key == "shape") {
+        shape(e, field);
+      } else if (key == "Max") {
+        e.max = numeric_string(scalar_field(field, "Max"));
+      } else if (key == "Min") {
+        e.min = numeric_string(scalar_field(field, "Min"));
+      } else if (key == "Mean") {
+        e.mean = numeric_string(scalar_field(field, "Mean"));
+      } else if (key == "Norm") {
+        e.norm = numeric_string(scalar_field(field, "Norm"));
+      } else if (key == "requires_grad") {
+        e.requires_grad = scalar_field(field, "requires_grad");
+      } else if (key == "value") {
+        const char c = cur_.peek();
+        e.value = (c == '[' || c == '{') ? Scalar::of_raw(std::string(cur_.raw_value()))
+                                         : cur_.read_scalar();
+      } else if (key == "md5") {
+        e.md5 = string_field(field, "md5");
+      } else if (key == "data_name") {
+        e.data_name = string_field(field, "data_name");
+      } else {
+        cur_.skip_value();
+      }
+    }
+    return e;
+  }
+
+  JsonCursor& cur_;
+  std::string context_;
+  std::string key_;
+};
+
+void read_record(JsonCursor& cur, RecordParser& parser, CallRecord& rec) {
+  std::string key;
+  cur.begin_object();
+  while (cur.next_key(key)) {
+    if (key == "input_args") {
+      rec.inputs = parser.entry_list("input_args");
+    } else if (key == "input") {
+      rec.inputs = parser.entry_list("input");
+      rec.uses_input_key = true;
+    } else if (key == "input_kwargs") {
+      rec.kwargs = parser.entry_map("input_kwargs");
+    } else if (key == "output") {
+      rec.outputs = parser.entry_list("output");
+    } else {
+      cur.skip_value();
+    }
+  }
+}
+
+void read_data(JsonCursor& cur, const CallSink& on_call) {
+  if (cur.peek() != '{') cur.fail("data: expected an object, got " + describe_next(cur));
+  RecordParser parser(cur);
+  std::string name;
+  cur.begin_object();
+  while (cur.next_key(name)) {
+    parser.set_context("data.\"" + name + "\".");
+    if (cur.peek() != '{') parser.fail_expected("", "an object");
+    CallRecord rec;
+    rec.name = std::move(name);
+    read_record(cur, parser, rec);
+    on_call(std::move(rec));
+  }
+}
+
+std::string header_string(JsonCursor& cur, const char* key) {
+  if (cur.peek() != '"')
+    cur.fail(std::string(key) + ": expected a string, got " + describe_next(cur));
+  return cur.read_string();
+}
+
+}  // namespace
+
+DumpHeader read_dump(std::string_view text, const std::string& source, const CallSink& on_call) {
+  JsonCursor cur(text);
+  DumpHeader header;
+  try {
+    if (cur.at_end()) cur.fail("empty file, expected a dump.json object");
+    if (cur.peek() != '{') cur.fail("expected an object, got " + describe_next(cur));
+    bool saw_data = false;
+    std::string key;
+    cur.begin_object();
+    while (cur.next_key(key)) {
+      if (key == "data") {
+        read_data(cur, on_call);
+        saw_data = true;
+      } else if (key == "task") {
+        header.task = header_string(cur, "task");
+      } else if (key == "level") {
+        header.level = header_string(cur, "level");
+      } else if (key == "dump_data_dir" && cur.peek() == '"') {
+        header.dump_data_dir = cur.read_string();
+      } else {
+        cur.skip_value();
+      }
+    }
+    if (!cur.at_end()) cur.fail("unexpected content after the top-level object");
+    if (!saw_data) cur.fail_at(0, "no \"data\" object: not a dump.json");
+  } catch (const JsonSyntaxError& e) {
+    const TextPosition p = position_of(text, e.offset());
+    throw DumpError(source + ":" + std::to_string(p.line) + ":" + std::to_string(p.column) + ": " +
+                    e.what());
+  }
+  return header;
+}
+
+DumpHeader read_dump_file(const std::string& path, const CallSink& on_call) {
+  std::string text;
+  try {
+    text = read_text_file(path);
+  } catch (const FileError& e) {
+    throw DumpError(e.what());
+  }
+  return read_dump(text, path, on_call);
+}
+
+}  // namespace msprobe

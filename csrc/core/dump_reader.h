@@ -1,0 +1,33 @@
+// Reads msprobe's dump.json into CallRecords, streaming one call at a time in file order.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "core/record.h"
+
+namespace msprobe {
+
+// One message naming the file and, for content errors, the line and column:
+// "dump.json:12:5: data.\"Torch.add.0.forward\".input_args: expected a list, got a number".
+class DumpError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct DumpHeader {
+  std::string task;
+  std::string level;
+  std::optional<std::string> dump_data_dir;
+};
+
+using CallSink = std::function<void(CallRecord&&)>;
+
+// `source` names the text in error messages.
+DumpHeader read_dump(std::string_view text, const std::string& source, const CallSink& on_call);
+DumpHeader read_dump_file(const std::string& path, const CallSink& on_call);
+
+}  // namespace msprobe

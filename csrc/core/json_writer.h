@@ -1,0 +1,49 @@
+// Writes JSON the way Python's json module does with `indent`, so our files read like msprobe's:
+// floats in repr form (0.0, 1e-05, 1.8e+38), non-finite floats as NaN / Infinity / -Infinity,
+// non-ASCII characters escaped.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace msprobe {
+
+// Python's repr() of a float.
+std::string format_float(double d);
+void append_float(std::string& out, double d);
+void append_json_string(std::string& out, std::string_view s);
+
+class JsonWriter {
+ public:
+  explicit JsonWriter(int indent = 1) : indent_(indent) {}
+
+  void begin_object();
+  void end_object();
+  void begin_array();
+  void end_array();
+  void key(std::string_view k);
+  void value_string(std::string_view s);
+  void value_int(int64_t i);
+  void value_float(double d);
+  void value_bool(bool b);
+  void value_null();
+  void value_raw(std::string_view json);  // already-formatted JSON text
+
+  const std::string& str() const { return out_; }
+  std::string take() { return std::move(out_); }
+
+ private:
+  void before_value();
+  void newline();
+  void close(char bracket);
+
+  std::string out_;
+  int indent_;
+  // One flag per open container: whether it has members yet.
+  std::vector<bool> has_members_;
+  bool after_key_ = false;
+};
+
+}  // namespace msprobe

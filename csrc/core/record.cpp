@@ -1,0 +1,47 @@
+#include "core/record.h"
+
+#include <cctype>
+
+namespace msprobe {
+
+namespace {
+
+// Position of the dot-separated segment "backward": last for API names, second to last for
+// module names (whose counter comes last). Any other place is part of a user's module name.
+size_t backward_segment(const std::string& name) {
+  static const std::string kSeg = "backward";
+  const size_t last_dot = name.rfind('.');
+  if (last_dot == std::string::npos) return std::string::npos;
+  if (name.compare(last_dot + 1, std::string::npos, kSeg) == 0) return last_dot + 1;
+  if (last_dot < kSeg.size() + 1) return std::string::npos;
+  const size_t start = last_dot - kSeg.size();
+  if (name.compare(start, kSeg.size(), kSeg) == 0 && name[start - 1] == '.') return start;
+  return std::string::npos;
+}
+
+}  // namespace
+
+bool is_backward_name(const std::string& call_name) {
+  return backward_segment(call_name) != std::string::npos;
+}
+
+std::string forward_name_of(const std::string& call_name) {
+  const size_t at = backward_segment(call_name);
+  if (at == std::string::npos) return "";
+  std::string out = call_name;
+  out.replace(at, 8, "forward");
+  return out;
+}
+
+std::string torch_api_name(const std::string& call_name) {
+  bool blank = true;
+  for (char c : call_name) blank = blank && std::isspace(static_cast<unsigned char>(c));
+  if (blank) return "";
+  size_t end = call_name.find('.');
+  if (end != std::string::npos) end = call_name.find('.', end + 1);
+  std::string out = call_name.substr(0, end);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace msprobe

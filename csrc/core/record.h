@@ -1,0 +1,120 @@
+// The record model: one call (API or module, forward or backward) with its argument entries, as
+// msprobe writes them in dump.json (SPEC §3). The live hooks build these; the dump reader parses
+// them; the detector and the writer consume them.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace msprobe {
+
+// A JSON scalar as msprobe writes it: statistics fields and the `value` of non-tensor arguments.
+// Int and Float are kept apart because Python writes 3 and 3.0 differently.
+struct Scalar {
+  enum class Kind : uint8_t { Absent, Null, Bool, Int, Float, String, Raw };
+  Kind kind = Kind::Absent;
+  bool boolean = false;
+  int64_t integer = 0;
+  double number = 0.0;
+  std::string text;  // String: the string; Raw: JSON text of a list or object value
+
+  static Scalar null() { return make(Kind::Null); }
+  static Scalar of_bool(bool b) {
+    Scalar s = make(Kind::Bool);
+    s.boolean = b;
+    return s;
+  }
+  static Scalar of_int(int64_t i) {
+    Scalar s = make(Kind::Int);
+    s.integer = i;
+    return s;
+  }
+  static Scalar of_float(double d) {
+    Scalar s = make(Kind::Float);
+    s.number = d;
+    return s;
+  }
+  static Scalar of_string(std::string t) {
+    Scalar s = make(Kind::String);
+    s.text = std::move(t);
+    return s;
+  }
+  static Scalar of_raw(std::string json) {
+    Scalar s = make(Kind::Raw);
+    s.text = std::move(json);
+    return s;
+  }
+
+  bool present() const { return kind != Kind::Absent; }
+  bool is_number() const { return kind == Kind::Int || kind == Kind::Float; }
+  double as_double() const { return kind == Kind::Int ? static_cast<double>(integer) : number; }
+  bool non_finite() const { return kind == Kind::Float && !std::isfinite(number); }
+
+ private:
+  static Scalar make(Kind k) {
+    Scalar s;
+    s.kind = k;
+    return s;
+  }
+};
+
+// One argument entry: a tensor's statistics, a scalar, null, or a nested list.
+struct Entry {
+  enum class Kind : uint8_t { Null, Object, List, Other };
+  Kind kind = Kind::Null;
+
+  // Object
+  std::string type;  // "torch.Tensor", "int", "float", "torch.dtype", ...
+  std::string dtype;
+  std::vector<int64_t> shape;
+  bool has_shape = false;
+  Scalar max, min, mean, norm;
+  Scalar requires_grad;
+  Scalar value;  // non-tensor objects
+  std::string md5;
+  std::string data_name;
+
+  // List
+  std::vector<Entry> items;
+
+  bool is_tensor() const { return kind == Kind::Object && type == "torch.Tensor"; }
+
+  static Entry null_entry() { return Entry{}; }
+  static Entry list(std::vector<Entry> items) {
+    Entry e;
+    e.kind = Kind::List;
+    e.items = std::move(items);
+    return e;
+  }
+  static Entry scalar(std::string type, Scalar value) {
+    Entry e;
+    e.kind = Kind::Object;
+    e.type = std::move(type);
+    e.value = std::move(value);
+    return e;
+  }
+};
+
+// A call record. Backward records hold their incoming gradients in `inputs` (msprobe's key
+// `input`); `uses_input_key` remembers which key the record used so it is written back the same.
+struct CallRecord {
+  std::string name;
+  std::vector<Entry> inputs;
+  std::vector<std::pair<std::string, Entry>> kwargs;
+  std::vector<Entry> outputs;
+  bool uses_input_key = false;
+};
+
+// "Tensor.add_.0.backward" and "Module.fc1.Linear.backward.0" are backward calls.
+bool is_backward_name(const std::string& call_name);
+
+// The forward call whose backward `call_name` is, or "" when `call_name` is not a backward name.
+std::string forward_name_of(const std::string& call_name);
+
+// The seed's torch API name: the first two dot-separated parts, lower-cased.
+std::string torch_api_name(const std::string& call_name);
+
+}  // namespace msprobe

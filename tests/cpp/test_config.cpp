@@ -1,0 +1,585 @@
+// Tests of the config.json reader (SPEC §1, §6): defaults, a full round trip, keyword overrides,
+// range lists, and the exact one-line message of every kind of rejection.
+
+#include "core/config.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace msprobe {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// The message parse_config raises, or "<accepted>" so a missing rejection shows in the diff.
+std::string config_error(const std::string& text, const json& overrides = json::object(),
+                         const std::string& source = "config.json") {
+  try {
+    parse_config(json::parse(text), source, overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "<accepted>";
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    load_config_file(path);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "<accepted>";
+}
+
+// A private folder under the system temp dir, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "msprobe_config_test_XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string write(const std::string& name, const std::string& text) const {
+    fs::path file = path_ / name;
+    std::ofstream(file, std::ios::binary) << text;
+    return file.string();
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+TEST(ConfigTest, DefaultsWhenOnlyDumpPathIsGiven) {
+  Config c = parse_config(json{{"dump_path", "./dump"}}, "config.json");
+  EXPECT_EQ(c.task, Task::Statistics);
+  EXPECT_EQ(c.dump_path, "./dump");
+  EXPECT_TRUE(c.rank.all());
+  EXPECT_TRUE(c.step.all());
+  EXPECT_EQ(c.level, Level::L1);
+  for (const CollectSection* s : {&c.statistics, &c.tensor}) {
+    EXPECT_TRUE(s->scope.empty());
+    EXPECT_TRUE(s->list.empty());
+    EXPECT_TRUE(s->data_mode.forward && s->data_mode.backward);
+    EXPECT_TRUE(s->data_mode.input && s->data_mode.output);
+    EXPECT_EQ(s->summary_mode, SummaryMode::Statistics);
+  }
+  EXPECT_EQ(c.overflow_check.overflow_nums, 1);
+  EXPECT_EQ(c.overflow_check.action, Action::Raise);
+  EXPECT_EQ(c.overflow_check.stop_level, Severity::Critical);
+  EXPECT_DOUBLE_EQ(c.overflow_check.mutation_threshold, 1e5);
+  EXPECT_TRUE(c.overflow_check.rules.empty());
+  EXPECT_FALSE(c.overflow_check.compat);
+}
+
+TEST(ConfigTest, FullConfigRoundTrip) {
+  Config c = parse_config(json::parse(R"({
+    "task": "overflow_check", "dump_path": "/tmp/out", "rank": [1, "4-6"], "step": ["0-2", 7],
+    "level": "mix",
+    "statistics": {"scope": ["Module.conv1.Conv2d.forward.0", "Module.fc2.Linear.forward.0"],
+                   "list": ["relu"], "data_mode": ["forward", "input"], "summary_mode": "md5"},
+    "tensor": {"scope": [], "list": ["Tensor.permute.1.forward", "matmul"],
+               "data_mode": ["backward", "output"]},
+    "overflow_check": {"overflow_nums": -1, "action": "continue", "stop_level": "high",
+                       "mutation_threshold": 1000, "rules": ["extra.yaml", "/abs/r.yaml"],
+                       "compat": true}
+  })"),
+                          "config.json", json::object(), "/etc/cfg");
+  EXPECT_EQ(c.task, Task::OverflowCheck);
+  EXPECT_EQ(c.dump_path, "/tmp/out");
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(c.rank.ranges(), (Ranges{{1, 1}, {4, 6}}));
+  EXPECT_EQ(c.step.ranges(), (Ranges{{0, 2}, {7, 7}}));
+  EXPECT_EQ(c.level, Level::Mix);
+
+  EXPECT_EQ(c.statistics.scope, (std::vector<std::string>{"Module.conv1.Conv2d.forward.0",
+                                                          "Module.fc2.Linear.forward.0"}));
+  EXPECT_EQ(c.statistics.list, std::vector<std::string>{"relu"});
+  EXPECT_TRUE(c.statistics.data_mode.forward);
+  EXPECT_FALSE(c.statistics.data_mode.backward);
+  EXPECT_TRUE(c.statistics.data_mode.input);
+  EXPECT_FALSE(c.statistics.data_mode.output);
+  EXPECT_EQ(c.statistics.summary_mode, SummaryMode::Md5);
+
+  EXPECT_TRUE(c.tensor.scope.empty());
+  EXPECT_EQ(c.tensor.list, (std::vector<std::string>{"Tensor.permute.1.forward", "matmul"}));
+  EXPECT_FALSE(c.tensor.data_mode.forward);
+  EXPECT_TRUE(c.tensor.data_mode.backward);
+  EXPECT_FALSE(c.tensor.data_mode.input);
+  EXPECT_TRUE(c.tensor.data_mode.output);
+
+  EXPECT_EQ(c.overflow_check.overflow_nums, -1);
+  EXPECT_EQ(c.overflow_check.action, Action::Continue);
+  EXPECT_EQ(c.overflow_check.stop_level, Severity::High);
+  EXPECT_DOUBLE_EQ(c.overflow_check.mutation_threshold, 1000.0);
+  EXPECT_EQ(c.overflow_check.rules,
+            (std::vector<std::string>{"/etc/cfg/extra.yaml", "/abs/r.yaml"}));
+  EXPECT_TRUE(c.overflow_check.compat);
+}
+
+TEST(ConfigTest, CollectPicksTheTaskSection) {
+  json doc = json::parse(
+      R"({"dump_path": "d", "statistics": {"list": ["a"]}, "tensor": {"list": ["b"]}})");
+  doc["task"] = "tensor";
+  EXPECT_EQ(parse_config(doc, "config.json").collect().list, std::vector<std::string>{"b"});
+  doc["task"] = "statistics";
+  EXPECT_EQ(parse_config(doc, "config.json").collect().list, std::vector<std::string>{"a"});
+  doc["task"] = "overflow_check";
+  EXPECT_EQ(parse_config(doc, "config.json").collect().list, std::vector<std::string>{"a"});
+}
+
+TEST(ConfigTest, RulesStayRelativeWithoutBaseDir) {
+  Config c = parse_config(
+      json::parse(R"({"dump_path": "d", "overflow_check": {"rules": ["r.yaml"]}})"), "config.json");
+  EXPECT_EQ(c.overflow_check.rules, std::vector<std::string>{"r.yaml"});
+}
+
+// msprobe 1.1.x's shipped config.json, plus keys from its documentation: a user pastes it as is.
+TEST(ConfigTest, AcceptsMsprobeOwnConfig) {
+  Config c = parse_config(json::parse(R"({
+    "task": "statistics", "dump_path": "./dump_path", "rank": [], "step": [], "level": "L1",
+    "enable_dataloader": false, "is_deterministic": true, "async_dump": false,
+    "framework": "pytorch", "seed": 1234,
+    "tensor": {"scope": [], "list": [], "data_mode": ["all"], "file_format": "npy",
+               "online_run_ut": false, "nfs_path": "", "host": "", "port": -1, "tls_path": "./",
+               "online_run_ut_recompute": false},
+    "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"},
+    "overflow_check": {"overflow_nums": 1, "check_mode": "all"},
+    "run_ut": {"white_list": [], "black_list": [], "error_data_path": "./"},
+    "grad_probe": {"grad_level": "L1", "param_list": [], "bounds": [-1, 0, 1]},
+    "free_benchmark": {"scope": [], "list": [], "fuzz_device": "npu", "if_preheat": false}
+  })"),
+                          "config.json");
+  EXPECT_EQ(c.task, Task::Statistics);
+  EXPECT_EQ(c.dump_path, "./dump_path");
+}
+
+TEST(ConfigTest, OverridesReplaceFileValues) {
+  json file = json::parse(R"({"task": "statistics", "dump_path": "./a", "level": "L0",
+                              "step": [5], "rank": [3]})");
+  json overrides = json::parse(
+      R"({"task": "tensor", "step": [0, "2-3"], "level": "mix", "dump_path": "/tmp/x", "rank": [0]})");
+  Config c = parse_config(file, "config.json", overrides);
+  EXPECT_EQ(c.task, Task::Tensor);
+  EXPECT_EQ(c.dump_path, "/tmp/x");
+  EXPECT_EQ(c.level, Level::Mix);
+  EXPECT_TRUE(c.step.contains(0));
+  EXPECT_FALSE(c.step.contains(1));
+  EXPECT_TRUE(c.step.contains(3));
+  EXPECT_FALSE(c.step.contains(5));
+  EXPECT_TRUE(c.rank.contains(0));
+  EXPECT_FALSE(c.rank.contains(3));
+}
+
+TEST(ConfigTest, OverridesAloneConfigureWithoutFile) {
+  Config c = parse_config(json::object(), "PrecisionDebugger",
+                          json{{"dump_path", "/tmp/x"}, {"task", "overflow_check"}});
+  EXPECT_EQ(c.dump_path, "/tmp/x");
+  EXPECT_EQ(c.task, Task::OverflowCheck);
+  EXPECT_EQ(c.level, Level::L1);
+}
+
+TEST(ConfigTest, OverrideRepairsTheFileValueItReplaces) {
+  Config c = parse_config(json::parse(R"({"dump_path": "", "level": "L3"})"), "config.json",
+                          json{{"dump_path", "/tmp/x"}, {"level", "L0"}});
+  EXPECT_EQ(c.dump_path, "/tmp/x");
+  EXPECT_EQ(c.level, Level::L0);
+}
+
+// Python's None is what PrecisionDebugger passes for a keyword that was not given.
+TEST(ConfigTest, NullOverridesAreIgnored) {
+  Config c = parse_config(json::parse(R"({"dump_path": "./a", "level": "mix"})"), "config.json",
+                          json{{"level", nullptr}, {"task", nullptr}});
+  EXPECT_EQ(c.level, Level::Mix);
+  EXPECT_EQ(parse_config(json{{"dump_path", "d"}}, "config.json", json()).dump_path, "d");
+}
+
+TEST(ConfigTest, RangeListContains) {
+  RangeList all;
+  EXPECT_TRUE(all.all());
+  EXPECT_TRUE(all.contains(0));
+  EXPECT_TRUE(all.contains(123456789));
+
+  RangeList some({{1, 1}, {4, 6}});
+  EXPECT_FALSE(some.all());
+  EXPECT_FALSE(some.contains(0));
+  EXPECT_TRUE(some.contains(1));
+  EXPECT_FALSE(some.contains(2));
+  EXPECT_TRUE(some.contains(4));
+  EXPECT_TRUE(some.contains(5));
+  EXPECT_TRUE(some.contains(6));
+  EXPECT_FALSE(some.contains(7));
+}
+
+TEST(ConfigTest, RangeListsFromConfig) {
+  Config c = parse_config(json::parse(R"({"dump_path": "d", "step": [0, "3-3", "10-12", 0]})"),
+                          "config.json");
+  EXPECT_TRUE(c.step.contains(0));
+  EXPECT_FALSE(c.step.contains(1));
+  EXPECT_TRUE(c.step.contains(3));
+  EXPECT_TRUE(c.step.contains(11));
+  EXPECT_FALSE(c.step.contains(13));
+  EXPECT_TRUE(c.rank.all());
+}
+
+TEST(ConfigTest, EnumNames) {
+  EXPECT_STREQ(to_string(Task::Statistics), "statistics");
+  EXPECT_STREQ(to_string(Task::Tensor), "tensor");
+  EXPECT_STREQ(to_string(Task::OverflowCheck), "overflow_check");
+  EXPECT_STREQ(to_string(Level::L0), "L0");
+  EXPECT_STREQ(to_string(Level::L1), "L1");
+  EXPECT_STREQ(to_string(Level::Mix), "mix");
+  EXPECT_STREQ(to_string(Severity::Medium), "medium");
+  EXPECT_STREQ(to_string(Severity::High), "high");
+  EXPECT_STREQ(to_string(Severity::Critical), "critical");
+}
+
+TEST(ConfigTest, DidYouMean) {
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "levle": "L1"})"),
+            R"(config.json: levle: unknown key; did you mean "level"?)");
+  EXPECT_EQ(config_error(R"({"dumppath": "d"})"),
+            R"(config.json: dumppath: unknown key; did you mean "dump_path"?)");
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "Task": "tensor"})"),
+            R"(config.json: Task: unknown key; did you mean "task"?)");
+  EXPECT_EQ(
+      config_error(R"({"dump_path": "d", "overflow_check": {"overflow_num": 2}})"),
+      R"(config.json: overflow_check.overflow_num: unknown key; did you mean "overflow_nums"?)");
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "statistics": {"sumary_mode": "md5"}})"),
+            R"(config.json: statistics.sumary_mode: unknown key; did you mean "summary_mode"?)");
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "enable_dataloder": false})"),
+            R"(config.json: enable_dataloder: unknown key; did you mean "enable_dataloader"?)");
+}
+
+TEST(ConfigTest, UnknownKeyWithoutCloseMatchListsAllowedKeys) {
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "verbosity": 3})"),
+            "config.json: verbosity: unknown key; allowed: task, dump_path, rank, step, level, "
+            "statistics, tensor, overflow_check");
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "tensor": {"summary_mode": "md5"}})"),
+            "config.json: tensor.summary_mode: unknown key; allowed: scope, list, data_mode");
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "overflow_check": {"max_calls": 2}})"),
+            "config.json: overflow_check.max_calls: unknown key; allowed: overflow_nums, action, "
+            "stop_level, mutation_threshold, rules, compat");
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "a b\n": 1})"),
+            R"(config.json: "a b\n": unknown key; allowed: task, dump_path, rank, step, level, )"
+            "statistics, tensor, overflow_check");
+}
+
+TEST(ConfigTest, UnsupportedMsprobeTasksAndLevels) {
+  for (const char* task : {"free_benchmark", "run_ut", "grad_probe"}) {
+    EXPECT_EQ(config_error(json{{"dump_path", "d"}, {"task", task}}.dump()),
+              std::string("config.json: task: \"") + task +
+                  "\" is an msprobe task that msprobe_cpp does not support; supported: "
+                  "statistics, tensor, overflow_check");
+  }
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "level": "L2"})"),
+            R"(config.json: level: "L2" is an msprobe level that msprobe_cpp does not support; )"
+            "supported: L0, L1, mix");
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "tensor": {"online_run_ut": true}})"),
+            "config.json: tensor.online_run_ut: online run_ut is an msprobe feature that "
+            "msprobe_cpp does not support; expected false, got true");
+}
+
+TEST(ConfigTest, OverrideErrors) {
+  const std::string file = R"({"dump_path": "d"})";
+  EXPECT_EQ(config_error(file, json{{"level", "L3"}}),
+            R"(PrecisionDebugger(level=...): expected one of L0, L1, mix, got "L3")");
+  EXPECT_EQ(config_error(file, json{{"step", json::array({0, "5-2"})}}),
+            R"(PrecisionDebugger(step=...)[1]: expected an integer >= 0 or a range "a-b" with )"
+            R"(a <= b, got "5-2")");
+  EXPECT_EQ(config_error(file, json{{"rank", 0}}),
+            R"(PrecisionDebugger(rank=...): expected a list of integers >= 0 and "a-b" ranges, )"
+            "got 0");
+  EXPECT_EQ(config_error(file, json{{"dump_path", ""}}),
+            R"(PrecisionDebugger(dump_path=...): expected a non-empty string, got "")");
+  EXPECT_EQ(config_error(file, json{{"task", "run_ut"}}),
+            R"(PrecisionDebugger(task=...): "run_ut" is an msprobe task that msprobe_cpp does )"
+            "not support; supported: statistics, tensor, overflow_check");
+  EXPECT_EQ(config_error(file, json{{"foo", 1}}),
+            R"(PrecisionDebugger: unknown keyword argument "foo"; allowed: task, dump_path, )"
+            "level, step, rank");
+  EXPECT_EQ(config_error(file, json{{"overflow_check", json::object()}}),
+            R"(PrecisionDebugger: unknown keyword argument "overflow_check"; allowed: task, )"
+            "dump_path, level, step, rank");
+  EXPECT_EQ(config_error(file, json::array({1})),
+            "PrecisionDebugger: expected keyword arguments as a JSON object, got [1]");
+}
+
+TEST(ConfigTest, MissingDumpPathWithoutFile) {
+  EXPECT_EQ(config_error("{}", json{{"task", "tensor"}}, "PrecisionDebugger"),
+            "PrecisionDebugger: dump_path: expected a non-empty string (required), got nothing");
+}
+
+TEST(ConfigTest, LongValuesAreShortenedToOneLine) {
+  json doc = {{"dump_path", "d"}, {"step", std::string(200, 'x')}};
+  std::string message = config_error(doc.dump());
+  EXPECT_EQ(message,
+            R"(config.json: step: expected a list of integers >= 0 and "a-b" ranges, got ")" +
+                std::string(76, 'x') + "...");
+}
+
+struct InvalidCase {
+  const char* doc;
+  const char* message;
+};
+
+class InvalidConfigTest : public testing::TestWithParam<InvalidCase> {};
+
+TEST_P(InvalidConfigTest, ExactMessage) {
+  EXPECT_EQ(config_error(GetParam().doc), GetParam().message) << GetParam().doc;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ConfigTest, InvalidConfigTest,
+    testing::Values(
+        // The document itself.
+        InvalidCase{R"([1])", R"(config.json: expected a JSON object, got [1])"},
+        InvalidCase{R"("x")", R"(config.json: expected a JSON object, got "x")"},
+        // task
+        InvalidCase{
+            R"({"dump_path": "d", "task": 5})",
+            R"(config.json: task: expected one of statistics, tensor, overflow_check, got 5)"},
+        InvalidCase{
+            R"({"dump_path": "d", "task": "stats"})",
+            R"(config.json: task: expected one of statistics, tensor, overflow_check, got "stats")"},
+        InvalidCase{
+            R"({"dump_path": "d", "task": null})",
+            R"(config.json: task: expected one of statistics, tensor, overflow_check, got null)"},
+        // dump_path
+        InvalidCase{
+            R"({"task": "tensor"})",
+            R"(config.json: dump_path: expected a non-empty string (required), got nothing)"},
+        InvalidCase{R"({"dump_path": ""})",
+                    R"(config.json: dump_path: expected a non-empty string, got "")"},
+        InvalidCase{R"({"dump_path": null})",
+                    R"(config.json: dump_path: expected a non-empty string, got null)"},
+        InvalidCase{R"({"dump_path": ["a"]})",
+                    R"(config.json: dump_path: expected a non-empty string, got ["a"])"},
+        // rank and step
+        InvalidCase{
+            R"({"dump_path": "d", "rank": 5})",
+            R"(config.json: rank: expected a list of integers >= 0 and "a-b" ranges, got 5)"},
+        InvalidCase{
+            R"({"dump_path": "d", "rank": [-1]})",
+            R"(config.json: rank[0]: expected an integer >= 0 or a range "a-b" with a <= b, got -1)"},
+        InvalidCase{
+            R"({"dump_path": "d", "step": [0, "5-2"]})",
+            R"(config.json: step[1]: expected an integer >= 0 or a range "a-b" with a <= b, got "5-2")"},
+        InvalidCase{
+            R"({"dump_path": "d", "step": [1.0]})",
+            R"(config.json: step[0]: expected an integer >= 0 or a range "a-b" with a <= b, got 1.0)"},
+        InvalidCase{
+            R"({"dump_path": "d", "step": [true]})",
+            R"(config.json: step[0]: expected an integer >= 0 or a range "a-b" with a <= b, got true)"},
+        InvalidCase{
+            R"({"dump_path": "d", "step": ["3"]})",
+            R"(config.json: step[0]: expected an integer >= 0 or a range "a-b" with a <= b, got "3")"},
+        InvalidCase{
+            R"({"dump_path": "d", "step": ["1-x"]})",
+            R"(config.json: step[0]: expected an integer >= 0 or a range "a-b" with a <= b, got "1-x")"},
+        InvalidCase{
+            R"({"dump_path": "d", "step": ["-1-3"]})",
+            R"(config.json: step[0]: expected an integer >= 0 or a range "a-b" with a <= b, got "-1-3")"},
+        InvalidCase{
+            R"({"dump_path": "d", "step": [18446744073709551615]})",
+            R"(config.json: step[0]: expected an integer >= 0 or a range "a-b" with a <= b, got 18446744073709551615)"},
+        // level
+        InvalidCase{R"({"dump_path": "d", "level": "L3"})",
+                    R"(config.json: level: expected one of L0, L1, mix, got "L3")"},
+        InvalidCase{R"({"dump_path": "d", "level": "l1"})",
+                    R"(config.json: level: expected one of L0, L1, mix, got "l1")"},
+        InvalidCase{R"({"dump_path": "d", "level": null})",
+                    R"(config.json: level: expected one of L0, L1, mix, got null)"},
+        // statistics and tensor sections
+        InvalidCase{R"({"dump_path": "d", "statistics": []})",
+                    R"(config.json: statistics: expected an object, got [])"},
+        InvalidCase{R"({"dump_path": "d", "tensor": null})",
+                    R"(config.json: tensor: expected an object, got null)"},
+        InvalidCase{R"({"dump_path": "d", "statistics": {"scope": ["a"]}})",
+                    R"(config.json: statistics.scope: expected [] or two call names, got ["a"])"},
+        InvalidCase{
+            R"({"dump_path": "d", "statistics": {"scope": ["a", "b", "c"]}})",
+            R"(config.json: statistics.scope: expected [] or two call names, got ["a","b","c"])"},
+        InvalidCase{R"({"dump_path": "d", "tensor": {"scope": ["a", ""]}})",
+                    R"(config.json: tensor.scope[1]: expected a non-empty string, got "")"},
+        InvalidCase{R"({"dump_path": "d", "tensor": {"scope": "a"}})",
+                    R"(config.json: tensor.scope: expected [] or two call names, got "a")"},
+        InvalidCase{
+            R"({"dump_path": "d", "tensor": {"list": "relu"}})",
+            R"(config.json: tensor.list: expected a list of non-empty strings, got "relu")"},
+        InvalidCase{R"({"dump_path": "d", "statistics": {"list": ["relu", 1]}})",
+                    R"(config.json: statistics.list[1]: expected a non-empty string, got 1)"},
+        InvalidCase{
+            R"({"dump_path": "d", "statistics": {"data_mode": []}})",
+            R"(config.json: statistics.data_mode: expected ["all"] or a non-empty list of forward, backward, input, output, got [])"},
+        InvalidCase{
+            R"({"dump_path": "d", "statistics": {"data_mode": "all"}})",
+            R"(config.json: statistics.data_mode: expected ["all"] or a non-empty list of forward, backward, input, output, got "all")"},
+        InvalidCase{
+            R"({"dump_path": "d", "statistics": {"data_mode": ["all", "forward"]}})",
+            R"(config.json: statistics.data_mode: expected ["all"] or a non-empty list of forward, backward, input, output, got ["all","forward"])"},
+        InvalidCase{
+            R"({"dump_path": "d", "tensor": {"data_mode": ["forward", "forward"]}})",
+            R"(config.json: tensor.data_mode[1]: expected a mode not already listed, got "forward")"},
+        InvalidCase{
+            R"({"dump_path": "d", "tensor": {"data_mode": ["fwd"]}})",
+            R"(config.json: tensor.data_mode[0]: expected one of all, forward, backward, input, output, got "fwd")"},
+        InvalidCase{
+            R"({"dump_path": "d", "statistics": {"summary_mode": "crc"}})",
+            R"(config.json: statistics.summary_mode: expected one of statistics, md5, got "crc")"},
+        InvalidCase{R"({"dump_path": "d", "tensor": {"file_format": "pt"}})",
+                    R"(config.json: tensor.file_format: expected one of npy, bin, got "pt")"},
+        InvalidCase{R"({"dump_path": "d", "tensor": {"online_run_ut": "no"}})",
+                    R"(config.json: tensor.online_run_ut: expected true or false, got "no")"},
+        // overflow_check
+        InvalidCase{R"({"dump_path": "d", "overflow_check": 1})",
+                    R"(config.json: overflow_check: expected an object, got 1)"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"overflow_nums": 0}})",
+            R"(config.json: overflow_check.overflow_nums: expected -1 or an integer >= 1, got 0)"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"overflow_nums": -2}})",
+            R"(config.json: overflow_check.overflow_nums: expected -1 or an integer >= 1, got -2)"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"overflow_nums": true}})",
+            R"(config.json: overflow_check.overflow_nums: expected -1 or an integer >= 1, got true)"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"overflow_nums": 3.0}})",
+            R"(config.json: overflow_check.overflow_nums: expected -1 or an integer >= 1, got 3.0)"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"overflow_nums": "3"}})",
+            R"(config.json: overflow_check.overflow_nums: expected -1 or an integer >= 1, got "3")"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"action": "stop"}})",
+            R"(config.json: overflow_check.action: expected one of raise, continue, got "stop")"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"stop_level": "low"}})",
+            R"(config.json: overflow_check.stop_level: expected one of critical, high, medium, got "low")"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"mutation_threshold": 0}})",
+            R"(config.json: overflow_check.mutation_threshold: expected a finite number > 0, got 0)"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"mutation_threshold": -1.5}})",
+            R"(config.json: overflow_check.mutation_threshold: expected a finite number > 0, got -1.5)"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"mutation_threshold": "1e5"}})",
+            R"(config.json: overflow_check.mutation_threshold: expected a finite number > 0, got "1e5")"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"mutation_threshold": false}})",
+            R"(config.json: overflow_check.mutation_threshold: expected a finite number > 0, got false)"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"rules": "extra.yaml"}})",
+            R"(config.json: overflow_check.rules: expected a list of non-empty strings, got "extra.yaml")"},
+        InvalidCase{R"({"dump_path": "d", "overflow_check": {"rules": ["a.yaml", ""]}})",
+                    R"(config.json: overflow_check.rules[1]: expected a non-empty string, got "")"},
+        InvalidCase{R"({"dump_path": "d", "overflow_check": {"compat": 1}})",
+                    R"(config.json: overflow_check.compat: expected true or false, got 1)"},
+        InvalidCase{R"({"dump_path": "d", "overflow_check": {"check_mode": 1}})",
+                    R"(config.json: overflow_check.check_mode: expected a string, got 1)"},
+        // msprobe's top-level keys that are accepted but still type-checked
+        InvalidCase{R"({"dump_path": "d", "is_deterministic": "yes"})",
+                    R"(config.json: is_deterministic: expected true or false, got "yes")"},
+        InvalidCase{R"({"dump_path": "d", "async_dump": 0})",
+                    R"(config.json: async_dump: expected true or false, got 0)"},
+        InvalidCase{
+            R"({"dump_path": "d", "framework": "mindspore"})",
+            R"(config.json: framework: expected "pytorch" (msprobe_cpp is the PyTorch side of msprobe), got "mindspore")"},
+        InvalidCase{R"({"dump_path": "d", "seed": 1.5})",
+                    R"(config.json: seed: expected an integer, got 1.5)"}));
+
+TEST(ConfigFileTest, LoadsAndResolvesRulesNextToTheFile) {
+  TempDir dir;
+  std::string path = dir.write("config.json", R"({
+    "task": "overflow_check", "dump_path": "./dump",
+    "overflow_check": {"rules": ["more_rules.yaml", "/abs/other.yaml"]}
+  })");
+  Config c = load_config_file(path, json{{"level", "mix"}});
+  EXPECT_EQ(c.task, Task::OverflowCheck);
+  EXPECT_EQ(c.level, Level::Mix);
+  ASSERT_EQ(c.overflow_check.rules.size(), 2u);
+  EXPECT_EQ(fs::path(c.overflow_check.rules[0]),
+            fs::weakly_canonical(dir.path()) / "more_rules.yaml");
+  EXPECT_EQ(c.overflow_check.rules[1], "/abs/other.yaml");
+}
+
+TEST(ConfigFileTest, ValidationErrorsNameTheFile) {
+  TempDir dir;
+  std::string path = dir.write("config.json", R"({"dump_path": "d", "levle": "L1"})");
+  EXPECT_EQ(load_error(path), path + R"(: levle: unknown key; did you mean "level"?)");
+}
+
+TEST(ConfigFileTest, MissingFile) {
+  TempDir dir;
+  std::string path = (dir.path() / "nope.json").string();
+  EXPECT_EQ(load_error(path), path + ": cannot read config file: No such file or directory");
+}
+
+TEST(ConfigFileTest, DirectoryInsteadOfFile) {
+  TempDir dir;
+  EXPECT_EQ(load_error(dir.path().string()),
+            dir.path().string() + ": cannot read config file: is a directory");
+}
+
+TEST(ConfigFileTest, UnreadableFile) {
+  if (geteuid() == 0) GTEST_SKIP() << "root reads any file";
+  TempDir dir;
+  std::string path = dir.write("config.json", R"({"dump_path": "d"})");
+  fs::permissions(path, fs::perms::none);
+  EXPECT_EQ(load_error(path), path + ": cannot read config file: Permission denied");
+}
+
+TEST(ConfigFileTest, BadJsonReportsLineAndColumn) {
+  TempDir dir;
+  std::string path =
+      dir.write("config.json", "{\n  \"dump_path\": \"d\",\n  \"task\": \"tensor\",\n}\n");
+  EXPECT_EQ(load_error(path), path + ":4:1: invalid JSON: unexpected '}'; expected string literal");
+
+  path = dir.write("literal.json", "{\n  \"dump_path\": \"d\",\n  \"compat\": tru\n}");
+  EXPECT_EQ(load_error(path), path +
+                                  ":3:16: invalid JSON: invalid literal; last read: "
+                                  "'\"compat\": tru<U+000A>'");
+
+  // Columns count characters: the two-byte "é" is one column.
+  path = dir.write("utf8.json", "{\"dump_path\": \"\xC3\xA9\" x}");
+  EXPECT_EQ(
+      load_error(path),
+      path + ":1:19: invalid JSON: invalid literal; last read: '\"\xC3\xA9\" x'; expected '}'");
+}
+
+TEST(ConfigFileTest, EmptyFileAndTruncatedFile) {
+  TempDir dir;
+  std::string path = dir.write("empty.json", "");
+  EXPECT_EQ(load_error(path),
+            path + ":1:1: invalid JSON: unexpected end of input; expected '[', '{', or a literal");
+  path = dir.write("cut.json", "{\"dump_path\": \"d\",\n");
+  EXPECT_EQ(load_error(path),
+            path + ":2:1: invalid JSON: unexpected end of input; expected string literal");
+}
+
+// json::parse would throw this as out_of_range, without a position; the reported column is the last
+// character read, as for every JSON error.
+TEST(ConfigFileTest, NumberOverflowHasAPosition) {
+  TempDir dir;
+  std::string path = dir.write("big.json",
+                               "{\"dump_path\": \"d\",\n \"overflow_check\": "
+                               "{\"mutation_threshold\": 1e400}}");
+  EXPECT_EQ(load_error(path), path + ":2:47: invalid JSON: number overflow parsing '1e400'");
+}
+
+TEST(ConfigFileTest, RootMustBeAnObject) {
+  TempDir dir;
+  std::string path = dir.write("list.json", "[]");
+  EXPECT_EQ(load_error(path), path + ": expected a JSON object, got []");
+}
+
+}  // namespace
+}  // namespace msprobe
