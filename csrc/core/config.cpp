@@ -26,15 +26,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
-#include <sstream>
-#include <system_error>
 
 namespace msprobe {
 namespace {
@@ -471,108 +467,6 @@ class TopLevel {
   const json& overrides_;
 };
 
-// Short text of a JSON parse failure: nlohmann's own message without its id and position, which
-// load_config_file reports itself.
-std::string parse_failure_reason(const std::string& what) {
-  std::string reason = what;
-  if (reason.rfind("[json.exception.", 0) == 0) {
-    size_t close = reason.find("] ");
-    if (close != std::string::npos) reason = reason.substr(close + 2);
-  }
-  if (reason.rfind("parse error", 0) == 0) {
-    size_t colon = reason.find(": ");
-    if (colon != std::string::npos) reason = reason.substr(colon + 2);
-  }
-  const std::string syntax = "syntax error while parsing ";
-  size_t dash = reason.find(" - ");
-  if (reason.rfind(syntax, 0) == 0 && dash != std::string::npos) reason = reason.substr(dash + 3);
-  return reason;
-}
-
-// 1-based line and column (in characters, not bytes) of the byte nlohmann reports: the last one it
-// read, counted from 1.
-std::pair<size_t, size_t> line_column(const std::string& text, size_t byte) {
-  size_t end = std::min(byte > 0 ? byte - 1 : 0, text.size());
-  size_t line = 1;
-  size_t column = 1;
-  for (size_t i = 0; i < end; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
-      ++column;
-    }
-  }
-  return {line, column};
-}
-
-// Builds the document like json::parse, but keeps the position of every failure: json::parse
-// throws number overflows ("1e400") as out_of_range, which carries no position.
-class PositionedParser {
- public:
-  bool null() { return dom_.null(); }
-  bool boolean(bool v) { return dom_.boolean(v); }
-  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
-  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
-  bool number_float(json::number_float_t v, const std::string& s) {
-    return dom_.number_float(v, s);
-  }
-  bool string(std::string& v) { return dom_.string(v); }
-  bool binary(json::binary_t& v) { return dom_.binary(v); }
-  bool start_object(std::size_t n) { return dom_.start_object(n); }
-  bool key(std::string& v) { return dom_.key(v); }
-  bool end_object() { return dom_.end_object(); }
-  bool start_array(std::size_t n) { return dom_.start_array(n); }
-  bool end_array() { return dom_.end_array(); }
-  bool parse_error(std::size_t position, const std::string& /*token*/,
-                   const nlohmann::detail::exception& error) {
-    error_position_ = position;
-    error_ = error.what();
-    return false;
-  }
-
-  json& result() { return result_; }
-  size_t error_position() const { return error_position_; }
-  const std::string& error() const { return error_; }
-
- private:
-  json result_;
-  nlohmann::detail::json_sax_dom_parser<json> dom_{result_, false};
-  size_t error_position_ = 0;
-  std::string error_;
-};
-
-json parse_json_text(const std::string& text, const std::string& path) {
-  PositionedParser parser;
-  if (json::sax_parse(text, &parser)) return std::move(parser.result());
-  auto [line, column] = line_column(text, parser.error_position());
-  throw ConfigError(path + ":" + std::to_string(line) + ":" + std::to_string(column) +
-                    ": invalid JSON: " + parse_failure_reason(parser.error()));
-}
-
-[[noreturn]] void fail_read(const std::string& path, const std::string& reason) {
-  throw ConfigError(path + ": cannot read config file: " + reason);
-}
-
-std::string read_text(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) fail_read(path, "is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_read(path, std::generic_category().message(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail_read(path, "read error");
-  return text.str();
-}
-
-// Relative rule files are found next to the config; an absolute folder keeps that true even if
-// the training script changes directory later.
-std::string config_dir(const std::string& path) {
-  std::error_code ec;
-  fs::path absolute = fs::absolute(path, ec);
-  return (ec ? fs::path(path) : absolute).parent_path().string();
-}
-
 }  // namespace
 
 bool RangeList::contains(int64_t v) const {
@@ -649,11 +543,6 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
     config.overflow_check = parse_overflow(*f->value, f->at, base_dir);
   }
   return config;
-}
-
-Config load_config_file(const std::string& path, const nlohmann::json& overrides) {
-  json doc = parse_json_text(read_text(path), path);
-  return parse_config(doc, path, overrides, config_dir(path));
 }
 
 }  // namespace msprobe

@@ -8,7 +8,12 @@ namespace msprobe {
 // "<path>: cannot read: <reason>"
 class FileError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  FileError(const std::string& path, const std::string& reason)
+      : std::runtime_error(path + ": cannot read: " + reason), reason_(reason) {}
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string reason_;
 };
 
 // The whole file; a directory, a missing file or a read error is a FileError.

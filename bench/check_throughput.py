@@ -1,0 +1,111 @@
+"""Throughput of `msprobe-cpp check` on a large msprobe-style dump.json.
+
+Generates a dump of --calls records (default 120000, about 110 MB) written with Python's json
+module as msprobe writes it, runs `check` on it --repeat times, and prints MB/s and peak RSS
+(ru_maxrss of the child) against the file size.
+
+    /usr/bin/python3 bench/check_throughput.py [--calls N] [--repeat R] [--bin build/bin/msprobe-cpp]
+"""
+import argparse
+import json
+import math
+import os
+import pathlib
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def tensor(rng: random.Random, anomalous: bool = False) -> dict:
+    mx = rng.uniform(0.1, 10.0)
+    mn = -rng.uniform(0.1, 10.0)
+    entry = {"type": "torch.Tensor", "dtype": rng.choice(["torch.float32", "torch.float16", "torch.bfloat16"]),
+             "shape": [rng.choice([8, 16, 32]), rng.choice([64, 128, 256, 512])],
+             "Max": mx, "Min": mn, "Mean": rng.uniform(mn, mx), "Norm": rng.uniform(1.0, 500.0),
+             "requires_grad": rng.random() < 0.5}
+    if anomalous:
+        entry["Max"], entry["Mean"], entry["Norm"] = math.inf, math.nan, math.inf
+    return entry
+
+
+def record(rng: random.Random, name: str, n: int, backward: bool) -> tuple:
+    anomalous = rng.random() < 0.001
+    if backward:
+        return f"{name}.{n}.backward", {"input": [tensor(rng)],
+                                          "output": [tensor(rng, anomalous), tensor(rng)]}
+    args = [tensor(rng) for _ in range(rng.choice([1, 2, 3]))]
+    if rng.random() < 0.3:
+        args.append({"type": "float", "value": rng.uniform(-2, 2)})
+    kwargs = {}
+    if rng.random() < 0.3:
+        kwargs = {"dim": {"type": "int", "value": -1}, "weight": tensor(rng), "bias": None}
+    return f"{name}.{n}.forward", {"input_args": args, "input_kwargs": kwargs,
+                                   "output": [tensor(rng, anomalous)]}
+
+
+def generate(path: pathlib.Path, calls: int, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    apis = ["Functional.linear", "Torch.matmul", "Tensor.__mul__", "Functional.gelu", "Functional.softmax",
+            "Torch.add", "Functional.layer_norm", "Tensor.masked_fill", "Functional.dropout", "Torch.cat"]
+    counters = {a: 0 for a in apis}
+    data = {}
+    while len(data) < calls:
+        api = rng.choice(apis)
+        n = counters[api]
+        counters[api] += 1
+        key, rec = record(rng, api, n, backward=False)
+        data[key] = rec
+        if rng.random() < 0.5 and len(data) < calls:
+            key, rec = record(rng, api, n, backward=True)
+            data[key] = rec
+    with open(path, "w") as f:
+        json.dump({"task": "statistics", "level": "L1", "dump_data_dir": None, "data": data}, f, indent=1)
+
+
+def run_check(binary: str, path: pathlib.Path) -> tuple:
+    # This process stays small (the dump is generated in a child of its own), so the peak RSS
+    # that the spawned check inherits before exec is negligible.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    start = time.perf_counter()
+    pid = os.posix_spawn(binary, [binary, "check", str(path)], os.environ,
+                         file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1)])
+    _, status, usage = os.wait4(pid, 0)
+    elapsed = time.perf_counter() - start
+    os.close(devnull)
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):
+        raise SystemExit(f"check failed with status {code}")
+    return elapsed, usage.ru_maxrss * 1024  # ru_maxrss is in KiB on Linux
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calls", type=int, default=120000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--bin", default=str(ROOT / "build" / "bin" / "msprobe-cpp"))
+    ap.add_argument("--generate-to", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.generate_to:
+        generate(pathlib.Path(args.generate_to), args.calls)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "dump.json"
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, __file__, "--calls", str(args.calls), "--generate-to", str(path)],
+                       check=True)
+        size = path.stat().st_size
+        print(f"generated {args.calls} calls, {size / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s")
+        results = [run_check(args.bin, path) for _ in range(args.repeat)]
+        best = min(r[0] for r in results)
+        rss = max(r[1] for r in results)
+        print(f"check: best of {args.repeat}: {best:.3f} s = {size / 1e6 / best:.0f} MB/s "
+              f"(all runs: {', '.join(f'{r[0]:.3f}' for r in results)} s)")
+        print(f"peak RSS {rss / 1e6:.1f} MB = {rss / size:.2f}x the file size")
+
+
+if __name__ == "__main__":
+    main()

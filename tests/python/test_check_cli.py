@@ -1,0 +1,243 @@
+"""`msprobe-cpp check` end to end: real msprobe dumps, hand-built dumps, and bad input."""
+import json
+import pathlib
+import subprocess
+from typing import List
+
+import pytest
+
+from dumps import INF, NAN, backward, forward, scalar, tensor, write_dump
+
+EMPTY = {"critical_apis": [], "high_priority_apis": [], "medium_priority_apis": [],
+         "anomaly_details": []}
+
+
+def run(cli: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(cli), "check", *map(str, args)], capture_output=True, text=True,
+                          timeout=60)
+
+
+def detail(name: str, rank: str, scene: str, args: List[int] = (), kwargs: List[str] = (),
+           outs: List[int] = ()) -> dict:
+    return {"api_name": name, "rank": rank, "scene_type": scene,
+            "input_args_anomaly_indices": list(args), "input_kwargs_anomaly_keys": list(kwargs),
+            "output_anomaly_indices": list(outs)}
+
+
+def test_msprobe_overflow_dump(cli, fixtures):
+    r = run(cli, fixtures / "mlp_overflow_check_L1" / "dump.json")
+    assert r.returncode == 1, r.stderr
+    assert json.loads(r.stdout) == {
+        "critical_apis": [], "high_priority_apis": ["Tensor.__mul__.1.forward"],
+        "medium_priority_apis": [],
+        "anomaly_details": [detail("Tensor.__mul__.1.forward", "high",
+                                   "InputAnomalyOutputAnomalyScene", args=[0], outs=[0])]}
+
+
+@pytest.mark.parametrize("name", ["mlp_statistics_L1", "mlp_statistics_mix"])
+def test_clean_msprobe_dumps(cli, fixtures, name):
+    r = run(cli, fixtures / name / "dump.json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == EMPTY
+
+
+def test_folder_gives_one_report_per_dump_keyed_by_path(cli, fixtures):
+    r = run(cli, fixtures)
+    assert r.returncode == 1, r.stderr
+    reports = json.loads(r.stdout)
+    assert sorted(reports) == sorted(str(p) for p in fixtures.rglob("dump.json"))
+    assert reports[str(fixtures / "mlp_statistics_L1" / "dump.json")] == EMPTY
+    assert reports[str(fixtures / "mlp_overflow_check_L1" / "dump.json")]["high_priority_apis"] == [
+        "Tensor.__mul__.1.forward"]
+
+
+def nan_training_step() -> dict:
+    """An fp16 step where NaN enters with the data: every scene and a backward record."""
+    return {
+        "Functional.linear.0.forward": forward([tensor(NAN, NAN, NAN, NAN), tensor()], [tensor(NAN, NAN, NAN, NAN)]),
+        "Tensor.masked_fill.0.forward": forward([tensor(), tensor(True, False, None, None, "torch.bool"),
+                                                 scalar(-INF)], [tensor(1.0, -INF, -INF, INF)]),
+        "Functional.softmax.0.forward": forward([tensor(1.0, -INF, -INF, INF)], [tensor()], {"dim": scalar(-1)}),
+        "Torch.exp.0.forward": forward([tensor(88.0)], [tensor(INF, 1.0, INF, INF)]),
+        "Torch.mul.0.forward": forward([tensor(norm=1e-3)], [tensor(norm=1e3)]),
+        "Torch.empty.0.forward": forward([scalar(4)], [tensor(NAN, NAN, NAN, NAN)]),
+        "Functional.cross_entropy.0.forward": forward([tensor(NAN, NAN, NAN, NAN), tensor(dtype="torch.int64")],
+                                                      [tensor(NAN, NAN, NAN, NAN, shape=[])]),
+        "Functional.cross_entropy.0.backward": backward([tensor(1.0, 1.0, 1.0, 1.0, shape=[])],
+                                                        [tensor(NAN, NAN, NAN, NAN), None]),
+        "Torch.sqrt.0.backward": backward([tensor()], [tensor(INF, 0.0, INF, INF)]),
+    }
+
+
+def test_hand_built_overflow_dump_default_mode(cli, tmp_path):
+    path = write_dump(tmp_path / "dump.json", nan_training_step())
+    r = run(cli, path)
+    assert r.returncode == 1, r.stderr
+    report = json.loads(r.stdout)
+    assert report["critical_apis"] == ["Torch.exp.0.forward", "Torch.sqrt.0.backward"]
+    assert report["high_priority_apis"] == [
+        "Functional.linear.0.forward", "Tensor.masked_fill.0.forward", "Torch.mul.0.forward",
+        "Functional.cross_entropy.0.forward", "Functional.cross_entropy.0.backward"]
+    assert report["medium_priority_apis"] == ["Functional.softmax.0.forward"]
+    details = {d["api_name"]: d for d in report["anomaly_details"]}
+    assert "Torch.empty.0.forward" not in details  # shipped ignore rule
+    assert details["Tensor.masked_fill.0.forward"] == detail(
+        "Tensor.masked_fill.0.forward", "high", "InputAnomalyOutputAnomalyScene", args=[2], outs=[0])
+    assert details["Torch.mul.0.forward"] == {
+        **detail("Torch.mul.0.forward", "high", "NumericalMutationScene"),
+        "threshold": 100000.0, "scale_change_detected": True}
+    assert details["Functional.cross_entropy.0.backward"] == detail(
+        "Functional.cross_entropy.0.backward", "high", "InputAnomalyOutputAnomalyScene", outs=[0])
+    assert [d["api_name"] for d in report["anomaly_details"]] == [
+        "Functional.linear.0.forward", "Tensor.masked_fill.0.forward", "Functional.softmax.0.forward",
+        "Torch.exp.0.forward", "Torch.mul.0.forward", "Functional.cross_entropy.0.forward",
+        "Functional.cross_entropy.0.backward", "Torch.sqrt.0.backward"]
+
+
+def test_compat_mode_gives_msprobe_verdicts(cli, tmp_path):
+    path = write_dump(tmp_path / "dump.json", nan_training_step())
+    report = json.loads(run(cli, path, "--compat").stdout)
+    assert report["critical_apis"] == ["Tensor.masked_fill.0.forward", "Torch.exp.0.forward",
+                                       "Functional.cross_entropy.0.backward", "Torch.sqrt.0.backward"]
+
+
+def test_threshold_option(cli, tmp_path):
+    path = write_dump(tmp_path / "dump.json", nan_training_step())
+    report = json.loads(run(cli, path, "--threshold", "1e7").stdout)
+    assert "Torch.mul.0.forward" not in report["high_priority_apis"]
+    report = json.loads(run(cli, path, "--threshold", "10").stdout)
+    mul = [d for d in report["anomaly_details"] if d["api_name"] == "Torch.mul.0.forward"]
+    assert mul[0]["threshold"] == 10.0
+
+
+def test_extra_rules_file(cli, tmp_path):
+    path = write_dump(tmp_path / "dump.json", nan_training_step())
+    rules = tmp_path / "my_rules.yaml"
+    rules.write_text('ignore_nan_inf:\n  - api_name: "torch.exp"\n    output_ignore:\n      - index: 0\n')
+    report = json.loads(run(cli, path, "--rules", rules).stdout)
+    assert report["critical_apis"] == ["Torch.sqrt.0.backward"]
+
+
+def test_exit_zero_when_everything_is_filtered(cli, tmp_path):
+    path = write_dump(tmp_path / "dump.json", {
+        "Torch.empty.0.forward": forward([scalar(4)], [tensor(NAN, NAN, NAN, NAN)]),
+        "Tensor.masked_fill_.0.forward": forward([tensor(INF, 0.0, INF, INF), tensor(True, False, None, None, "torch.bool"), scalar(1.0)],
+                                                 [tensor(INF, 0.0, INF, INF)])})
+    r = run(cli, path)
+    assert (r.returncode, json.loads(r.stdout)) == (0, EMPTY)
+
+
+def test_text_format(cli, tmp_path):
+    path = write_dump(tmp_path / "dump.json", nan_training_step())
+    r = run(cli, path, "--format", "text")
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"{path}: 8 anomalous calls (2 critical, 5 high, 1 medium)"
+    assert "  critical\tTorch.exp.0.forward\tInputNormalOutputAnomalyScene\toutput [0]" in lines
+    clean = write_dump(tmp_path / "clean" / "dump.json", {"Torch.add.0.forward": forward([tensor()], [tensor()])})
+    r = run(cli, clean, "--format", "text")
+    assert (r.returncode, r.stdout) == (0, f"{clean}: no anomaly\n")
+
+
+def test_strings_inf_nan_and_missing_kwargs(cli, tmp_path):
+    path = tmp_path / "dump.json"
+    path.write_text('{"task": "statistics", "level": "L1", "data": {"Torch.exp.0.forward": '
+                    '{"input_args": [{"type": "torch.Tensor", "Max": 1.0, "Min": 0.0, "Mean": 0.5, "Norm": 1.0}], '
+                    '"output": [{"type": "torch.Tensor", "Max": "INF", "Min": "0", "Mean": "nan", "Norm": "Inf"}]}}}')
+    r = run(cli, path)
+    assert r.returncode == 1, r.stderr
+    assert json.loads(r.stdout)["critical_apis"] == ["Torch.exp.0.forward"]
+
+
+# --- unreadable input: exit 2 with one message, never a crash ---
+
+def check_fails(cli, path, *extra) -> str:
+    r = run(cli, path, *extra)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert r.stdout == ""
+    assert r.stderr.count("\n") >= 1 and "Traceback" not in r.stderr
+    return r.stderr
+
+
+def test_truncated_file(cli, tmp_path, fixtures):
+    text = (fixtures / "mlp_statistics_L1" / "dump.json").read_text()
+    path = tmp_path / "dump.json"
+    for cut in (1, 100, len(text) // 2, len(text) - 3):
+        path.write_text(text[:cut])
+        msg = check_fails(cli, path)
+        line = text[:cut].count("\n") + 1
+        assert msg.startswith(f"msprobe-cpp check: {path}:{line}:"), msg
+
+
+def test_empty_file(cli, tmp_path):
+    path = tmp_path / "dump.json"
+    path.write_text("")
+    assert check_fails(cli, path) == f"msprobe-cpp check: {path}:1:1: empty file, expected a dump.json object\n"
+
+
+def test_wrong_types(cli, tmp_path):
+    path = tmp_path / "dump.json"
+    path.write_text('{"task": "statistics",\n "data": {"Torch.a.0.forward": {"input_args": {"x": 1}}}}')
+    assert check_fails(cli, path) == (f"msprobe-cpp check: {path}:2:47: data.\"Torch.a.0.forward\".input_args: "
+                                      "expected a list, got an object\n")
+    path.write_text('{"data": [1, 2]}')
+    assert check_fails(cli, path) == f"msprobe-cpp check: {path}:1:10: data: expected an object, got a list\n"
+    path.write_text('[]')
+    assert "expected an object, got a list" in check_fails(cli, path)
+    path.write_text('{"data": {"Torch.a.0.forward": {"output": [{"Max": {"a": 1}}]}}}')
+    assert "output.Max: expected a number, string, boolean or null, got an object" in check_fails(cli, path)
+
+
+def test_binary_garbage(cli, tmp_path):
+    path = tmp_path / "dump.json"
+    path.write_bytes(bytes(range(256)) * 10)
+    assert f"{path}:1:1:" in check_fails(cli, path)
+
+
+def test_directory_without_dump_json(cli, tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "stack.json").write_text("{}")
+    assert check_fails(cli, tmp_path) == f"msprobe-cpp check: {tmp_path}: no dump.json file under this directory\n"
+
+
+def test_missing_path(cli, tmp_path):
+    assert check_fails(cli, tmp_path / "nope.json") == \
+        f"msprobe-cpp check: {tmp_path / 'nope.json'}: no such file or directory\n"
+
+
+def test_bad_file_among_good_ones_fails_the_folder(cli, tmp_path, fixtures):
+    write_dump(tmp_path / "step0" / "rank" / "dump.json", {"Torch.a.0.forward": forward([tensor()], [tensor()])})
+    (tmp_path / "step1" / "rank").mkdir(parents=True)
+    (tmp_path / "step1" / "rank" / "dump.json").write_text('{"data": {')
+    assert f"{tmp_path / 'step1' / 'rank' / 'dump.json'}:1:11:" in check_fails(cli, tmp_path)
+
+
+def test_malformed_rules_file(cli, tmp_path, fixtures):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("ignore_nan_inf:\n  - api_name: torch.a\n    output_ignore:\n      - index: first\n")
+    msg = check_fails(cli, fixtures / "mlp_statistics_L1" / "dump.json", "--rules", rules)
+    assert msg == (f"msprobe-cpp check: {rules}:4:16: ignore_nan_inf[0].output_ignore[0].index: "
+                   "expected an integer >= 0, got \"first\"\n")
+    assert check_fails(cli, fixtures / "mlp_statistics_L1" / "dump.json", "--rules", tmp_path / "none.yaml") \
+        .endswith("none.yaml: cannot read: No such file or directory (rules file)\n")
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "PATH is required"),
+    (["a", "b"], 'one PATH only, got "a" and "b"'),
+    (["x", "--threshold", "zero"], '--threshold: expected a number > 0, got "zero"'),
+    (["x", "--threshold", "-1"], '--threshold: expected a number > 0, got "-1"'),
+    (["x", "--threshold", "inf"], '--threshold: expected a number > 0, got "inf"'),
+    (["x", "--threshold"], "--threshold needs a number"),
+    (["x", "--format", "xml"], '--format: expected json or text, got "xml"'),
+    (["x", "--verbose"], "unknown option --verbose"),
+])
+def test_bad_arguments(cli, args, message):
+    r = run(cli, *args)
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[0] == f"msprobe-cpp check: {message}"
+
+
+def test_unknown_command(cli):
+    r = subprocess.run([str(cli), "dump"], capture_output=True, text=True)
+    assert r.returncode == 2 and 'unknown command "dump"' in r.stderr
