@@ -332,6 +332,8 @@ struct InvalidCase {
   const char* message;
 };
 
+void PrintTo(const InvalidCase& c, std::ostream* os) { *os << c.doc; }
+
 class InvalidConfigTest : public testing::TestWithParam<InvalidCase> {};
 
 TEST_P(InvalidConfigTest, ExactMessage) {
@@ -494,7 +496,11 @@ INSTANTIATE_TEST_SUITE_P(
             R"({"dump_path": "d", "framework": "mindspore"})",
             R"(config.json: framework: expected "pytorch" (msprobe_cpp is the PyTorch side of msprobe), got "mindspore")"},
         InvalidCase{R"({"dump_path": "d", "seed": 1.5})",
-                    R"(config.json: seed: expected an integer, got 1.5)"}));
+                    R"(config.json: seed: expected an integer, got 1.5)"}),
+    // Readable test names: the case number.
+    [](const testing::TestParamInfo<InvalidCase>& info) {
+      return "case" + std::to_string(info.index);
+    });
 
 TEST(ConfigFileTest, LoadsAndResolvesRulesNextToTheFile) {
   TempDir dir;

@@ -468,3 +468,31 @@ TEST(Fixtures, CleanMsprobeStatisticsDumpsHaveNoAnomaly) {
     EXPECT_EQ(n, 0u) << dir;
   }
 }
+
+TEST(Filter, EveryShippedRuleDropsWhatItShould) {
+  const std::vector<std::string> cases = {
+      fwd("Torch.empty.0.forward", R"({"type": "int", "value": 4})", nan_t()),
+      fwd("Torch.empty_like.0.forward", clean(), nan_t()),
+      fwd("Torch.empty_strided.0.forward", "", inf_t()),
+      fwd("Distributed.recv.0.forward", nan_t(), clean()),
+      fwd("Distributed.recv.1.forward", "", clean(), "\"tensor\": " + nan_t()),
+      fwd("Distributed.all_gather.0.forward", "[" + clean() + "], " + clean(), clean()),
+      fwd("Distributed.all_gather.1.forward", nan_t() + ", " + clean(), clean()),
+      fwd("Distributed.reduce_scatter.0.forward", nan_t(), clean()),
+      fwd("Distributed.reduce_scatter.1.forward", "", clean(), "\"output\": " + nan_t()),
+      fwd("Distributed._reduce_scatter_base.0.forward", nan_t() + ", " + clean(), clean()),
+      fwd("Distributed.all_gather_into_tensor.0.forward", nan_t() + ", " + clean(), clean()),
+      fwd("Distributed.reduce_scatter_tensor.0.forward", nan_t() + ", " + clean(), clean()),
+      fwd("Tensor.masked_fill_.0.forward", inf_t() + ", " + clean() + ", " + F("1.0"), inf_t())};
+  Detector shipped = make();
+  Detector bare(RuleSet{}, DetectorOptions{});
+  for (const CallRecord& r : records(cases)) {
+    const bool anomalous = bare.judge(r).has_value();
+    if (r.name == "Distributed.all_gather.0.forward") {
+      EXPECT_FALSE(anomalous);  // the clean control case
+      continue;
+    }
+    EXPECT_TRUE(anomalous) << r.name;
+    EXPECT_FALSE(shipped.judge(r)) << r.name;
+  }
+}
