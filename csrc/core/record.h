@@ -14,12 +14,13 @@ namespace msprobe {
 // A JSON scalar as msprobe writes it: statistics fields and the `value` of non-tensor arguments.
 // Int and Float are kept apart because Python writes 3 and 3.0 differently.
 struct Scalar {
-  enum class Kind : uint8_t { Absent, Null, Bool, Int, Float, String, Raw };
+  enum class Kind : uint8_t { Absent, Null, Bool, Int, Float, String, Raw, List };
   Kind kind = Kind::Absent;
   bool boolean = false;
   int64_t integer = 0;
   double number = 0.0;
   std::string text;  // String: the string; Raw: JSON text of a list or object value
+  std::vector<Scalar> items;  // List: torch.Size and slice values we record ourselves
 
   static Scalar null() { return make(Kind::Null); }
   static Scalar of_bool(bool b) {
@@ -40,6 +41,11 @@ struct Scalar {
   static Scalar of_string(std::string t) {
     Scalar s = make(Kind::String);
     s.text = std::move(t);
+    return s;
+  }
+  static Scalar of_list(std::vector<Scalar> items) {
+    Scalar s = make(Kind::List);
+    s.items = std::move(items);
     return s;
   }
   static Scalar of_raw(std::string json) {

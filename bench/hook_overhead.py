@@ -1,0 +1,325 @@
+"""Per-step cost of the live dump: instrumented / uninstrumented training-step time, in one process.
+
+Workload (the issue's): TinyGPT from tests/python/models.py (4 blocks, d=64, seq 32), batch 8,
+AdamW, torch.set_num_threads(1). Every configuration runs task `statistics` with a `step` list that
+covers every step it runs, so each step is dumped and the files stop() writes are part of the cost.
+Targets: L1 <= 1.5, mix <= 1.6, L0 <= 1.1 (msprobe 1.1.1 on a workload like this: 5.4, 5.8, 1.6).
+
+    /usr/bin/python3 bench/hook_overhead.py                     # baseline, L1, mix, L0
+    /usr/bin/python3 bench/hook_overhead.py --configs L1 --steps 50 \
+        --extra '{"statistics": {"list": ["nothing_matches"]}}'
+
+How it is measured:
+- Rounds. The --steps timed steps of each configuration are split over --rounds rounds; every round
+  times one segment of the baseline and of each level, in an order rotated from round to round, so
+  slow drift of the machine (other jobs, clocks) falls on all of them alike. The ratio is the
+  median step of a level over the median step of the baseline, all rounds pooled; the spread of
+  the per-round ratios is printed beside it.
+- One debugger at a time. Constructing a PrecisionDebugger retires the previous one, so each
+  instrumented segment builds its own, with `step` = exactly the steps of that segment: after its
+  last step the debugger removes every hook by itself, and the next segment (the baseline's
+  included) starts from an uninstrumented torch. That the wrapped torch functions are the
+  originals again is checked after each segment, so an idle cost of leftover hooks cannot hide in
+  the baseline.
+- Warm-up. Each segment begins with --warmup untimed steps (the first start() installs the hooks;
+  the baseline gets the same steps so all runs stay in lockstep); they are dumped too.
+- Each configuration trains its own copy of the same initial model on the same data, so module
+  hooks never sit on another configuration's model, and every copy must end with exactly the
+  baseline's losses: a dump must not change a value.
+
+If msprobe_cpp cannot be imported, only the baseline is measured, with a note saying why.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import math
+import pathlib
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+sys.path.insert(0, str(ROOT / "python"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from models import make_batches, make_model, make_optimizer, train_step  # noqa: E402
+
+LEVELS = ("L1", "mix", "L0")
+TARGETS = {"L1": 1.5, "mix": 1.6, "L0": 1.1}
+MSPROBE_111 = {"L1": 5.4, "mix": 5.8, "L0": 1.6}
+
+# Attributes an L1 dump wraps, one per namespace; identity with the originals means no hook is left.
+PROBES: List[Tuple[Any, str]] = [(torch, "tanh"), (F, "linear"), (torch.Tensor, "__mul__"), (torch.Tensor, "add_")]
+
+
+@dataclass
+class Run:
+    name: str
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    level: Optional[str] = None
+    rounds: List[List[float]] = field(default_factory=list)  # step times (s), one list per round
+    losses: List[float] = field(default_factory=list)
+    steps_dumped: int = 0
+    steps_expected: int = 0
+    records: List[int] = field(default_factory=list)
+    dump_bytes: List[int] = field(default_factory=list)
+    error: Optional[str] = None
+    leftover_hooks: bool = False
+
+    @property
+    def times(self) -> List[float]:
+        return [t for seg in self.rounds for t in seg]
+
+
+def deep_merge(base: Dict[str, Any], extra: Dict[str, Any]) -> Dict[str, Any]:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            deep_merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def write_config(folder: pathlib.Path, level: str, steps: int, extra: Dict[str, Any]) -> pathlib.Path:
+    """A full config.json: PrecisionDebugger's keywords cover task/dump_path/level/step/rank only,
+    so whatever --extra adds has to travel in the file."""
+    cfg: Dict[str, Any] = {
+        "task": "statistics",
+        "dump_path": str(folder / "dump"),
+        "rank": [],
+        "step": list(range(steps)),
+        "level": level,
+        "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"},
+    }
+    deep_merge(cfg, copy.deepcopy(extra))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.json"
+    path.write_text(json.dumps(cfg, indent=1))
+    return path
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_steps(run: Run, n: int, data: List[Any], device: str, debugger: Any) -> List[float]:
+    times: List[float] = []
+    for _ in range(n):
+        x, y = data[len(run.losses) % len(data)]
+        sync(device)
+        t0 = time.perf_counter()
+        loss = train_step(run.model, run.opt, x, y, debugger)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+        run.losses.append(loss.item())  # outside the timed window and after stop()
+    return times
+
+
+def collect_dumps(run: Run, dump_path: pathlib.Path, steps_run: int) -> None:
+    """Counts and checks what stop() wrote in a segment, then deletes it (untimed), so the temp dir
+    does not grow and the next segment's debugger starts from step 0 in an empty folder."""
+    run.steps_expected += steps_run
+    if not dump_path.exists():
+        return
+    for step_dir in sorted(dump_path.glob("step*")):
+        for dump in step_dir.glob("rank*/dump.json"):
+            run.steps_dumped += 1
+            run.dump_bytes.append(sum(f.stat().st_size for f in dump.parent.rglob("*") if f.is_file()))
+            try:
+                doc = json.loads(dump.read_text())
+            except ValueError as e:
+                run.error = run.error or f"{dump}: unreadable dump.json: {e}"
+                continue
+            run.records.append(len(doc.get("data", {})))
+            if doc.get("level") != run.level:
+                run.error = run.error or f"{dump}: level {doc.get('level')!r}, expected {run.level!r}"
+    shutil.rmtree(dump_path, ignore_errors=True)
+
+
+def median_ms(times: List[float]) -> float:
+    return 1e3 * statistics.median(times) if times else math.nan
+
+
+def blas_info() -> str:
+    m = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    return m.group(1) if m else "unknown"
+
+
+def import_debugger() -> Any:
+    """msprobe_cpp.PrecisionDebugger, or None after printing why not."""
+    try:
+        import msprobe_cpp
+        # python/msprobe_cpp without a built _C, or without __init__.py, can import half-way
+        return msprobe_cpp.PrecisionDebugger
+    except Exception as e:  # ImportError, AttributeError, or a broken build failing at load
+        print(f"NOTE: msprobe_cpp is not usable ({type(e).__name__}: {e}); measuring the baseline only. "
+              f"Build the extension and run with PYTHONPATH={ROOT / 'python'}.")
+        return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--configs", default=",".join(LEVELS),
+                    help="comma-separated levels measured besides the baseline (L1, mix, L0)")
+    ap.add_argument("--steps", type=int, default=30, help="timed steps per configuration, all rounds together")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds the timed steps are split over")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps at the start of every segment")
+    ap.add_argument("--extra", default="{}", help="JSON merged into every debugger's config.json")
+    ap.add_argument("--model", default="gpt", choices=("gpt", "mlp"))
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir (the config files)")
+    ap.add_argument("--json", type=pathlib.Path, help="also write the results to this file")
+    args = ap.parse_args()
+
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    for c in configs:
+        if c not in LEVELS:
+            ap.error(f"--configs: unknown configuration {c!r}: expected some of {', '.join(LEVELS)}")
+    try:
+        extra = json.loads(args.extra)
+    except ValueError as e:
+        ap.error(f"--extra: not JSON: {e}")
+    if not isinstance(extra, dict):
+        ap.error("--extra: expected a JSON object")
+    if args.steps < 1 or args.rounds < 1 or args.warmup < 1:
+        ap.error("--steps, --rounds and --warmup must be >= 1 (the first warm-up step installs the hooks)")
+    rounds = min(args.rounds, args.steps)
+    # Split --steps over the rounds as evenly as possible.
+    seg_steps = [args.steps // rounds + (1 if r < args.steps % rounds else 0) for r in range(rounds)]
+
+    torch.set_num_threads(args.threads)
+    Debugger = import_debugger()
+    if Debugger is None:
+        configs = []
+
+    base = make_model(args.model)
+    base.to(args.device)
+    # A pool drawn once, indexed by each run's own step count: every run sees the same sequence.
+    data = make_batches(base, 16, seed=0, batch=args.batch, device=args.device)
+    originals = [getattr(owner, name) for owner, name in PROBES]
+
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="hook_overhead_"))
+    runs: Dict[str, Run] = {}
+    for name in ["baseline"] + configs:
+        model = copy.deepcopy(base)
+        runs[name] = Run(name=name, model=model, opt=make_optimizer(model), level=None if name == "baseline" else name)
+
+    print(f"torch {torch.__version__}, BLAS {blas_info()}, {torch.get_num_threads()} thread(s), model {args.model}, "
+          f"batch {args.batch}, device {args.device}; {args.steps} timed steps per configuration in {rounds} "
+          f"rounds, {args.warmup} warm-up step(s) per segment")
+    if blas_info() == "generic":
+        print("NOTE: this torch uses the reference (generic) BLAS: its matmuls are slow, so the baseline step is "
+              "slow and the ratios understate the overhead an MKL/OpenBLAS build of torch would show.")
+
+    for r in range(rounds):
+        k = r % len(configs) if configs else 0
+        for name in ["baseline"] + configs[k:] + configs[:k]:
+            run = runs[name]
+            if run.error:
+                continue
+            gc.collect()  # so a collection owed by the previous segment does not land in this one
+            try:
+                if run.level is None:
+                    run_steps(run, args.warmup, data, args.device, None)
+                    times = run_steps(run, seg_steps[r], data, args.device, None)
+                else:
+                    clean_before = [getattr(owner, attr) for owner, attr in PROBES] == originals
+                    n = args.warmup + seg_steps[r]
+                    cfg = write_config(tmp / run.level, run.level, n, extra)
+                    dump_path = pathlib.Path(json.loads(cfg.read_text())["dump_path"])
+                    shutil.rmtree(dump_path, ignore_errors=True)
+                    debugger = Debugger(config_path=str(cfg))
+                    run_steps(run, args.warmup, data, args.device, debugger)
+                    times = run_steps(run, seg_steps[r], data, args.device, debugger)
+                    del debugger
+                    collect_dumps(run, dump_path, n)
+                    if clean_before and [getattr(owner, attr) for owner, attr in PROBES] != originals:
+                        run.leftover_hooks = True
+            except Exception as e:
+                run.error = f"round {r + 1}: {type(e).__name__}: {e}"
+                print(f"  round {r + 1}/{rounds} {name:>8}: FAILED: {run.error}", flush=True)
+                continue
+            run.rounds.append(times)
+            print(f"  round {r + 1}/{rounds} {name:>8}: median {median_ms(times):8.2f} ms over {len(times)} steps",
+                  flush=True)
+
+    baseline = runs["baseline"]
+    results: Dict[str, Any] = {"torch": torch.__version__, "blas": blas_info(), "threads": torch.get_num_threads(),
+                               "model": args.model, "batch": args.batch, "steps": args.steps, "rounds": rounds,
+                               "warmup": args.warmup, "extra": extra,
+                               "baseline": {"median_ms": median_ms(baseline.times), "min_ms": 1e3 * min(baseline.times),
+                                            "round_medians_ms": [median_ms(s) for s in baseline.rounds]},
+                               "configs": {}}
+    print()
+    hdr = (f"{'config':<9}{'median ms':>10}{'min ms':>9}{'ratio':>7}{'per round':>13}{'target':>8}{'msprobe':>8}"
+           f"{'dumped':>8}{'records':>8}{'KB/step':>8}  losses")
+    print(hdr)
+    print("-" * len(hdr))
+    print(f"{'baseline':<9}{median_ms(baseline.times):>10.2f}{1e3 * min(baseline.times):>9.2f}")
+    failed = False
+    for level in configs:
+        run = runs[level]
+        entry: Dict[str, Any] = {"error": run.error, "leftover_hooks": run.leftover_hooks}
+        times = run.times
+        if times:
+            ratio = median_ms(times) / median_ms(baseline.times)
+            per_round = [statistics.median(c) / statistics.median(b) for c, b in zip(run.rounds, baseline.rounds)]
+            n = min(len(run.losses), len(baseline.losses))
+            same = run.losses[:n] == baseline.losses[:n]
+            rec = f"{statistics.median(run.records):.0f}" if run.records else "-"
+            kb = f"{statistics.median(run.dump_bytes) / 1024:.0f}" if run.dump_bytes else "-"
+            spread = f"{min(per_round):.2f}-{max(per_round):.2f}"
+            print(f"{level:<9}{median_ms(times):>10.2f}{1e3 * min(times):>9.2f}{ratio:>7.2f}{spread:>13}"
+                  f"{TARGETS[level]:>8.2f}{MSPROBE_111[level]:>8.1f}{f'{run.steps_dumped}/{run.steps_expected}':>8}"
+                  f"{rec:>8}{kb:>8}  {'identical' if same else 'DIFFER'}")
+            entry.update({"median_ms": median_ms(times), "min_ms": 1e3 * min(times), "ratio": ratio,
+                          "ratio_per_round": per_round, "target": TARGETS[level],
+                          "steps_dumped": run.steps_dumped, "steps_expected": run.steps_expected,
+                          "records_per_step": statistics.median(run.records) if run.records else None,
+                          "dump_bytes_per_step": statistics.median(run.dump_bytes) if run.dump_bytes else None,
+                          "losses_identical": same})
+            if not same:
+                failed = True
+                print(f"  {level}: losses differ from the baseline's: the dump changed a value")
+            if run.steps_dumped != run.steps_expected and extra.get("task", "statistics") != "overflow_check":
+                failed = True
+                print(f"  {level}: {run.steps_dumped} of {run.steps_expected} steps dumped")
+        else:
+            print(f"{level:<9}{'failed':>10}")
+        if run.leftover_hooks:
+            failed = True
+            print(f"  {level}: torch functions still wrapped after the debugger's last step: later segments "
+                  "(the baseline's too) ran with its hooks")
+        if run.error:
+            failed = True
+            print(f"  {level}: {run.error}")
+        results["configs"][level] = entry
+    if Debugger is None:
+        print("\n(baseline only: msprobe_cpp not usable)")
+
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    if args.keep:
+        print(f"kept {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+// msprobe_cpp._C: the thin Python face of the C++ engine.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <yaml-cpp/yaml.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "core/output_files.h"
+#include "core/rules.h"
+#include "torch/api_hook.h"
+#include "torch/module_hooks.h"
+#include "torch/session.h"
+
+namespace py = pybind11;
+using namespace msprobe;
+
+namespace {
+
+std::shared_ptr<Session> make_session(const std::string& config_path,
+                                      const std::string& overrides_json,
+                                      const std::string& package_dir) {
+  nlohmann::json overrides = nlohmann::json::parse(overrides_json);
+  Config config = config_path.empty()
+                      ? parse_config(nlohmann::json::object(), "PrecisionDebugger", overrides)
+                      : load_config_file(config_path, overrides);
+  return std::make_shared<Session>(std::move(config), package_dir);
+}
+
+// rules/support_wrap_ops.yaml: {"torch": [...], "tensor": [...], ...}
+py::dict load_wrap_ops(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw RulesError(path + ": " + e.what());
+  }
+  py::dict out;
+  if (!root.IsMap()) throw RulesError(path + ": expected a mapping of namespaces to name lists");
+  for (const auto& kv : root) {
+    py::list names;
+    if (kv.second.IsSequence()) {
+      for (const auto& n : kv.second) names.append(n.as<std::string>());
+    }
+    out[py::str(kv.first.as<std::string>())] = names;
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "msprobe_cpp engine: sessions, API and module hooks, statistics, writers";
+  py::register_exception<ConfigError>(m, "ConfigError", PyExc_ValueError);
+  py::register_exception<RulesError>(m, "RulesError", PyExc_ValueError);
+  py::register_exception<WriteError>(m, "WriteError", PyExc_OSError);
+
+  py::class_<Session, std::shared_ptr<Session>>(m, "Session")
+      .def(py::init(&make_session), py::arg("config_path"), py::arg("overrides_json"),
+           py::arg("package_dir"))
+      .def("start", &Session::start, py::arg("rank"))
+      .def("stop", &Session::stop)
+      .def("step", &Session::step)
+      .def("pause", &Session::pause)
+      .def_property_readonly("finished", &Session::finished)
+      .def_property_readonly("collecting", &Session::collecting)
+      .def_property_readonly("current_step", &Session::current_step)
+      .def_property_readonly("step_dir", &Session::step_dir)
+      .def_property_readonly("apis_hooked", &Session::apis_hooked)
+      .def_property_readonly("modules_hooked", &Session::modules_hooked)
+      .def_property_readonly("task", [](const Session& s) { return to_string(s.config().task); })
+      .def_property_readonly("level", [](const Session& s) { return to_string(s.config().level); })
+      .def_property_readonly("dump_path", [](const Session& s) { return s.config().dump_path; });
+
+  m.def("set_current_session", &set_current_session, py::arg("session").none(true));
+
+  py::class_<ApiHook>(m, "ApiHook")
+      .def(py::init<std::string, py::object>(), py::arg("api"), py::arg("original"))
+      .def("__call__", &ApiHook::call)
+      .def_property_readonly("original", &ApiHook::original)
+      .def_property_readonly("api", &ApiHook::api);
+
+  // Tensor methods need a descriptor to receive `self`; pybind11 callables are not descriptors.
+  m.def("as_method", [](py::object f) {
+    return py::reinterpret_steal<py::object>(PyInstanceMethod_New(f.ptr()));
+  });
+  m.def("module_hooks", &make_module_hooks, py::arg("qualname"), py::arg("class_name"));
+  m.def("load_wrap_ops", &load_wrap_ops, py::arg("path"));
+}

@@ -1,0 +1,114 @@
+#include "core/dump_writer.h"
+
+namespace msprobe {
+
+void write_scalar(JsonWriter& w, const Scalar& s) {
+  switch (s.kind) {
+    case Scalar::Kind::Absent:
+    case Scalar::Kind::Null: w.value_null(); return;
+    case Scalar::Kind::Bool: w.value_bool(s.boolean); return;
+    case Scalar::Kind::Int: w.value_int(s.integer); return;
+    case Scalar::Kind::Float: w.value_float(s.number); return;
+    case Scalar::Kind::String: w.value_string(s.text); return;
+    case Scalar::Kind::Raw: w.value_raw(s.text); return;
+    case Scalar::Kind::List:
+      w.begin_array();
+      for (const Scalar& item : s.items) write_scalar(w, item);
+      w.end_array();
+      return;
+  }
+}
+
+static void write_stat(JsonWriter& w, const char* key, const Scalar& s) {
+  w.key(key);
+  write_scalar(w, s);
+}
+
+void write_entry(JsonWriter& w, const Entry& e) {
+  switch (e.kind) {
+    case Entry::Kind::Null:
+    case Entry::Kind::Other: w.value_null(); return;
+    case Entry::Kind::List:
+      w.begin_array();
+      for (const Entry& item : e.items) write_entry(w, item);
+      w.end_array();
+      return;
+    case Entry::Kind::Object: break;
+  }
+  w.begin_object();
+  w.key("type");
+  w.value_string(e.type);
+  if (e.is_tensor()) {
+    w.key("dtype");
+    w.value_string(e.dtype);
+    w.key("shape");
+    w.begin_array();
+    for (int64_t d : e.shape) w.value_int(d);
+    w.end_array();
+    write_stat(w, "Max", e.max);
+    write_stat(w, "Min", e.min);
+    write_stat(w, "Mean", e.mean);
+    write_stat(w, "Norm", e.norm);
+    write_stat(w, "requires_grad", e.requires_grad);
+    if (!e.md5.empty()) {
+      w.key("md5");
+      w.value_string(e.md5);
+    }
+    if (!e.data_name.empty()) {
+      w.key("data_name");
+      w.value_string(e.data_name);
+    }
+  } else if (e.value.present()) {
+    write_stat(w, "value", e.value);
+  }
+  w.end_object();
+}
+
+static void write_list(JsonWriter& w, const char* key, const std::vector<Entry>& entries) {
+  w.key(key);
+  w.begin_array();
+  for (const Entry& e : entries) write_entry(w, e);
+  w.end_array();
+}
+
+void write_record(JsonWriter& w, const CallRecord& rec) {
+  w.key(rec.name);
+  w.begin_object();
+  if (rec.uses_input_key) {
+    write_list(w, "input", rec.inputs);
+  } else {
+    write_list(w, "input_args", rec.inputs);
+    w.key("input_kwargs");
+    w.begin_object();
+    for (const auto& kv : rec.kwargs) {
+      w.key(kv.first);
+      write_entry(w, kv.second);
+    }
+    w.end_object();
+  }
+  write_list(w, "output", rec.outputs);
+  w.end_object();
+}
+
+std::string dump_json(const DumpHead& head, const std::vector<const CallRecord*>& records) {
+  JsonWriter w(1);
+  w.begin_object();
+  w.key("task");
+  w.value_string(head.task);
+  w.key("level");
+  w.value_string(head.level);
+  w.key("dump_data_dir");
+  if (head.dump_data_dir) {
+    w.value_string(*head.dump_data_dir);
+  } else {
+    w.value_null();
+  }
+  w.key("data");
+  w.begin_object();
+  for (const CallRecord* r : records) write_record(w, *r);
+  w.end_object();
+  w.end_object();
+  return w.take();
+}
+
+}  // namespace msprobe

@@ -1,0 +1,29 @@
+// Writes records in msprobe's dump.json layout (SPEC §3), byte for byte the way Python's
+// json.dump(indent=1) lays them out.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json_writer.h"
+#include "core/record.h"
+
+namespace msprobe {
+
+void write_scalar(JsonWriter& w, const Scalar& s);
+void write_entry(JsonWriter& w, const Entry& e);
+// `"<name>": {"input_args": ..., "input_kwargs": ..., "output": ...}` (or input/output for a
+// backward record), as one member of the enclosing "data" object.
+void write_record(JsonWriter& w, const CallRecord& rec);
+
+struct DumpHead {
+  std::string task;
+  std::string level;
+  std::optional<std::string> dump_data_dir;
+};
+
+// The whole dump.json text for `records` in order.
+std::string dump_json(const DumpHead& head, const std::vector<const CallRecord*>& records);
+
+}  // namespace msprobe

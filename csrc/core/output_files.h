@@ -1,0 +1,21 @@
+// Files of a dump: created atomically (temp file + rename) so a killed job never leaves a
+// truncated dump.json, with permissions fit for model data (folders 0750, files 0640).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace msprobe {
+
+class WriteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// mkdir -p with mode 0750 for the folders it creates.
+void make_dirs(const std::string& path);
+
+// Writes `text` to `path` via a temporary file in the same folder, then renames it into place.
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace msprobe

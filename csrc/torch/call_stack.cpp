@@ -1,0 +1,96 @@
+#include "torch/call_stack.h"
+
+#include <frameobject.h>
+
+#include <fstream>
+
+namespace msprobe {
+
+namespace {
+
+constexpr size_t kMaxFrames = 64;
+
+std::string attr_string(PyObject* obj, const char* name) {
+  PyObject* v = PyObject_GetAttrString(obj, name);
+  std::string out;
+  if (v && PyUnicode_Check(v)) {
+    const char* s = PyUnicode_AsUTF8(v);
+    if (s) out = s;
+  }
+  Py_XDECREF(v);
+  PyErr_Clear();
+  return out;
+}
+
+std::string strip(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r\n");
+  if (a == std::string::npos) return "";
+  const size_t b = s.find_last_not_of(" \t\r\n");
+  return s.substr(a, b - a + 1);
+}
+
+}  // namespace
+
+CodeRegistry::~CodeRegistry() {
+  if (!Py_IsInitialized()) return;
+  PyGILState_STATE g = PyGILState_Ensure();
+  for (PyObject* c : codes_) Py_DECREF(c);
+  PyGILState_Release(g);
+}
+
+StackPtr CodeRegistry::capture() {
+  auto stack = std::make_shared<CallStack>();
+  PyFrameObject* f = PyEval_GetFrame();
+  Py_XINCREF(f);
+  while (f && stack->size() < kMaxFrames) {
+    PyCodeObject* code = PyFrame_GetCode(f);
+    PyObject* c = reinterpret_cast<PyObject*>(code);
+    if (codes_.insert(c).second) Py_INCREF(c);
+#if PY_VERSION_HEX >= 0x030B0000
+    // The line table is decoded only when the step is written.
+    stack->push_back({c, PyFrame_GetLasti(f)});
+#else
+    stack->push_back({c, PyFrame_GetLineNumber(f)});
+#endif
+    Py_DECREF(code);
+    PyFrameObject* back = PyFrame_GetBack(f);
+    Py_DECREF(f);
+    f = back;
+  }
+  Py_XDECREF(f);
+  return stack;
+}
+
+const CodeRegistry::CodeInfo& CodeRegistry::info(PyObject* code) {
+  auto it = infos_.find(code);
+  if (it != infos_.end()) return it->second;
+  return infos_[code] = {attr_string(code, "co_filename"), attr_string(code, "co_name")};
+}
+
+std::vector<std::string> CodeRegistry::format(const CallStack& stack,
+                                              const std::string& skip_prefix) {
+  std::vector<std::string> out;
+  for (const Frame& f : stack) {
+    const CodeInfo& ci = info(f.code);
+    if (!skip_prefix.empty() && ci.filename.rfind(skip_prefix, 0) == 0) continue;
+#if PY_VERSION_HEX >= 0x030B0000
+    const int line = f.offset < 0 ? -1 : PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(f.code), f.offset);
+#else
+    const int line = f.offset;
+#endif
+    auto lines = source_lines_.find(ci.filename);
+    if (lines == source_lines_.end()) {
+      std::vector<std::string> content;
+      std::ifstream in(ci.filename);
+      for (std::string l; std::getline(in, l);) content.push_back(std::move(l));
+      lines = source_lines_.emplace(ci.filename, std::move(content)).first;
+    }
+    const std::string source =
+        line >= 1 && static_cast<size_t>(line) <= lines->second.size() ? strip(lines->second[line - 1]) : "";
+    out.push_back("File " + ci.filename + ", line " + std::to_string(line) + ", in " + ci.name +
+                  ", \n " + source);
+  }
+  return out;
+}
+
+}  // namespace msprobe

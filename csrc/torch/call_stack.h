@@ -1,0 +1,45 @@
+// The Python call stack of a hooked call, captured cheaply (code object + instruction offset per
+// frame) and formatted into stack.json lines only when a step is written.
+#pragma once
+
+#include <Python.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace msprobe {
+
+struct Frame {
+  PyObject* code;  // kept alive by the CodeRegistry that captured it
+  int offset;      // byte offset of the current instruction (3.11+) or the line number
+};
+using CallStack = std::vector<Frame>;
+using StackPtr = std::shared_ptr<const CallStack>;
+
+// Holds one reference to every code object seen in a session, so frames can store raw pointers
+// and be copied freely, also on autograd threads, without touching Python refcounts.
+class CodeRegistry {
+ public:
+  ~CodeRegistry();  // needs the GIL, or a finalized interpreter
+  StackPtr capture();  // innermost frame first; GIL required
+
+  // "File <path>, line <n>, in <func>, \n <source line>" for each frame outside `skip_prefix`.
+  // GIL required.
+  std::vector<std::string> format(const CallStack& stack, const std::string& skip_prefix);
+
+ private:
+  struct CodeInfo {
+    std::string filename;
+    std::string name;
+  };
+  const CodeInfo& info(PyObject* code);
+
+  std::unordered_set<PyObject*> codes_;
+  std::unordered_map<PyObject*, CodeInfo> infos_;
+  std::unordered_map<std::string, std::vector<std::string>> source_lines_;
+};
+
+}  // namespace msprobe

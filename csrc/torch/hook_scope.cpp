@@ -1,0 +1,16 @@
+#include "torch/hook_scope.h"
+
+namespace msprobe {
+
+std::vector<OpenModuleCall>& open_module_calls() {
+  thread_local std::vector<OpenModuleCall> calls;
+  return calls;
+}
+
+std::optional<std::string> enclosing_module() {
+  const auto& calls = open_module_calls();
+  if (calls.empty()) return std::nullopt;
+  return calls.back().name;
+}
+
+}  // namespace msprobe

@@ -1,0 +1,14 @@
+// Module records (levels L0 and mix): forward pre/post hooks and a full backward hook per
+// submodule, each a C++ callable registered through nn.Module's own hook API.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+namespace msprobe {
+
+// (pre_hook, forward_hook, backward_hook) for the module `Module.<qualname>.<class_name>`.
+pybind11::tuple make_module_hooks(const std::string& qualname, const std::string& class_name);
+
+}  // namespace msprobe

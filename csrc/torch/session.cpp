@@ -1,0 +1,125 @@
+#include "torch/session.h"
+
+#include <filesystem>
+
+#include "core/dump_writer.h"
+#include "core/json_writer.h"
+#include "core/output_files.h"
+
+namespace msprobe {
+
+namespace {
+
+std::shared_ptr<Session> g_session;  // accessed with std::atomic_load/store
+
+}  // namespace
+
+std::shared_ptr<Session> current_session() { return std::atomic_load(&g_session); }
+void set_current_session(std::shared_ptr<Session> s) { std::atomic_store(&g_session, std::move(s)); }
+
+Session::Session(Config config, std::string package_dir)
+    : config_(std::move(config)), package_dir_(std::move(package_dir)) {
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(config_.dump_path, ec);
+  dump_root_ = ec ? config_.dump_path : abs.lexically_normal().string();
+  while (dump_root_.size() > 1 && dump_root_.back() == '/') dump_root_.pop_back();
+}
+
+Session::~Session() { collecting_ = false; }
+
+bool Session::finished() const {
+  const auto& ranges = config_.step.ranges();
+  if (ranges.empty()) return false;
+  int64_t last = 0;
+  for (const auto& r : ranges) last = std::max(last, r.second);
+  return step_ > last;
+}
+
+std::string Session::step_dir() const {
+  return dump_root_ + "/step" + std::to_string(step_) + "/" +
+         (rank_ < 0 ? std::string("rank") : "rank" + std::to_string(rank_));
+}
+
+void Session::start(int rank) {
+  rank_ = rank;
+  started_ = true;
+  const bool rank_ok = rank < 0 ? config_.rank.all() || config_.rank.contains(0)
+                                : config_.rank.contains(rank);
+  collecting_ = rank_ok && config_.step.contains(step_) && !finished();
+}
+
+void Session::pause() { collecting_ = false; }
+
+void Session::stop() {
+  collecting_ = false;
+  if (dirty_) write_step();
+}
+
+void Session::step() {
+  collecting_ = false;
+  if (dirty_) write_step();
+  clear_step();
+  ++step_;
+  started_ = false;
+}
+
+int64_t Session::next_index(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_[key]++;
+}
+
+void Session::add(StoredCall&& call) {
+  std::lock_guard<std::mutex> lock(mu_);
+  calls_.push_back(std::move(call));
+  dirty_ = true;
+}
+
+void Session::clear_step() {
+  std::lock_guard<std::mutex> lock(mu_);
+  calls_.clear();
+  counters_.clear();
+  dirty_ = false;
+}
+
+void Session::write_step() {
+  std::vector<const CallRecord*> records;
+  std::lock_guard<std::mutex> lock(mu_);
+  records.reserve(calls_.size());
+  for (const StoredCall& c : calls_) records.push_back(&c.record);
+
+  const std::string dir = step_dir();
+  make_dirs(dir);
+  DumpHead head{to_string(config_.task), to_string(config_.level), std::nullopt};
+  write_file_atomic(dir + "/dump.json", dump_json(head, records));
+
+  JsonWriter stack(1);
+  stack.begin_object();
+  for (const StoredCall& c : calls_) {
+    stack.key(c.record.name);
+    stack.begin_array();
+    if (c.stack) {
+      for (const std::string& line : codes_.format(*c.stack, package_dir_)) stack.value_string(line);
+    }
+    stack.end_array();
+  }
+  stack.end_object();
+  write_file_atomic(dir + "/stack.json", stack.take());
+
+  JsonWriter construct(1);
+  construct.begin_object();
+  if (config_.level != Level::L1) {
+    for (const StoredCall& c : calls_) {
+      construct.key(c.record.name);
+      if (c.parent) {
+        construct.value_string(*c.parent);
+      } else {
+        construct.value_null();
+      }
+    }
+  }
+  construct.end_object();
+  write_file_atomic(dir + "/construct.json", construct.take());
+  dirty_ = false;
+}
+
+}  // namespace msprobe

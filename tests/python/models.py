@@ -1,0 +1,243 @@
+"""Small deterministic models and a training loop for the end-to-end tests and bench/hook_overhead.py.
+
+    model = make_model("gpt")                      # or "mlp"; seeded, so two calls give equal weights
+    losses = train(model, 3, debugger=dbg)         # dbg.start/stop/step around every step
+
+Determinism: the training data come from a private torch.Generator seeded with `seed`, drawn before
+the debugger starts, so an instrumented and an uninstrumented run see the same batches and (as long
+as the debugger does not change any value) produce bit-identical losses.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# f(block_index, attention_scores) -> attention_scores
+InjectFn = Callable[[int, torch.Tensor], torch.Tensor]
+
+
+class MLP(nn.Module):
+    """fc3(tanh(fc2(relu(fc1(x)))) * 2.0): the computation of msprobe's own fixture model."""
+
+    in_features = 16
+    classes = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 32)
+        self.fc3 = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc3(torch.tanh(self.fc2(F.relu(self.fc1(x)))) * 2.0)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d: int, n_heads: int, seq: int, index: int) -> None:
+        super().__init__()
+        assert d % n_heads == 0, "d must be a multiple of n_heads"
+        self.d = d
+        self.n_heads = n_heads
+        self.scale = 1.0 / math.sqrt(d // n_heads)
+        self.index = index
+        # Set through TinyGPT.inject; a plain attribute, not a submodule, so it never appears in
+        # the module tree (and so never in an L0 dump).
+        self.inject: Optional[InjectFn] = None
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.register_buffer("mask", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        hd = c // self.n_heads
+        q, k, v = self.qkv(x).split(self.d, dim=2)
+        q = q.view(b, t, self.n_heads, hd).transpose(1, 2)
+        k = k.view(b, t, self.n_heads, hd).transpose(1, 2)
+        v = v.view(b, t, self.n_heads, hd).transpose(1, 2)
+        att = q @ k.transpose(-2, -1) * self.scale
+        if self.inject is not None:
+            att = self.inject(self.index, att)
+        att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = att @ v
+        y = y.transpose(1, 2).contiguous().view(b, t, c)
+        return self.proj(y)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, n_heads: int, seq: int, index: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = CausalSelfAttention(d, n_heads, seq, index)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = FeedForward(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    """GPT-style language model. `model.inject = f` makes every block call f(block_index, scores) on
+    its attention scores before the causal mask (tests use it to plant an overflow in one block);
+    with inject None nothing extra is called."""
+
+    def __init__(self, vocab: int = 64, d: int = 64, n_blocks: int = 4, seq: int = 32, n_heads: int = 4,
+                 inject: Optional[InjectFn] = None) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.seq = seq
+        self.tok_emb = nn.Embedding(vocab, d)
+        self.pos_emb = nn.Embedding(seq, d)
+        self.blocks = nn.ModuleList([Block(d, n_heads, seq, i) for i in range(n_blocks)])
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+        self.inject = inject
+
+    # A property rather than a parameter of forward(): an extra forward argument would show up in
+    # every module record of an L0/mix dump.
+    @property
+    def inject(self) -> Optional[InjectFn]:
+        return self._inject
+
+    @inject.setter
+    def inject(self, fn: Optional[InjectFn]) -> None:
+        self._inject = fn
+        for blk in self.blocks:
+            blk.attn.inject = fn
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        _, t = idx.shape
+        pos = torch.arange(t, device=idx.device)
+        x = self.tok_emb(idx) + self.pos_emb(pos)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln_f(x))
+
+
+def make_model(kind: str, seed: int = 0, **kw: Any) -> nn.Module:
+    """Seeds torch, then builds "gpt" (TinyGPT, keywords passed on) or "mlp"."""
+    torch.manual_seed(seed)
+    if kind in ("gpt", "tinygpt"):
+        return TinyGPT(**kw)
+    if kind == "mlp":
+        if kw:
+            raise TypeError(f"MLP takes no arguments, got {sorted(kw)}")
+        return MLP()
+    raise ValueError(f"unknown model kind {kind!r}: expected 'gpt' or 'mlp'")
+
+
+Batch = Tuple[torch.Tensor, torch.Tensor]
+
+
+def make_batches(model: nn.Module, steps: int, *, seed: int = 0, batch: int = 8,
+                 dtype: torch.dtype = torch.float32, device: str = "cpu") -> List[Batch]:
+    """`steps` (input, target) pairs drawn from a private generator: the global RNG is not touched,
+    so nothing the model, the optimizer or a debugger draws can shift the data."""
+    g = torch.Generator().manual_seed(seed)
+    out: List[Batch] = []
+    for _ in range(steps):
+        if isinstance(model, TinyGPT):
+            tokens = torch.randint(0, model.vocab, (batch, model.seq + 1), generator=g)
+            x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()  # targets: next tokens
+        elif isinstance(model, MLP):
+            x = torch.randn(batch, MLP.in_features, generator=g).to(dtype)
+            y = torch.randint(0, MLP.classes, (batch,), generator=g)
+        else:
+            raise TypeError(f"no data for {type(model).__name__}: expected TinyGPT or MLP")
+        out.append((x.to(device), y.to(device)))
+    return out
+
+
+def make_optimizer(model: nn.Module, optimizer: str = "adamw", lr: float = 1e-3,
+                   dtype: torch.dtype = torch.float32) -> torch.optim.Optimizer:
+    # foreach=False pins the per-parameter update loop (Tensor.add_ ... in the dump) whatever the
+    # torch version or device would pick by default, so dumps have the same calls everywhere.
+    if optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=lr, foreach=False)
+    if optimizer == "adamw":
+        # AdamW's default eps (1e-8) rounds to 0 in float16, so a parameter whose gradient is 0 (an
+        # embedding row no token used) gets 0/0 = NaN; 1e-4 is representable and keeps clean fp16
+        # training clean, so the only overflows are the ones a test plants.
+        eps = 1e-4 if dtype == torch.float16 else 1e-8
+        return torch.optim.AdamW(model.parameters(), lr=lr, eps=eps, foreach=False)
+    raise ValueError(f"unknown optimizer {optimizer!r}: expected 'adamw' or 'sgd'")
+
+
+def compute_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    out = model(x)
+    if isinstance(model, TinyGPT):
+        return F.cross_entropy(out.view(-1, model.vocab), y.view(-1))
+    return F.cross_entropy(out, y)
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               debugger: Any = None) -> torch.Tensor:
+    """One step, bracketed by the debugger when one is given. Returns the loss tensor; call .item()
+    on it after this returns, so the read-out is not part of the dumped step."""
+    if debugger is not None:
+        debugger.start(model)
+    # set_to_none=True (2.x's default, not 1.13's) so no Tensor.zero_ calls appear from step 1 on.
+    opt.zero_grad(set_to_none=True)
+    loss = compute_loss(model, x, y)
+    loss.backward()
+    opt.step()
+    if debugger is not None:
+        debugger.stop()
+        debugger.step()
+    return loss
+
+
+def train(model: nn.Module, steps: int, *, seed: int = 0, batch: int = 8, lr: float = 1e-3,
+          optimizer: str = "adamw", debugger: Any = None, dtype: torch.dtype = torch.float32,
+          device: str = "cpu") -> List[float]:
+    """Trains `model` (moved to device/dtype in place) for `steps` steps; returns the losses."""
+    torch.manual_seed(seed)
+    model.to(device=device, dtype=dtype)
+    model.train()
+    data = make_batches(model, steps, seed=seed, batch=batch, dtype=dtype, device=device)
+    opt = make_optimizer(model, optimizer, lr, dtype)
+    losses: List[float] = []
+    for x, y in data:
+        loss = train_step(model, opt, x, y, debugger)
+        losses.append(loss.item())
+    return losses
+
+
+if __name__ == "__main__":
+    # Smoke test and timing: /usr/bin/python3 tests/python/models.py
+    import time
+
+    torch.set_num_threads(1)
+    for kind in ("gpt", "mlp"):
+        a = train(make_model(kind), 3)
+        b = train(make_model(kind), 3)
+        assert a == b, (kind, a, b)
+        print(f"{kind}: losses {a} (two runs bit-identical)")
+    for kind in ("gpt", "mlp"):
+        model = make_model(kind)
+        data = make_batches(model, 60)
+        opt = make_optimizer(model)
+        times = []
+        for i, (x, y) in enumerate(data):
+            t0 = time.perf_counter()
+            train_step(model, opt, x, y)
+            if i >= 10:  # warm-up
+                times.append(time.perf_counter() - t0)
+        times.sort()
+        print(f"{kind}: median step {1e3 * times[len(times) // 2]:.3f} ms, min {1e3 * times[0]:.3f} ms "
+              f"(batch 8, 1 thread, {len(times)} steps)")
