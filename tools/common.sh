@@ -9,9 +9,10 @@ BUILD="${MSPROBE_BUILD_DIR:-$ROOT/build}"
 PYTHON=/usr/bin/python3
 
 APT_PACKAGES=(
-  cmake g++ make
+  cmake g++ make ninja-build
   nlohmann-json3-dev libyaml-cpp-dev libgtest-dev
-  python3 python3-pytest
+  python3 python3-pytest python3-setuptools
+  libtorch-dev python3-torch pybind11-dev python3-pybind11
 )
 
 install_packages() {
@@ -31,4 +32,13 @@ build() {
   echo "== building in $BUILD"
   cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$BUILD" -j"$(nproc)"
+  # The extension msprobe_cpp._C, built in place into python/msprobe_cpp (no build isolation:
+  # nothing can be downloaded).
+  local log="$BUILD/build_ext.log"
+  mkdir -p "$BUILD"
+  if ! (cd "$ROOT" && MAX_JOBS="$(nproc)" "$PYTHON" setup.py build_ext --inplace >"$log" 2>&1); then
+    tail -n 40 "$log" >&2
+    echo "extension build failed; full log: $log" >&2
+    return 1
+  fi
 }

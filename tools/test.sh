@@ -7,4 +7,5 @@ echo "== ctest"
 ctest --test-dir "$BUILD" --output-on-failure -j"$(nproc)"
 echo "== pytest"
 cd "$ROOT"
-MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" "$PYTHON" -m pytest tests/python -q -p no:cacheprovider
+PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
+  "$PYTHON" -m pytest tests/python -q -p no:cacheprovider

@@ -59,7 +59,8 @@ void write_entry(JsonWriter& w, const Entry& e) {
       w.value_string(e.data_name);
     }
   } else if (e.value.present()) {
-    write_stat(w, "value", e.value);
+    // msprobe's one exception to {"type", "value"}.
+    write_stat(w, e.type == "torch.memory_format" ? "format" : "value", e.value);
   }
   w.end_object();
 }

@@ -84,7 +84,10 @@ Entry describe(PyObject* obj, int depth) {
   if (THPDtype_Check(obj)) return Entry::scalar("torch.dtype", Scalar::of_string(py_str(obj)));
   if (THPDevice_Check(obj)) return Entry::scalar("torch.device", Scalar::of_string(py_str(obj)));
   if (THPMemoryFormat_Check(obj)) {
-    return Entry::scalar("torch.memory_format", Scalar::of_string(py_str(obj)));
+    // msprobe writes {"type": "torch.memory_format", "format": "preserve_format"}.
+    std::string name = py_str(obj);
+    if (name.rfind("torch.", 0) == 0) name.erase(0, 6);
+    return Entry::scalar("torch.memory_format", Scalar::of_string(std::move(name)));
   }
   if (THPLayout_Check(obj)) return Entry::scalar("torch.layout", Scalar::of_string(py_str(obj)));
   return Entry::null_entry();

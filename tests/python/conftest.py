@@ -1,10 +1,20 @@
 import os
 import pathlib
+import sys
+from typing import List
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "data" / "msprobe-1.1.1"
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+
+def devices() -> List[str]:
+    """cpu always; cuda whenever this machine has it, so the same tests prove the GPU path."""
+    import torch
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +28,14 @@ def cli() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def fixtures() -> pathlib.Path:
     return FIXTURES
+
+
+@pytest.fixture(autouse=True)
+def no_debugger_left_behind():
+    """A test that fails midway must not leave hooks installed for the next one."""
+    yield
+    if "msprobe_cpp" in sys.modules:
+        from msprobe_cpp import PrecisionDebugger
+        if PrecisionDebugger._instance is not None:
+            PrecisionDebugger._instance._release()
+            PrecisionDebugger._instance = None
