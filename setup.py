@@ -7,7 +7,7 @@ import os
 import shutil
 
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 GENERATED = os.path.join(ROOT, "build", "generated_py")
@@ -53,7 +53,9 @@ setup(
             sources=sources,
             include_dirs=[os.path.join(ROOT, "csrc")],
             libraries=["yaml-cpp"],
-            extra_compile_args=["-O3", "-Wall", "-Wextra", "-std=c++17", "-fvisibility=hidden"],
+            # torch's headers as system headers: -Wextra is for our code, not theirs.
+            extra_compile_args=["-O3", "-Wall", "-Wextra", "-std=c++17", "-fvisibility=hidden"]
+            + [f"-isystem{p}" for p in include_paths()],
         )
     ],
     cmdclass={"build_ext": BuildExtension},

@@ -77,6 +77,19 @@ static void append_u_escape(std::string& out, uint32_t unit) {
 void append_json_string(std::string& out, std::string_view s) {
   out += '"';
   for (size_t i = 0; i < s.size(); ++i) {
+    // Copy the longest run that needs no escaping in one go: call names and file paths are
+    // almost always plain ASCII.
+    size_t run = i;
+    while (run < s.size()) {
+      const unsigned char r = static_cast<unsigned char>(s[run]);
+      if (r < 0x20 || r >= 0x80 || r == '"' || r == '\\') break;
+      ++run;
+    }
+    if (run > i) {
+      out.append(s.data() + i, run - i);
+      i = run;
+      if (i == s.size()) break;
+    }
     const unsigned char c = static_cast<unsigned char>(s[i]);
     switch (c) {
       case '"':

@@ -1,6 +1,7 @@
 #include "torch/tensor_stats.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <limits>
 
@@ -40,67 +41,140 @@ struct Moments {
   double sumsq = 0.0;
 };
 
-// One pass, branch-free so that the compiler can keep several lanes busy: NaN is ignored by the
-// min/max comparisons and shows up in the sum instead, which the caller checks.
-template <typename T>
-Moments scan(const T* p, int64_t n) {
-  constexpr int kLanes = 8;
-  double s[kLanes] = {}, q[kLanes] = {};
-  double hi[kLanes], lo[kLanes];
-  std::fill(hi, hi + kLanes, -std::numeric_limits<double>::infinity());
-  std::fill(lo, lo + kLanes, std::numeric_limits<double>::infinity());
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int k = 0; k < kLanes; ++k) {
-      const double v = static_cast<double>(static_cast<float>(p[i + k]));
-      s[k] += v;
-      q[k] += v * v;
-      hi[k] = v > hi[k] ? v : hi[k];
-      lo[k] = v < lo[k] ? v : lo[k];
-    }
-  }
-  for (; i < n; ++i) {
-    const double v = static_cast<double>(static_cast<float>(p[i]));
-    s[0] += v;
-    q[0] += v * v;
-    hi[0] = v > hi[0] ? v : hi[0];
-    lo[0] = v < lo[0] ? v : lo[0];
-  }
+typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Eight lanes of partial results.
+struct Lanes {
+  double sum[8], sumsq[8], max[8], min[8];
+};
+
+Moments fold(const Lanes& l) {
   Moments m;
-  for (int k = 0; k < kLanes; ++k) {
-    m.sum += s[k];
-    m.sumsq += q[k];
-    m.max = std::max(m.max, hi[k]);
-    m.min = std::min(m.min, lo[k]);
+  for (int k = 0; k < 8; ++k) {
+    m.sum += l.sum[k];
+    m.sumsq += l.sumsq[k];
+    m.max = std::max(m.max, l.max[k]);
+    m.min = std::min(m.min, l.min[k]);
   }
   return m;
 }
 
-// float64 and integer data go through double directly (the float cast above would round them).
-template <typename T>
-Moments scan_wide(const T* p, int64_t n) {
-  Moments m;
-  double s[4] = {}, q[4] = {};
+// By reference: vectors passed by value would change calling convention between the clones.
+Moments fold(const v4d& s0, const v4d& s1, const v4d& q0, const v4d& q1, const v4d& hi0,
+             const v4d& hi1, const v4d& lo0, const v4d& lo1) {
+  Lanes l;
+  std::memcpy(l.sum, &s0, 32), std::memcpy(l.sum + 4, &s1, 32);
+  std::memcpy(l.sumsq, &q0, 32), std::memcpy(l.sumsq + 4, &q1, 32);
+  std::memcpy(l.max, &hi0, 32), std::memcpy(l.max + 4, &hi1, 32);
+  std::memcpy(l.min, &lo0, 32), std::memcpy(l.min + 4, &lo1, 32);
+  return fold(l);
+}
+
+// One pass in float64 over eight elements at a time. Branch-free: NaN fails the min/max
+// comparisons and shows up in the sum instead, which summarize() checks. The AVX2 clone is
+// picked at load time where the CPU has it.
+__attribute__((target_clones("avx2", "default"))) Moments scan_f32(const float* p, int64_t n) {
+  v4d s0 = {0, 0, 0, 0}, s1 = s0, q0 = s0, q1 = s0;
+  v4d hi0 = {-kInf, -kInf, -kInf, -kInf}, hi1 = hi0;
+  v4d lo0 = {kInf, kInf, kInf, kInf}, lo1 = lo0;
   int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    for (int k = 0; k < 4; ++k) {
-      const double v = static_cast<double>(p[i + k]);
-      s[k] += v;
-      q[k] += v * v;
-      m.max = v > m.max ? v : m.max;
-      m.min = v < m.min ? v : m.min;
-    }
+  for (; i + 8 <= n; i += 8) {
+    v4f fa, fb;
+    std::memcpy(&fa, p + i, sizeof(fa));
+    std::memcpy(&fb, p + i + 4, sizeof(fb));
+    const v4d a = __builtin_convertvector(fa, v4d);
+    const v4d b = __builtin_convertvector(fb, v4d);
+    s0 += a;
+    s1 += b;
+    q0 += a * a;
+    q1 += b * b;
+    hi0 = a > hi0 ? a : hi0;
+    hi1 = b > hi1 ? b : hi1;
+    lo0 = a < lo0 ? a : lo0;
+    lo1 = b < lo1 ? b : lo1;
   }
+  Moments m = fold(s0, s1, q0, q1, hi0, hi1, lo0, lo1);
   for (; i < n; ++i) {
-    const double v = static_cast<double>(p[i]);
-    s[0] += v;
-    q[0] += v * v;
+    const double v = p[i];
+    m.sum += v;
+    m.sumsq += v * v;
     m.max = v > m.max ? v : m.max;
     m.min = v < m.min ? v : m.min;
   }
-  m.sum = (s[0] + s[1]) + (s[2] + s[3]);
-  m.sumsq = (q[0] + q[1]) + (q[2] + q[3]);
   return m;
+}
+
+__attribute__((target_clones("avx2", "default"))) Moments scan_f64(const double* p, int64_t n) {
+  v4d s0 = {0, 0, 0, 0}, s1 = s0, q0 = s0, q1 = s0;
+  v4d hi0 = {-kInf, -kInf, -kInf, -kInf}, hi1 = hi0;
+  v4d lo0 = {kInf, kInf, kInf, kInf}, lo1 = lo0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v4d a, b;
+    std::memcpy(&a, p + i, sizeof(a));
+    std::memcpy(&b, p + i + 4, sizeof(b));
+    s0 += a;
+    s1 += b;
+    q0 += a * a;
+    q1 += b * b;
+    hi0 = a > hi0 ? a : hi0;
+    hi1 = b > hi1 ? b : hi1;
+    lo0 = a < lo0 ? a : lo0;
+    lo1 = b < lo1 ? b : lo1;
+  }
+  Moments m = fold(s0, s1, q0, q1, hi0, hi1, lo0, lo1);
+  for (; i < n; ++i) {
+    const double v = p[i];
+    m.sum += v;
+    m.sumsq += v * v;
+    m.max = v > m.max ? v : m.max;
+    m.min = v < m.min ? v : m.min;
+  }
+  return m;
+}
+
+// Half and bfloat16 are widened to float a block at a time and scanned like float.
+template <typename T>
+Moments scan_narrow(const T* p, int64_t n) {
+  constexpr int64_t kBlock = 1024;
+  float buf[kBlock];
+  Moments m;
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t len = std::min(kBlock, n - start);
+    for (int64_t i = 0; i < len; ++i) buf[i] = static_cast<float>(p[start + i]);
+    const Moments b = scan_f32(buf, len);
+    m.sum += b.sum;
+    m.sumsq += b.sumsq;
+    m.max = std::max(m.max, b.max);
+    m.min = std::min(m.min, b.min);
+  }
+  return m;
+}
+
+// Integer data: exact in double up to 2^53, and rare enough not to need vectors.
+template <typename T>
+Moments scan_int(const T* p, int64_t n) {
+  Moments m;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(p[i]);
+    m.sum += v;
+    m.sumsq += v * v;
+    m.max = std::max(m.max, v);
+    m.min = std::min(m.min, v);
+  }
+  return m;
+}
+
+Moments scan(const float* p, int64_t n) { return scan_f32(p, n); }
+Moments scan(const double* p, int64_t n) { return scan_f64(p, n); }
+Moments scan(const at::Half* p, int64_t n) { return scan_narrow(p, n); }
+Moments scan(const at::BFloat16* p, int64_t n) { return scan_narrow(p, n); }
+template <typename T>
+Moments scan(const T* p, int64_t n) {
+  return scan_int(p, n);
 }
 
 struct Summary {
@@ -132,25 +206,25 @@ Summary summarize(const T* p, int64_t n, Moments m) {
 }
 
 template <typename T>
-Summary cpu_summary(const at::Tensor& c, bool narrow_float) {
+Summary cpu_summary(const at::Tensor& c) {
   const T* p = c.data_ptr<T>();
   const int64_t n = c.numel();
-  return summarize(p, n, narrow_float ? scan(p, n) : scan_wide(p, n));
+  return summarize(p, n, scan(p, n));
 }
 
 bool cpu_fast_path(const at::Tensor& t, Summary& out) {
   if (t.device().type() != at::kCPU || t.layout() != at::kStrided) return false;
   const at::Tensor c = t.is_contiguous() ? t : t.contiguous();
   switch (c.scalar_type()) {
-    case at::kFloat: out = cpu_summary<float>(c, true); return true;
-    case at::kHalf: out = cpu_summary<at::Half>(c, true); return true;
-    case at::kBFloat16: out = cpu_summary<at::BFloat16>(c, true); return true;
-    case at::kDouble: out = cpu_summary<double>(c, false); return true;
-    case at::kLong: out = cpu_summary<int64_t>(c, false); return true;
-    case at::kInt: out = cpu_summary<int32_t>(c, false); return true;
-    case at::kShort: out = cpu_summary<int16_t>(c, false); return true;
-    case at::kChar: out = cpu_summary<int8_t>(c, false); return true;
-    case at::kByte: out = cpu_summary<uint8_t>(c, false); return true;
+    case at::kFloat: out = cpu_summary<float>(c); return true;
+    case at::kHalf: out = cpu_summary<at::Half>(c); return true;
+    case at::kBFloat16: out = cpu_summary<at::BFloat16>(c); return true;
+    case at::kDouble: out = cpu_summary<double>(c); return true;
+    case at::kLong: out = cpu_summary<int64_t>(c); return true;
+    case at::kInt: out = cpu_summary<int32_t>(c); return true;
+    case at::kShort: out = cpu_summary<int16_t>(c); return true;
+    case at::kChar: out = cpu_summary<int8_t>(c); return true;
+    case at::kByte: out = cpu_summary<uint8_t>(c); return true;
     default: return false;
   }
 }

@@ -163,8 +163,11 @@ def test_special_tensors(tmp_path, device):
     b = torch.tensor([True, False, True], device=device)
     empty = torch.empty(0, 3, device=device)
     cplx = torch.randn(4, dtype=torch.complex64, device=device)
-    nan = torch.tensor([1.0, float("nan"), 2.0], device=device)
-    inf = torch.tensor([1.0, float("inf"), -3.0], device=device)
+    # Long enough for the vectorised path, with the odd values mid-way.
+    nan = torch.arange(100.0, device=device)
+    nan[50] = float("nan")
+    inf = torch.arange(101.0, device=device) - 3
+    inf[77] = float("inf")
     meta = torch.empty(2, 2, device="meta")
     data = collect(tmp_path, lambda: [torch.clone(b), torch.clone(empty), torch.clone(cplx),
                                       torch.clone(nan), torch.clone(inf), torch.clone(meta)])
@@ -176,6 +179,9 @@ def test_special_tensors(tmp_path, device):
     assert all(v != v for v in (entries[3][k] for k in ("Max", "Min", "Mean", "Norm")))
     assert (entries[4]["Max"], entries[4]["Min"], entries[4]["Mean"], entries[4]["Norm"]) == (
         float("inf"), -3.0, float("inf"), float("inf"))
+    both = torch.tensor([float("inf"), float("-inf")] * 8, device=device)
+    entry = collect(tmp_path / "b", lambda: torch.clone(both))["Torch.clone.0.forward"]["input_args"][0]
+    assert (entry["Max"], entry["Min"]) == (float("inf"), float("-inf")) and entry["Mean"] != entry["Mean"]
     assert entries[5]["shape"] == [2, 2] and entries[5]["Max"] is None
 
 
