@@ -11,6 +11,7 @@
 #include "torch/api_hook.h"
 #include "torch/module_hooks.h"
 #include "torch/session.h"
+#include "torch/tensor_stats.h"
 
 namespace py = pybind11;
 using namespace msprobe;
@@ -85,5 +86,6 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(PyInstanceMethod_New(f.ptr()));
   });
   m.def("module_hooks", &make_module_hooks, py::arg("qualname"), py::arg("class_name"));
+  m.def("_force_generic_statistics", &force_generic_statistics, py::arg("on"));
   m.def("load_wrap_ops", &load_wrap_ops, py::arg("path"));
 }

@@ -5,12 +5,24 @@ namespace msprobe {
 void write_scalar(JsonWriter& w, const Scalar& s) {
   switch (s.kind) {
     case Scalar::Kind::Absent:
-    case Scalar::Kind::Null: w.value_null(); return;
-    case Scalar::Kind::Bool: w.value_bool(s.boolean); return;
-    case Scalar::Kind::Int: w.value_int(s.integer); return;
-    case Scalar::Kind::Float: w.value_float(s.number); return;
-    case Scalar::Kind::String: w.value_string(s.text); return;
-    case Scalar::Kind::Raw: w.value_raw(s.text); return;
+    case Scalar::Kind::Null:
+      w.value_null();
+      return;
+    case Scalar::Kind::Bool:
+      w.value_bool(s.boolean);
+      return;
+    case Scalar::Kind::Int:
+      w.value_int(s.integer);
+      return;
+    case Scalar::Kind::Float:
+      w.value_float(s.number);
+      return;
+    case Scalar::Kind::String:
+      w.value_string(s.text);
+      return;
+    case Scalar::Kind::Raw:
+      w.value_raw(s.text);
+      return;
     case Scalar::Kind::List:
       w.begin_array();
       for (const Scalar& item : s.items) write_scalar(w, item);
@@ -27,13 +39,16 @@ static void write_stat(JsonWriter& w, const char* key, const Scalar& s) {
 void write_entry(JsonWriter& w, const Entry& e) {
   switch (e.kind) {
     case Entry::Kind::Null:
-    case Entry::Kind::Other: w.value_null(); return;
+    case Entry::Kind::Other:
+      w.value_null();
+      return;
     case Entry::Kind::List:
       w.begin_array();
       for (const Entry& item : e.items) write_entry(w, item);
       w.end_array();
       return;
-    case Entry::Kind::Object: break;
+    case Entry::Kind::Object:
+      break;
   }
   w.begin_object();
   w.key("type");

@@ -19,7 +19,7 @@ struct Scalar {
   bool boolean = false;
   int64_t integer = 0;
   double number = 0.0;
-  std::string text;  // String: the string; Raw: JSON text of a list or object value
+  std::string text;           // String: the string; Raw: JSON text of a list or object value
   std::vector<Scalar> items;  // List: torch.Size and slice values we record ourselves
 
   static Scalar null() { return make(Kind::Null); }

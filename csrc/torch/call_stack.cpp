@@ -74,7 +74,8 @@ std::vector<std::string> CodeRegistry::format(const CallStack& stack,
     const CodeInfo& ci = info(f.code);
     if (!skip_prefix.empty() && ci.filename.rfind(skip_prefix, 0) == 0) continue;
 #if PY_VERSION_HEX >= 0x030B0000
-    const int line = f.offset < 0 ? -1 : PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(f.code), f.offset);
+    const int line =
+        f.offset < 0 ? -1 : PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(f.code), f.offset);
 #else
     const int line = f.offset;
 #endif
@@ -85,8 +86,9 @@ std::vector<std::string> CodeRegistry::format(const CallStack& stack,
       for (std::string l; std::getline(in, l);) content.push_back(std::move(l));
       lines = source_lines_.emplace(ci.filename, std::move(content)).first;
     }
-    const std::string source =
-        line >= 1 && static_cast<size_t>(line) <= lines->second.size() ? strip(lines->second[line - 1]) : "";
+    const std::string source = line >= 1 && static_cast<size_t>(line) <= lines->second.size()
+                                   ? strip(lines->second[line - 1])
+                                   : "";
     out.push_back("File " + ci.filename + ", line " + std::to_string(line) + ", in " + ci.name +
                   ", \n " + source);
   }

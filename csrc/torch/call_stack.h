@@ -23,7 +23,7 @@ using StackPtr = std::shared_ptr<const CallStack>;
 // and be copied freely, also on autograd threads, without touching Python refcounts.
 class CodeRegistry {
  public:
-  ~CodeRegistry();  // needs the GIL, or a finalized interpreter
+  ~CodeRegistry();     // needs the GIL, or a finalized interpreter
   StackPtr capture();  // innermost frame first; GIL required
 
   // "File <path>, line <n>, in <func>, \n <source line>" for each frame outside `skip_prefix`.

@@ -40,7 +40,8 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
 
 void add_backward_recorder(torch::autograd::Node& node, const std::shared_ptr<Session>& session,
                            std::string name, StackPtr stack) {
-  node.add_post_hook(std::make_unique<BackwardRecorder>(session, std::move(name), std::move(stack)));
+  node.add_post_hook(
+      std::make_unique<BackwardRecorder>(session, std::move(name), std::move(stack)));
 }
 
 }  // namespace msprobe

@@ -33,6 +33,7 @@ struct OpenModuleCall {
   PyObject* module;  // identity only
   std::string name;
   std::vector<Entry> inputs;
+  std::vector<std::pair<std::string, Entry>> kwargs;
   StackPtr stack;
   std::optional<std::string> parent;
 };

@@ -22,13 +22,19 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
   const std::string forward_key = base + ".forward";
   const std::string backward_key = base + ".backward";
 
-  auto pre = [forward_key](py::handle module, py::handle inputs) {
+  // PyTorch >= 2.0 passes keyword arguments too (registered with with_kwargs=True).
+  auto pre = [forward_key](py::handle module, py::handle inputs, py::handle kwargs) {
     std::shared_ptr<Session> s = current_session();
     if (!s || !s->collecting()) return;
     OpenModuleCall open;
     open.module = module.ptr();
     open.name = forward_key + "." + std::to_string(s->next_index(forward_key));
     open.inputs = describe_items(inputs.ptr());
+    if (PyDict_Check(kwargs.ptr())) {
+      for (auto kv : py::reinterpret_borrow<py::dict>(kwargs)) {
+        open.kwargs.emplace_back(py::str(kv.first), describe_value(kv.second.ptr()));
+      }
+    }
     open.stack = s->capture_stack();
     open.parent = enclosing_module();
     open_module_calls().push_back(std::move(open));
@@ -45,6 +51,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     StoredCall call;
     call.record.name = std::move(open.name);
     call.record.inputs = std::move(open.inputs);
+    call.record.kwargs = std::move(open.kwargs);
     call.record.outputs = describe_outputs(output.ptr());
     call.stack = std::move(open.stack);
     call.parent = std::move(open.parent);
@@ -64,7 +71,9 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     s->add(std::move(call));
   };
 
-  return py::make_tuple(py::cpp_function(pre), py::cpp_function(post), py::cpp_function(backward));
+  return py::make_tuple(
+      py::cpp_function(pre, py::arg("module"), py::arg("args"), py::arg("kwargs") = py::none()),
+      py::cpp_function(post), py::cpp_function(backward));
 }
 
 }  // namespace msprobe

@@ -77,8 +77,8 @@ Entry describe(PyObject* obj, int depth) {
   }
   if (PySlice_Check(obj)) {
     auto* sl = reinterpret_cast<PySliceObject*>(obj);
-    return Entry::scalar("slice", Scalar::of_list({py_scalar(sl->start), py_scalar(sl->stop),
-                                                   py_scalar(sl->step)}));
+    return Entry::scalar(
+        "slice", Scalar::of_list({py_scalar(sl->start), py_scalar(sl->stop), py_scalar(sl->step)}));
   }
   if (obj == Py_Ellipsis) return Entry::scalar("ellipsis", Scalar::of_string("..."));
   if (THPDtype_Check(obj)) return Entry::scalar("torch.dtype", Scalar::of_string(py_str(obj)));
@@ -95,7 +95,9 @@ Entry describe(PyObject* obj, int depth) {
 
 }  // namespace
 
-Entry describe_value(PyObject* obj) { return describe(obj, 0); }
+Entry describe_value(PyObject* obj) {
+  return describe(obj, 0);
+}
 
 std::vector<Entry> describe_outputs(PyObject* result) {
   if ((PyTuple_Check(result) && !THPSize_Check(result)) || PyList_Check(result)) {

@@ -14,8 +14,12 @@ std::shared_ptr<Session> g_session;  // accessed with std::atomic_load/store
 
 }  // namespace
 
-std::shared_ptr<Session> current_session() { return std::atomic_load(&g_session); }
-void set_current_session(std::shared_ptr<Session> s) { std::atomic_store(&g_session, std::move(s)); }
+std::shared_ptr<Session> current_session() {
+  return std::atomic_load(&g_session);
+}
+void set_current_session(std::shared_ptr<Session> s) {
+  std::atomic_store(&g_session, std::move(s));
+}
 
 Session::Session(Config config, std::string package_dir)
     : config_(std::move(config)), package_dir_(std::move(package_dir)) {
@@ -25,7 +29,9 @@ Session::Session(Config config, std::string package_dir)
   while (dump_root_.size() > 1 && dump_root_.back() == '/') dump_root_.pop_back();
 }
 
-Session::~Session() { collecting_ = false; }
+Session::~Session() {
+  collecting_ = false;
+}
 
 bool Session::finished() const {
   const auto& ranges = config_.step.ranges();
@@ -43,12 +49,14 @@ std::string Session::step_dir() const {
 void Session::start(int rank) {
   rank_ = rank;
   started_ = true;
-  const bool rank_ok = rank < 0 ? config_.rank.all() || config_.rank.contains(0)
-                                : config_.rank.contains(rank);
+  const bool rank_ok =
+      rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
   collecting_ = rank_ok && config_.step.contains(step_) && !finished();
 }
 
-void Session::pause() { collecting_ = false; }
+void Session::pause() {
+  collecting_ = false;
+}
 
 void Session::stop() {
   collecting_ = false;
@@ -98,7 +106,8 @@ void Session::write_step() {
     stack.key(c.record.name);
     stack.begin_array();
     if (c.stack) {
-      for (const std::string& line : codes_.format(*c.stack, package_dir_)) stack.value_string(line);
+      for (const std::string& line : codes_.format(*c.stack, package_dir_))
+        stack.value_string(line);
     }
     stack.end_array();
   }

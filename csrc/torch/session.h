@@ -34,10 +34,10 @@ class Session {
   bool modules_hooked() const { return config_.level != Level::L1; }
 
   // Lifecycle, called from Python with the GIL held.
-  void start(int rank);  // rank -1: torch.distributed not initialized
-  void stop();           // writes the step's files (everything collected in this step so far)
-  void step();           // writes if stop() was not called, then moves to the next step
-  void pause();          // forward_backward_dump_end: stop collecting until the next start()
+  void start(int rank);   // rank -1: torch.distributed not initialized
+  void stop();            // writes the step's files (everything collected in this step so far)
+  void step();            // writes if stop() was not called, then moves to the next step
+  void pause();           // forward_backward_dump_end: stop collecting until the next start()
   bool finished() const;  // past the last configured step: hooks can go
   int64_t current_step() const { return step_; }
   std::string step_dir() const;  // <dump_path>/step<S>/rank<R>

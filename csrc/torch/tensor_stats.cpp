@@ -1,32 +1,51 @@
 #include "torch/tensor_stats.h"
 
 #include <algorithm>
-#include <cstring>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace msprobe {
 
 const char* dtype_name(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return "torch.float32";
-    case at::kDouble: return "torch.float64";
-    case at::kHalf: return "torch.float16";
-    case at::kBFloat16: return "torch.bfloat16";
-    case at::kByte: return "torch.uint8";
-    case at::kChar: return "torch.int8";
-    case at::kShort: return "torch.int16";
-    case at::kInt: return "torch.int32";
-    case at::kLong: return "torch.int64";
-    case at::kBool: return "torch.bool";
-    case at::kComplexHalf: return "torch.complex32";
-    case at::kComplexFloat: return "torch.complex64";
-    case at::kComplexDouble: return "torch.complex128";
-    case at::kQInt8: return "torch.qint8";
-    case at::kQUInt8: return "torch.quint8";
-    case at::kQInt32: return "torch.qint32";
-    case at::kQUInt4x2: return "torch.quint4x2";
-    default: return "torch.unknown";
+    case at::kFloat:
+      return "torch.float32";
+    case at::kDouble:
+      return "torch.float64";
+    case at::kHalf:
+      return "torch.float16";
+    case at::kBFloat16:
+      return "torch.bfloat16";
+    case at::kByte:
+      return "torch.uint8";
+    case at::kChar:
+      return "torch.int8";
+    case at::kShort:
+      return "torch.int16";
+    case at::kInt:
+      return "torch.int32";
+    case at::kLong:
+      return "torch.int64";
+    case at::kBool:
+      return "torch.bool";
+    case at::kComplexHalf:
+      return "torch.complex32";
+    case at::kComplexFloat:
+      return "torch.complex64";
+    case at::kComplexDouble:
+      return "torch.complex128";
+    case at::kQInt8:
+      return "torch.qint8";
+    case at::kQUInt8:
+      return "torch.quint8";
+    case at::kQInt32:
+      return "torch.qint32";
+    case at::kQUInt4x2:
+      return "torch.quint4x2";
+    default:
+      return "torch.unknown";
   }
 }
 
@@ -168,10 +187,18 @@ Moments scan_int(const T* p, int64_t n) {
   return m;
 }
 
-Moments scan(const float* p, int64_t n) { return scan_f32(p, n); }
-Moments scan(const double* p, int64_t n) { return scan_f64(p, n); }
-Moments scan(const at::Half* p, int64_t n) { return scan_narrow(p, n); }
-Moments scan(const at::BFloat16* p, int64_t n) { return scan_narrow(p, n); }
+Moments scan(const float* p, int64_t n) {
+  return scan_f32(p, n);
+}
+Moments scan(const double* p, int64_t n) {
+  return scan_f64(p, n);
+}
+Moments scan(const at::Half* p, int64_t n) {
+  return scan_narrow(p, n);
+}
+Moments scan(const at::BFloat16* p, int64_t n) {
+  return scan_narrow(p, n);
+}
 template <typename T>
 Moments scan(const T* p, int64_t n) {
   return scan_int(p, n);
@@ -212,38 +239,57 @@ Summary cpu_summary(const at::Tensor& c) {
   return summarize(p, n, scan(p, n));
 }
 
+std::atomic<bool> g_force_generic{false};
+
 bool cpu_fast_path(const at::Tensor& t, Summary& out) {
+  if (g_force_generic.load(std::memory_order_relaxed)) return false;
   if (t.device().type() != at::kCPU || t.layout() != at::kStrided) return false;
   const at::Tensor c = t.is_contiguous() ? t : t.contiguous();
   switch (c.scalar_type()) {
-    case at::kFloat: out = cpu_summary<float>(c); return true;
-    case at::kHalf: out = cpu_summary<at::Half>(c); return true;
-    case at::kBFloat16: out = cpu_summary<at::BFloat16>(c); return true;
-    case at::kDouble: out = cpu_summary<double>(c); return true;
-    case at::kLong: out = cpu_summary<int64_t>(c); return true;
-    case at::kInt: out = cpu_summary<int32_t>(c); return true;
-    case at::kShort: out = cpu_summary<int16_t>(c); return true;
-    case at::kChar: out = cpu_summary<int8_t>(c); return true;
-    case at::kByte: out = cpu_summary<uint8_t>(c); return true;
-    default: return false;
+    case at::kFloat:
+      out = cpu_summary<float>(c);
+      return true;
+    case at::kHalf:
+      out = cpu_summary<at::Half>(c);
+      return true;
+    case at::kBFloat16:
+      out = cpu_summary<at::BFloat16>(c);
+      return true;
+    case at::kDouble:
+      out = cpu_summary<double>(c);
+      return true;
+    case at::kLong:
+      out = cpu_summary<int64_t>(c);
+      return true;
+    case at::kInt:
+      out = cpu_summary<int32_t>(c);
+      return true;
+    case at::kShort:
+      out = cpu_summary<int16_t>(c);
+      return true;
+    case at::kChar:
+      out = cpu_summary<int8_t>(c);
+      return true;
+    case at::kByte:
+      out = cpu_summary<uint8_t>(c);
+      return true;
+    default:
+      return false;
   }
 }
 
-// Any device: a handful of reductions whose results are stacked and copied to the host once.
+// Any device: one widening copy to float64 (exact sums, and every dtype supported by every
+// reduction), a few reductions, and one device-to-host copy of the four results.
 Summary device_summary(const at::Tensor& t) {
-  const at::Tensor x = t.detach();
+  const at::Tensor x = t.detach().to(at::kDouble);
   auto minmax = at::aminmax(x);
-  const at::Tensor sum = at::sum(x, at::kDouble);
-  // Scaling by the largest magnitude keeps the squares finite for any finite data.
-  const at::Tensor scale =
-      at::maximum(std::get<0>(minmax).abs(), std::get<1>(minmax).abs()).to(at::kDouble);
-  const at::Tensor safe =
-      at::where(at::isfinite(scale) & (scale > 0), scale, at::ones_like(scale));
-  const at::Tensor norm =
-      at::linalg_vector_norm(x.to(at::kDouble) / safe, 2, c10::nullopt, false, c10::nullopt) * safe;
-  const at::Tensor packed = at::stack({std::get<1>(minmax).to(at::kDouble),
-                                       std::get<0>(minmax).to(at::kDouble), sum, norm})
-                                .cpu();
+  const at::Tensor& lo = std::get<0>(minmax);
+  const at::Tensor& hi = std::get<1>(minmax);
+  // Dividing by the largest finite magnitude keeps the squares finite for any finite data.
+  const at::Tensor scale = at::maximum(lo.abs(), hi.abs());
+  const at::Tensor safe = at::where(at::isfinite(scale) & (scale > 0), scale, at::ones_like(scale));
+  const at::Tensor norm = at::linalg_vector_norm(x / safe, 2) * safe;
+  const at::Tensor packed = at::stack({hi, lo, x.sum(), norm}).cpu();
   const double* v = packed.data_ptr<double>();
   return {v[0], v[1], v[2] / static_cast<double>(x.numel()), v[3]};
 }
@@ -256,6 +302,10 @@ bool has_statistics(const at::Tensor& t) {
 }
 
 }  // namespace
+
+void force_generic_statistics(bool on) {
+  g_force_generic = on;
+}
 
 Entry describe_tensor(const at::Tensor& t) {
   Entry e;

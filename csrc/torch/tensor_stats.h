@@ -13,6 +13,10 @@ namespace msprobe {
 // whose elements are all finite never gets an infinite Mean or Norm.
 Entry describe_tensor(const at::Tensor& t);
 
+// Tests only: route CPU tensors through the reductions used on other devices (CUDA, NPU), so a
+// machine without them still exercises that code.
+void force_generic_statistics(bool on);
+
 // "torch.float32", "torch.bfloat16", ... as Python prints the dtype.
 const char* dtype_name(at::ScalarType t);
 

@@ -19,6 +19,14 @@ def _rank() -> int:
     return -1
 
 
+def _register_pre_hook(module: torch.nn.Module, hook: Any) -> Any:
+    """With keyword arguments where PyTorch can pass them (2.0 and later)."""
+    try:
+        return module.register_forward_pre_hook(hook, with_kwargs=True)
+    except TypeError:
+        return module.register_forward_pre_hook(hook)
+
+
 class PrecisionDebugger:
     """Collects msprobe-format dumps of a training run.
 
@@ -81,7 +89,7 @@ class PrecisionDebugger:
             if module is model:
                 continue  # the root passed to start() is not itself recorded
             pre, post, backward = _C.module_hooks(name, type(module).__name__)
-            self._module_handles += [module.register_forward_pre_hook(pre),
+            self._module_handles += [_register_pre_hook(module, pre),
                                      module.register_forward_hook(post),
                                      module.register_full_backward_hook(backward)]
 

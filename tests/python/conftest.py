@@ -12,9 +12,20 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 
 def devices() -> List[str]:
-    """cpu always; cuda whenever this machine has it, so the same tests prove the GPU path."""
+    """cpu always; cuda whenever this machine has it, so the same tests prove the GPU path.
+    "cpu-generic" runs CPU tensors through the reductions that other devices use."""
     import torch
-    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    return ["cpu", "cpu-generic"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture
+def device(request):
+    """The parametrized device name, as a torch device string; sets the statistics path."""
+    from msprobe_cpp import _C
+    name = request.param
+    _C._force_generic_statistics(name == "cpu-generic")
+    yield "cpu" if name == "cpu-generic" else name
+    _C._force_generic_statistics(False)
 
 
 @pytest.fixture(scope="session")

@@ -136,7 +136,7 @@ def collect(tmp_path, fn, level="L1"):
     return load(tmp_path / "step0" / "rank")["data"]
 
 
-@pytest.mark.parametrize("device", __import__("conftest").devices())
+@pytest.mark.parametrize("device", __import__("conftest").devices(), indirect=True)
 def test_statistics_equal_float64_recomputation(tmp_path, device):
     g = torch.Generator().manual_seed(1)
     tensors = {
@@ -158,7 +158,7 @@ def test_statistics_equal_float64_recomputation(tmp_path, device):
         assert record["input_args"][0]["requires_grad"] is False, name
 
 
-@pytest.mark.parametrize("device", __import__("conftest").devices())
+@pytest.mark.parametrize("device", __import__("conftest").devices(), indirect=True)
 def test_special_tensors(tmp_path, device):
     b = torch.tensor([True, False, True], device=device)
     empty = torch.empty(0, 3, device=device)
@@ -185,7 +185,7 @@ def test_special_tensors(tmp_path, device):
     assert entries[5]["shape"] == [2, 2] and entries[5]["Max"] is None
 
 
-@pytest.mark.parametrize("device", __import__("conftest").devices())
+@pytest.mark.parametrize("device", __import__("conftest").devices(), indirect=True)
 def test_overflow_safe_statistics(tmp_path, device):
     big = torch.full((1000,), 1e38, device=device)
     data = collect(tmp_path, lambda: torch.clone(big))
@@ -197,7 +197,7 @@ def test_overflow_safe_statistics(tmp_path, device):
     assert entry["Norm"] == pytest.approx(2e300, rel=1e-6) and entry["Mean"] == pytest.approx(1e300)
 
 
-@pytest.mark.parametrize("device", __import__("conftest").devices())
+@pytest.mark.parametrize("device", __import__("conftest").devices(), indirect=True)
 def test_in_place_inputs_are_recorded_before_the_call(tmp_path, device):
     x = torch.full((4,), -2.0, device=device)
     y = torch.full((4,), 5.0, device=device)
