@@ -32,13 +32,15 @@ MLP_L1_STEP = [
     "Tensor.add_.3.forward", "Tensor.add_.4.forward", "Tensor.add_.5.forward"]
 
 
+@pytest.mark.parametrize("device", [d for d in __import__("conftest").devices() if d != "cpu-generic"],
+                         indirect=True)
 @pytest.mark.parametrize("kind", ["mlp", "gpt"])
 @pytest.mark.parametrize("level", ["L1", "L0", "mix"])
-def test_training_is_unchanged_and_every_step_is_dumped(tmp_path, cli, kind, level):
+def test_training_is_unchanged_and_every_step_is_dumped(tmp_path, cli, kind, level, device):
     steps = 3 if kind == "mlp" else 2
-    expected = train(make_model(kind), steps)
+    expected = train(make_model(kind), steps, device=device)
     dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), level=level, step=[])
-    assert train(make_model(kind), steps, debugger=dbg) == expected
+    assert train(make_model(kind), steps, debugger=dbg, device=device) == expected
     dumps = sorted(tmp_path.glob("step*/rank/dump.json"))
     assert [d.parent.parent.name for d in dumps] == [f"step{i}" for i in range(steps)]
     for d in dumps:
