@@ -22,10 +22,10 @@ std::shared_ptr<Session> make_session(const std::string& config_path,
                                       const std::string& overrides_json,
                                       const std::string& package_dir) {
   nlohmann::json overrides = nlohmann::json::parse(overrides_json);
-  Config config = config_path.empty()
-                      ? parse_config(nlohmann::json::object(), "PrecisionDebugger", overrides)
-                      : load_config_file(config_path, overrides);
-  return std::make_shared<Session>(std::move(config), package_dir);
+  const std::string source = config_path.empty() ? "PrecisionDebugger" : config_path;
+  Config config = config_path.empty() ? parse_config(nlohmann::json::object(), source, overrides)
+                                      : load_config_file(config_path, overrides);
+  return std::make_shared<Session>(std::move(config), package_dir, source);
 }
 
 // rules/support_wrap_ops.yaml: {"torch": [...], "tensor": [...], ...}

@@ -90,9 +90,9 @@ static void write_list(JsonWriter& w, const char* key, const std::vector<Entry>&
 void write_record(JsonWriter& w, const CallRecord& rec) {
   w.key(rec.name);
   w.begin_object();
-  if (rec.uses_input_key) {
+  if (rec.has_inputs && rec.uses_input_key) {
     write_list(w, "input", rec.inputs);
-  } else {
+  } else if (rec.has_inputs) {
     write_list(w, "input_args", rec.inputs);
     w.key("input_kwargs");
     w.begin_object();
@@ -102,7 +102,7 @@ void write_record(JsonWriter& w, const CallRecord& rec) {
     }
     w.end_object();
   }
-  write_list(w, "output", rec.outputs);
+  if (rec.has_outputs) write_list(w, "output", rec.outputs);
   w.end_object();
 }
 

@@ -112,6 +112,9 @@ struct CallRecord {
   std::vector<std::pair<std::string, Entry>> kwargs;
   std::vector<Entry> outputs;
   bool uses_input_key = false;
+  // data_mode can leave a side out; the writer then omits its keys, as msprobe does.
+  bool has_inputs = true;
+  bool has_outputs = true;
 };
 
 // "Tensor.add_.0.backward" and "Module.fc1.Linear.backward.0" are backward calls.

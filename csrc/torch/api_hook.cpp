@@ -54,29 +54,50 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
     return original_(*args, **kwargs);
   }
   ReentryGuard guard;
-
-  StoredCall call;
-  std::vector<const torch::autograd::Node*> grad_fns_before;
-  call.record.inputs.reserve(args.size());
-  for (py::handle a : args) {
-    call.record.inputs.push_back(describe_value(a.ptr()));
-    collect_grad_fns(a.ptr(), grad_fns_before, 0);
+  // Named first, so that scope, list and data_mode are decided before any statistics: a call
+  // that is filtered out costs a counter and a few string compares.
+  const std::string prefix = api_ + "." + std::to_string(session->next_index(api_)) + ".";
+  const std::string name = prefix + "forward";
+  Selection& selection = session->selection();
+  const Selected sel = selection.begin(name, prefix + "backward", inside_listed_module());
+  if (!sel.any()) {
+    py::object result = original_(*args, **kwargs);
+    selection.end(name);
+    return result;
   }
-  for (auto kv : kwargs) {
-    call.record.kwargs.emplace_back(py::str(kv.first), describe_value(kv.second.ptr()));
+
+  const DescribeOptions& options = session->describe_options();
+  StoredCall call;
+  call.record.name = name;
+  call.record.has_inputs = sel.inputs;
+  call.record.has_outputs = sel.outputs;
+  std::vector<const torch::autograd::Node*> grad_fns_before;
+  if (sel.backward) {
+    for (py::handle a : args) collect_grad_fns(a.ptr(), grad_fns_before, 0);
+  }
+  if (sel.forward && sel.inputs) {
+    call.record.inputs = describe_items(args.ptr(), options, name + ".input");
+    for (auto kv : kwargs) {
+      const std::string key = py::str(kv.first);
+      call.record.kwargs.emplace_back(
+          key, describe_value(kv.second.ptr(), options, name + "." + key + ".0"));
+    }
   }
   call.stack = session->capture_stack();
   call.parent = enclosing_module();
 
   py::object result = original_(*args, **kwargs);
+  selection.end(name);
 
-  call.record.outputs = describe_outputs(result.ptr());
-  const std::string prefix = api_ + "." + std::to_string(session->next_index(api_)) + ".";
-  call.record.name = prefix + "forward";
-  if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {
-    add_backward_recorder(*fn, session, prefix + "backward", call.stack);
+  if (sel.backward) {
+    if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {
+      add_backward_recorder(*fn, session, prefix + "backward", call.stack, sel);
+    }
   }
-  session->add(std::move(call));
+  if (sel.forward) {
+    if (sel.outputs) call.record.outputs = describe_items(result.ptr(), options, name + ".output");
+    session->add(std::move(call));
+  }
   return result;
 }
 

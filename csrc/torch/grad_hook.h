@@ -13,7 +13,8 @@ namespace msprobe {
 
 // Adds a post hook to `node` that records `<name>` (a ".backward" call name) in `session`.
 // The hook holds the session weakly: a graph that outlives its session records nothing.
+// `parts` says which sides data_mode keeps.
 void add_backward_recorder(torch::autograd::Node& node, const std::shared_ptr<Session>& session,
-                           std::string name, StackPtr stack);
+                           std::string name, StackPtr stack, Selected parts);
 
 }  // namespace msprobe

@@ -13,4 +13,11 @@ std::optional<std::string> enclosing_module() {
   return calls.back().name;
 }
 
+bool inside_listed_module() {
+  for (const OpenModuleCall& c : open_module_calls()) {
+    if (c.listed) return true;
+  }
+  return false;
+}
+
 }  // namespace msprobe

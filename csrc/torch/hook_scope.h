@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/record.h"
+#include "core/selection.h"
 #include "torch/call_stack.h"
 
 namespace msprobe {
@@ -32,6 +33,8 @@ class ReentryGuard {
 struct OpenModuleCall {
   PyObject* module;  // identity only
   std::string name;
+  Selected selected;
+  bool listed = false;  // named in `list`: everything inside it is collected (level mix)
   std::vector<Entry> inputs;
   std::vector<std::pair<std::string, Entry>> kwargs;
   StackPtr stack;
@@ -42,5 +45,8 @@ std::vector<OpenModuleCall>& open_module_calls();  // this thread's
 
 // Name of the innermost module call in progress on this thread, if any.
 std::optional<std::string> enclosing_module();
+
+// Whether a module named in `list` is running on this thread.
+bool inside_listed_module();
 
 }  // namespace msprobe

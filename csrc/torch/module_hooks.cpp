@@ -8,15 +8,6 @@ namespace py = pybind11;
 
 namespace msprobe {
 
-namespace {
-
-std::vector<Entry> describe_items(PyObject* seq) {
-  if (PyTuple_Check(seq) || PyList_Check(seq)) return describe_value(seq).items;
-  return {describe_value(seq)};
-}
-
-}  // namespace
-
 py::tuple make_module_hooks(const std::string& qualname, const std::string& class_name) {
   const std::string base = "Module." + qualname + "." + class_name;
   const std::string forward_key = base + ".forward";
@@ -26,17 +17,27 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
   auto pre = [forward_key](py::handle module, py::handle inputs, py::handle kwargs) {
     std::shared_ptr<Session> s = current_session();
     if (!s || !s->collecting()) return;
+    Selection& selection = s->selection();
     OpenModuleCall open;
     open.module = module.ptr();
     open.name = forward_key + "." + std::to_string(s->next_index(forward_key));
-    open.inputs = describe_items(inputs.ptr());
-    if (PyDict_Check(kwargs.ptr())) {
-      for (auto kv : py::reinterpret_borrow<py::dict>(kwargs)) {
-        open.kwargs.emplace_back(py::str(kv.first), describe_value(kv.second.ptr()));
-      }
-    }
-    open.stack = s->capture_stack();
+    open.selected = selection.begin(open.name, "", inside_listed_module());
+    open.listed = selection.lists_modules() && selection.listed(open.name);
     open.parent = enclosing_module();
+    if (open.selected.forward) {
+      const DescribeOptions& options = s->describe_options();
+      if (open.selected.inputs) {
+        open.inputs = describe_items(inputs.ptr(), options, open.name + ".input");
+        if (PyDict_Check(kwargs.ptr())) {
+          for (auto kv : py::reinterpret_borrow<py::dict>(kwargs)) {
+            const std::string key = py::str(kv.first);
+            open.kwargs.emplace_back(
+                key, describe_value(kv.second.ptr(), options, open.name + "." + key + ".0"));
+          }
+        }
+      }
+      open.stack = s->capture_stack();
+    }
     open_module_calls().push_back(std::move(open));
   };
 
@@ -48,25 +49,41 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     calls.pop_back();
     std::shared_ptr<Session> s = current_session();
     if (!s || !s->collecting()) return;
+    s->selection().end(open.name);
+    if (!open.selected.forward) return;
     StoredCall call;
     call.record.name = std::move(open.name);
+    call.record.has_inputs = open.selected.inputs;
+    call.record.has_outputs = open.selected.outputs;
     call.record.inputs = std::move(open.inputs);
     call.record.kwargs = std::move(open.kwargs);
-    call.record.outputs = describe_outputs(output.ptr());
+    if (open.selected.outputs) {
+      call.record.outputs =
+          describe_items(output.ptr(), s->describe_options(), call.record.name + ".output");
+    }
     call.stack = std::move(open.stack);
     call.parent = std::move(open.parent);
     s->add(std::move(call));
   };
 
-  auto backward = [backward_key](py::handle /*module*/, py::handle grad_input,
-                                 py::handle grad_output) {
+  auto backward = [base, backward_key](py::handle /*module*/, py::handle grad_input,
+                                       py::handle grad_output) {
     std::shared_ptr<Session> s = current_session();
     if (!s || !s->collecting()) return;
+    const std::string name = backward_key + "." + std::to_string(s->next_index(backward_key));
+    const Selected sel = s->selection().module_backward(name, base);
+    if (!sel.backward) return;
+    const DescribeOptions& options = s->describe_options();
     StoredCall call;
-    call.record.name = backward_key + "." + std::to_string(s->next_index(backward_key));
+    call.record.name = name;
     call.record.uses_input_key = true;
-    call.record.inputs = describe_items(grad_output.ptr());
-    call.record.outputs = describe_items(grad_input.ptr());
+    call.record.has_inputs = sel.inputs;
+    call.record.has_outputs = sel.outputs;
+    if (sel.inputs)
+      call.record.inputs = describe_items(grad_output.ptr(), options, name + ".input");
+    if (sel.outputs) {
+      call.record.outputs = describe_items(grad_input.ptr(), options, name + ".output");
+    }
     call.stack = s->capture_stack();
     s->add(std::move(call));
   };

@@ -7,8 +7,6 @@
 #include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
 
-#include "torch/tensor_stats.h"
-
 namespace msprobe {
 
 namespace {
@@ -42,8 +40,8 @@ std::string py_str(PyObject* obj) {
   return out;
 }
 
-Entry describe(PyObject* obj, int depth) {
-  if (THPVariable_Check(obj)) return describe_tensor(THPVariable_Unpack(obj));
+Entry describe(PyObject* obj, const DescribeOptions& options, const std::string& stem, int depth) {
+  if (THPVariable_Check(obj)) return describe_tensor_for(THPVariable_Unpack(obj), options, stem);
   if (obj == Py_None) return Entry::null_entry();
   if (PyBool_Check(obj)) return Entry::scalar("bool", Scalar::of_bool(obj == Py_True));
   if (PyLong_Check(obj)) return Entry::scalar("int", py_scalar(obj));
@@ -71,7 +69,8 @@ Entry describe(PyObject* obj, int depth) {
     std::vector<Entry> items;
     items.reserve(static_cast<size_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
-      items.push_back(describe(PySequence_Fast_GET_ITEM(seq, i), depth + 1));
+      items.push_back(describe(PySequence_Fast_GET_ITEM(seq, i), options,
+                               stem + "." + std::to_string(i), depth + 1));
     }
     return Entry::list(std::move(items));
   }
@@ -95,15 +94,16 @@ Entry describe(PyObject* obj, int depth) {
 
 }  // namespace
 
-Entry describe_value(PyObject* obj) {
-  return describe(obj, 0);
+Entry describe_value(PyObject* obj, const DescribeOptions& options, const std::string& stem) {
+  return describe(obj, options, stem, 0);
 }
 
-std::vector<Entry> describe_outputs(PyObject* result) {
-  if ((PyTuple_Check(result) && !THPSize_Check(result)) || PyList_Check(result)) {
-    return describe(result, 0).items;
+std::vector<Entry> describe_items(PyObject* seq, const DescribeOptions& options,
+                                  const std::string& stem) {
+  if ((PyTuple_Check(seq) && !THPSize_Check(seq)) || PyList_Check(seq)) {
+    return describe(seq, options, stem, 0).items;
   }
-  return {describe(result, 0)};
+  return {describe(seq, options, stem + ".0", 0)};
 }
 
 }  // namespace msprobe

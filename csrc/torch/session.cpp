@@ -1,5 +1,6 @@
 #include "torch/session.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "core/dump_writer.h"
@@ -21,8 +22,21 @@ void set_current_session(std::shared_ptr<Session> s) {
   std::atomic_store(&g_session, std::move(s));
 }
 
-Session::Session(Config config, std::string package_dir)
-    : config_(std::move(config)), package_dir_(std::move(package_dir)) {
+namespace {
+
+std::string section_name(const Config& c, const std::string& source) {
+  return source + ": " + (c.task == Task::Tensor ? "tensor" : "statistics");
+}
+
+}  // namespace
+
+Session::Session(Config config, std::string package_dir, const std::string& source)
+    : config_(std::move(config)),
+      package_dir_(std::move(package_dir)),
+      selection_(config_.collect(), config_.level, section_name(config_, source)) {
+  options_.md5 =
+      config_.task == Task::Statistics && config_.statistics.summary_mode == SummaryMode::Md5;
+  if (config_.task == Task::Tensor) saver_ = std::make_unique<TensorSaver>();
   std::error_code ec;
   const auto abs = std::filesystem::absolute(config_.dump_path, ec);
   dump_root_ = ec ? config_.dump_path : abs.lexically_normal().string();
@@ -49,6 +63,10 @@ std::string Session::step_dir() const {
 void Session::start(int rank) {
   rank_ = rank;
   started_ = true;
+  if (saver_) {
+    options_.tensor_dir = step_dir() + "/dump_tensor_data";
+    options_.saver = saver_.get();
+  }
   const bool rank_ok =
       rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
   collecting_ = rank_ok && config_.step.contains(step_) && !finished();
@@ -67,6 +85,7 @@ void Session::step() {
   collecting_ = false;
   if (dirty_) write_step();
   clear_step();
+  selection_.new_step();
   ++step_;
   started_ = false;
 }
@@ -98,6 +117,16 @@ void Session::write_step() {
   const std::string dir = step_dir();
   make_dirs(dir);
   DumpHead head{to_string(config_.task), to_string(config_.level), std::nullopt};
+  if (saver_) {
+    head.dump_data_dir = options_.tensor_dir;
+    const std::string error = saver_->flush();
+    if (!error.empty() && !reported_write_error_) {
+      // Training goes on: a full disk must not kill the run being observed.
+      std::fprintf(stderr, "msprobe_cpp: saving tensors failed, the dump is incomplete: %s\n",
+                   error.c_str());
+      reported_write_error_ = true;
+    }
+  }
   write_file_atomic(dir + "/dump.json", dump_json(head, records));
 
   JsonWriter stack(1);

@@ -13,7 +13,10 @@
 
 #include "core/config.h"
 #include "core/record.h"
+#include "core/selection.h"
 #include "torch/call_stack.h"
+#include "torch/describe_options.h"
+#include "torch/tensor_saver.h"
 
 namespace msprobe {
 
@@ -25,8 +28,9 @@ struct StoredCall {
 
 class Session {
  public:
-  // `package_dir`: frames under it are left out of stack.json.
-  Session(Config config, std::string package_dir);
+  // `package_dir`: frames under it are left out of stack.json. `source` names the config in
+  // errors about it (ConfigError).
+  Session(Config config, std::string package_dir, const std::string& source);
   ~Session();
 
   const Config& config() const { return config_; }
@@ -47,6 +51,8 @@ class Session {
   int64_t next_index(const std::string& key);  // n of `key` within the step
   void add(StoredCall&& call);
   StackPtr capture_stack() { return codes_.capture(); }  // GIL required
+  Selection& selection() { return selection_; }
+  const DescribeOptions& describe_options() const { return options_; }
 
  private:
   void write_step();  // GIL required
@@ -65,6 +71,10 @@ class Session {
   std::unordered_map<std::string, int64_t> counters_;
   std::vector<StoredCall> calls_;
   CodeRegistry codes_;
+  Selection selection_;
+  std::unique_ptr<TensorSaver> saver_;  // task tensor
+  DescribeOptions options_;
+  bool reported_write_error_ = false;
 };
 
 std::shared_ptr<Session> current_session();

@@ -1,0 +1,91 @@
+#include "core/selection.h"
+
+namespace msprobe {
+
+namespace {
+
+bool is_module_name(const std::string& name) {
+  return name.rfind("Module.", 0) == 0;
+}
+
+}  // namespace
+
+Selection::Selection(const CollectSection& section, Level level, const std::string& section_name)
+    : scope_(section.scope), list_(section.list), mode_(section.data_mode) {
+  // The four flags as written; msprobe treats an absent kind of word as "all of that kind", so
+  // ["forward"] is forward inputs and outputs, ["input"] inputs of both directions.
+  const bool all = mode_.forward && mode_.backward && mode_.input && mode_.output;
+  any_direction_word_ = !all && (mode_.forward || mode_.backward);
+  any_side_word_ = !all && (mode_.input || mode_.output);
+  for (size_t i = 0; i < scope_.size(); ++i) {
+    const bool module = is_module_name(scope_[i]);
+    if ((level == Level::L1 && module) || (level == Level::L0 && !module)) {
+      throw ConfigError(section_name + ".scope[" + std::to_string(i) + "]: expected " +
+                        (level == Level::L1 ? "an API call name at level L1"
+                                            : "a module call name (Module....) at level L0") +
+                        ", got \"" + scope_[i] + "\"");
+    }
+  }
+}
+
+bool Selection::listed(const std::string& name) const {
+  for (const std::string& item : list_) {
+    if (name.find(item) != std::string::npos) return true;
+  }
+  return false;
+}
+
+Selected Selection::begin(const std::string& name, const std::string& backward_name,
+                          bool inside_listed_module) {
+  Selected s;
+  s.inputs = !any_side_word_ || mode_.input;
+  s.outputs = !any_side_word_ || mode_.output;
+  const bool forward_ok = !any_direction_word_ || mode_.forward;
+  const bool backward_ok = !any_direction_word_ || mode_.backward;
+  bool in_scope = true;
+  if (!scope_.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (window_ == Window::Before && name == scope_[0]) window_ = Window::Inside;
+    in_scope = window_ == Window::Inside;
+  }
+  const bool chosen = in_scope && (list_.empty() || inside_listed_module || listed(name));
+  s.forward = forward_ok && chosen;
+  s.backward = backward_ok && (chosen || (!list_.empty() && listed(backward_name)));
+  if (chosen && is_module_name(name) && filters()) {
+    // Module backward records follow the module's forwards (module_backward below).
+    const size_t cut = name.rfind(".forward.");
+    std::lock_guard<std::mutex> lock(mu_);
+    selected_modules_.insert(name.substr(0, cut));
+  }
+  return s;
+}
+
+void Selection::end(const std::string& name) {
+  if (scope_.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (window_ == Window::Inside && name == scope_.back()) window_ = Window::After;
+}
+
+Selected Selection::module_backward(const std::string& name, const std::string& module_key) {
+  Selected s;
+  s.inputs = !any_side_word_ || mode_.input;
+  s.outputs = !any_side_word_ || mode_.output;
+  s.forward = false;
+  const bool backward_ok = !any_direction_word_ || mode_.backward;
+  if (!backward_ok) return s;
+  if (!filters()) {
+    s.backward = true;
+    return s;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  s.backward = selected_modules_.count(module_key) > 0 || (!list_.empty() && listed(name));
+  return s;
+}
+
+void Selection::new_step() {
+  std::lock_guard<std::mutex> lock(mu_);
+  window_ = Window::Before;
+  selected_modules_.clear();
+}
+
+}  // namespace msprobe

@@ -1,0 +1,61 @@
+// Which calls a session collects and which parts of them (SPEC §1: scope, list, data_mode),
+// decided from the call's name before any statistics are computed.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "core/config.h"
+
+namespace msprobe {
+
+// What to record of one call.
+struct Selected {
+  bool forward = false;   // the forward record
+  bool backward = false;  // the backward record, when the call has one
+  bool inputs = true;     // input_args / input_kwargs (backward: `input`)
+  bool outputs = true;    // output
+  bool any() const { return forward || backward; }
+};
+
+class Selection {
+ public:
+  // Throws ConfigError when the scope's names do not fit the level (API names at L1, module
+  // names at L0; either at mix). `source` names the config in messages.
+  Selection(const CollectSection& section, Level level, const std::string& section_name);
+
+  // A forward call (API or module) begins. `backward_name` is the name its backward record
+  // would have. `inside_listed_module` is true at mix while a module named in `list` runs.
+  Selected begin(const std::string& name, const std::string& backward_name,
+                 bool inside_listed_module);
+  // The forward call `name` ended: closes the scope window after its last call.
+  void end(const std::string& name);
+
+  // A module backward record, which has no forward decision to inherit: `module_key` is
+  // "Module.<qualname>.<Class>", selected when a forward of that module was.
+  Selected module_backward(const std::string& name, const std::string& module_key);
+
+  // `name` matches a `list` item: the item is the full name or a part of it ("relu").
+  bool listed(const std::string& name) const;
+  bool filters() const { return !scope_.empty() || !list_.empty(); }
+  bool lists_modules() const { return !list_.empty(); }
+
+  void new_step();
+
+ private:
+  enum class Window { Before, Inside, After };
+
+  std::vector<std::string> scope_;
+  std::vector<std::string> list_;
+  DataMode mode_;
+  bool any_direction_word_;
+  bool any_side_word_;
+
+  std::mutex mu_;  // the window and the selected modules change as calls run
+  Window window_ = Window::Before;
+  std::unordered_set<std::string> selected_modules_;
+};
+
+}  // namespace msprobe
