@@ -332,7 +332,9 @@ struct InvalidCase {
   const char* message;
 };
 
-void PrintTo(const InvalidCase& c, std::ostream* os) { *os << c.doc; }
+void PrintTo(const InvalidCase& c, std::ostream* os) {
+  *os << c.doc;
+}
 
 class InvalidConfigTest : public testing::TestWithParam<InvalidCase> {};
 
