@@ -20,12 +20,13 @@ namespace {
 
 std::shared_ptr<Session> make_session(const std::string& config_path,
                                       const std::string& overrides_json,
-                                      const std::string& package_dir) {
+                                      const std::string& package_dir,
+                                      const std::string& library_dir) {
   nlohmann::json overrides = nlohmann::json::parse(overrides_json);
   const std::string source = config_path.empty() ? "PrecisionDebugger" : config_path;
   Config config = config_path.empty() ? parse_config(nlohmann::json::object(), source, overrides)
                                       : load_config_file(config_path, overrides);
-  return std::make_shared<Session>(std::move(config), package_dir, source);
+  return std::make_shared<Session>(std::move(config), package_dir, source, library_dir);
 }
 
 // rules/support_wrap_ops.yaml: {"torch": [...], "tensor": [...], ...}
@@ -58,7 +59,7 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<Session, std::shared_ptr<Session>>(m, "Session")
       .def(py::init(&make_session), py::arg("config_path"), py::arg("overrides_json"),
-           py::arg("package_dir"))
+           py::arg("package_dir"), py::arg("library_dir") = "")
       .def("start", &Session::start, py::arg("rank"))
       .def("stop", &Session::stop)
       .def("step", &Session::step)
@@ -71,7 +72,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("modules_hooked", &Session::modules_hooked)
       .def_property_readonly("task", [](const Session& s) { return to_string(s.config().task); })
       .def_property_readonly("level", [](const Session& s) { return to_string(s.config().level); })
-      .def_property_readonly("dump_path", [](const Session& s) { return s.config().dump_path; });
+      .def_property_readonly("dump_path", [](const Session& s) { return s.config().dump_path; })
+      .def_property_readonly("watching", &Session::watching);
 
   m.def("set_current_session", &set_current_session, py::arg("session").none(true));
 
@@ -85,7 +87,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("as_method", [](py::object f) {
     return py::reinterpret_steal<py::object>(PyInstanceMethod_New(f.ptr()));
   });
-  m.def("module_hooks", &make_module_hooks, py::arg("qualname"), py::arg("class_name"));
+  m.def("module_hooks", &make_module_hooks, py::arg("qualname"), py::arg("class_name"),
+        py::arg("record") = true);
   m.def("_force_generic_statistics", &force_generic_statistics, py::arg("on"));
   m.def("load_wrap_ops", &load_wrap_ops, py::arg("path"));
 }

@@ -71,7 +71,8 @@ std::optional<Scene> Detector::match_scene(const CallRecord& rec, bool input_ano
   return std::nullopt;
 }
 
-std::optional<Finding> Detector::judge(const CallRecord& rec) {
+std::optional<Finding> Detector::judge(const CallRecord& rec, bool* filtered) {
+  if (filtered) *filtered = false;
   const bool compat = options_.compat;
   Finding f;
   for (size_t i = 0; i < rec.inputs.size(); ++i) {
@@ -98,7 +99,10 @@ std::optional<Finding> Detector::judge(const CallRecord& rec) {
   const std::optional<Scene> scene = match_scene(rec, input_anomaly, output_anomaly);
   if (!scene) return std::nullopt;
   const IgnoreRule* rule = rules_.find(torch_api_name(rec.name));
-  if (rule && rule->covers(rec, compat)) return std::nullopt;
+  if (rule && rule->covers(rec, compat)) {
+    if (filtered) *filtered = true;
+    return std::nullopt;
+  }
 
   f.call = rec.name;
   f.scene = *scene;

@@ -50,8 +50,9 @@ class Detector {
   Detector(RuleSet rules, DetectorOptions options) : rules_(std::move(rules)), options_(options) {}
 
   // Judges one call; calls must arrive in execution order, because a backward call inherits the
-  // anomalies of its forward seen earlier. Returns the finding left after the ignore filter.
-  std::optional<Finding> judge(const CallRecord& rec);
+  // anomalies of its forward seen earlier. Returns the finding left after the ignore filter;
+  // `filtered`, when given, tells whether an ignore rule dropped one.
+  std::optional<Finding> judge(const CallRecord& rec, bool* filtered = nullptr);
 
   // Forgets the forwards seen so far (a new step, a new file).
   void reset() { anomalous_forwards_.clear(); }

@@ -21,6 +21,29 @@ void write_indices(JsonWriter& w, const char* key, const std::vector<size_t>& in
   w.end_array();
 }
 
+void write_detail(JsonWriter& w, const Finding& f) {
+  w.begin_object();
+  w.key("api_name");
+  w.value_string(f.call);
+  w.key("rank");
+  w.value_string(to_string(f.severity));
+  w.key("scene_type");
+  w.value_string(scene_name(f.scene));
+  write_indices(w, "input_args_anomaly_indices", f.input_indices);
+  w.key("input_kwargs_anomaly_keys");
+  w.begin_array();
+  for (const std::string& k : f.kwarg_keys) w.value_string(k);
+  w.end_array();
+  write_indices(w, "output_anomaly_indices", f.output_indices);
+  if (f.scene == Scene::NumericalMutation) {
+    w.key("threshold");
+    w.value_float(f.threshold);
+    w.key("scale_change_detected");
+    w.value_bool(true);
+  }
+  w.end_object();
+}
+
 }  // namespace
 
 void Report::write(JsonWriter& w) const {
@@ -30,29 +53,12 @@ void Report::write(JsonWriter& w) const {
   write_calls(w, "medium_priority_apis", findings, Severity::Medium);
   w.key("anomaly_details");
   w.begin_array();
-  for (const Finding& f : findings) {
-    w.begin_object();
-    w.key("api_name");
-    w.value_string(f.call);
-    w.key("rank");
-    w.value_string(to_string(f.severity));
-    w.key("scene_type");
-    w.value_string(scene_name(f.scene));
-    write_indices(w, "input_args_anomaly_indices", f.input_indices);
-    w.key("input_kwargs_anomaly_keys");
-    w.begin_array();
-    for (const std::string& k : f.kwarg_keys) w.value_string(k);
-    w.end_array();
-    write_indices(w, "output_anomaly_indices", f.output_indices);
-    if (f.scene == Scene::NumericalMutation) {
-      w.key("threshold");
-      w.value_float(f.threshold);
-      w.key("scale_change_detected");
-      w.value_bool(true);
-    }
-    w.end_object();
-  }
+  for (const Finding& f : findings) write_detail(w, f);
   w.end_array();
+  if (first_anomaly) {
+    w.key("first_anomaly");
+    write_detail(w, *first_anomaly);
+  }
   w.end_object();
 }
 

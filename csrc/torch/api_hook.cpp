@@ -6,6 +6,7 @@
 
 #include "torch/grad_hook.h"
 #include "torch/hook_scope.h"
+#include "torch/overflow_raise.h"
 #include "torch/py_values.h"
 #include "torch/session.h"
 
@@ -44,6 +45,15 @@ std::shared_ptr<torch::autograd::Node> new_grad_fn(
     if (b == fn.get()) return nullptr;
   }
   return fn;
+}
+
+std::vector<at::Tensor> kwarg_tensors(const py::kwargs& kwargs) {
+  std::vector<at::Tensor> out;
+  for (auto kv : kwargs) {
+    out.push_back(THPVariable_Check(kv.second.ptr()) ? THPVariable_Unpack(kv.second.ptr())
+                                                     : at::Tensor());
+  }
+  return out;
 }
 
 }  // namespace
@@ -91,12 +101,18 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
 
   if (sel.backward) {
     if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {
-      add_backward_recorder(*fn, session, prefix + "backward", call.stack, sel);
+      add_backward_recorder(fn, session, prefix + "backward", call.stack, sel, call.parent);
     }
   }
   if (sel.forward) {
     if (sel.outputs) call.record.outputs = describe_items(result.ptr(), options, name + ".output");
-    session->add(std::move(call));
+    if (session->watching()) {
+      const LiveTensors live{tensors_of(args.ptr()), kwarg_tensors(kwargs),
+                             tensors_of(result.ptr())};
+      if (auto stop = session->add(std::move(call), &live)) raise_overflow(*session, *stop);
+    } else {
+      session->add(std::move(call));
+    }
   }
   return result;
 }

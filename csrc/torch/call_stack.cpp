@@ -67,32 +67,53 @@ const CodeRegistry::CodeInfo& CodeRegistry::info(PyObject* code) {
   return infos_[code] = {attr_string(code, "co_filename"), attr_string(code, "co_name")};
 }
 
+int CodeRegistry::line_of(const Frame& f) const {
+#if PY_VERSION_HEX >= 0x030B0000
+  return f.offset < 0 ? -1 : PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(f.code), f.offset);
+#else
+  return f.offset;
+#endif
+}
+
+const std::string& CodeRegistry::source_line(const std::string& file, int line) {
+  static const std::string kNone;
+  auto lines = source_lines_.find(file);
+  if (lines == source_lines_.end()) {
+    std::vector<std::string> content;
+    std::ifstream in(file);
+    for (std::string l; std::getline(in, l);) content.push_back(strip(l));
+    lines = source_lines_.emplace(file, std::move(content)).first;
+  }
+  if (line < 1 || static_cast<size_t>(line) > lines->second.size()) return kNone;
+  return lines->second[static_cast<size_t>(line) - 1];
+}
+
 std::vector<std::string> CodeRegistry::format(const CallStack& stack,
                                               const std::string& skip_prefix) {
   std::vector<std::string> out;
   for (const Frame& f : stack) {
     const CodeInfo& ci = info(f.code);
     if (!skip_prefix.empty() && ci.filename.rfind(skip_prefix, 0) == 0) continue;
-#if PY_VERSION_HEX >= 0x030B0000
-    const int line =
-        f.offset < 0 ? -1 : PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(f.code), f.offset);
-#else
-    const int line = f.offset;
-#endif
-    auto lines = source_lines_.find(ci.filename);
-    if (lines == source_lines_.end()) {
-      std::vector<std::string> content;
-      std::ifstream in(ci.filename);
-      for (std::string l; std::getline(in, l);) content.push_back(std::move(l));
-      lines = source_lines_.emplace(ci.filename, std::move(content)).first;
-    }
-    const std::string source = line >= 1 && static_cast<size_t>(line) <= lines->second.size()
-                                   ? strip(lines->second[line - 1])
-                                   : "";
+    const int line = line_of(f);
     out.push_back("File " + ci.filename + ", line " + std::to_string(line) + ", in " + ci.name +
-                  ", \n " + source);
+                  ", \n " + source_line(ci.filename, line));
   }
   return out;
+}
+
+std::optional<std::string> CodeRegistry::first_frame_outside(const CallStack& stack,
+                                                             const std::vector<std::string>& skip) {
+  for (const Frame& f : stack) {
+    const CodeInfo& ci = info(f.code);
+    bool skipped = false;
+    for (const std::string& prefix : skip) {
+      skipped = skipped || (!prefix.empty() && ci.filename.rfind(prefix, 0) == 0);
+    }
+    if (skipped) continue;
+    const int line = line_of(f);
+    return ci.filename + ":" + std::to_string(line) + ": " + source_line(ci.filename, line);
+  }
+  return std::nullopt;
 }
 
 }  // namespace msprobe

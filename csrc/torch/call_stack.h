@@ -5,6 +5,7 @@
 #include <Python.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -30,12 +31,19 @@ class CodeRegistry {
   // GIL required.
   std::vector<std::string> format(const CallStack& stack, const std::string& skip_prefix);
 
+  // "<path>:<line>: <source line>" of the innermost frame outside every prefix of `skip`.
+  // GIL required.
+  std::optional<std::string> first_frame_outside(const CallStack& stack,
+                                                 const std::vector<std::string>& skip);
+
  private:
   struct CodeInfo {
     std::string filename;
     std::string name;
   };
   const CodeInfo& info(PyObject* code);
+  int line_of(const Frame& f) const;
+  const std::string& source_line(const std::string& file, int line);
 
   std::unordered_set<PyObject*> codes_;
   std::unordered_map<PyObject*, CodeInfo> infos_;

@@ -4,6 +4,8 @@
 
 #include <Python.h>
 
+#include <ATen/ATen.h>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +39,7 @@ struct OpenModuleCall {
   bool listed = false;  // named in `list`: everything inside it is collected (level mix)
   std::vector<Entry> inputs;
   std::vector<std::pair<std::string, Entry>> kwargs;
+  std::vector<at::Tensor> live_inputs;  // task overflow_check
   StackPtr stack;
   std::optional<std::string> parent;
 };

@@ -1,6 +1,7 @@
 #include "torch/module_hooks.h"
 
 #include "torch/hook_scope.h"
+#include "torch/overflow_raise.h"
 #include "torch/py_values.h"
 #include "torch/session.h"
 
@@ -8,19 +9,24 @@ namespace py = pybind11;
 
 namespace msprobe {
 
-py::tuple make_module_hooks(const std::string& qualname, const std::string& class_name) {
+py::tuple make_module_hooks(const std::string& qualname, const std::string& class_name,
+                            bool record) {
   const std::string base = "Module." + qualname + "." + class_name;
   const std::string forward_key = base + ".forward";
   const std::string backward_key = base + ".backward";
 
   // PyTorch >= 2.0 passes keyword arguments too (registered with with_kwargs=True).
-  auto pre = [forward_key](py::handle module, py::handle inputs, py::handle kwargs) {
+  auto pre = [forward_key, record](py::handle module, py::handle inputs, py::handle kwargs) {
     std::shared_ptr<Session> s = current_session();
     if (!s || !s->collecting()) return;
     Selection& selection = s->selection();
     OpenModuleCall open;
     open.module = module.ptr();
     open.name = forward_key + "." + std::to_string(s->next_index(forward_key));
+    if (!record) {
+      open_module_calls().push_back(std::move(open));
+      return;
+    }
     open.selected = selection.begin(open.name, "", inside_listed_module());
     open.listed = selection.lists_modules() && selection.listed(open.name);
     open.parent = enclosing_module();
@@ -37,6 +43,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
         }
       }
       open.stack = s->capture_stack();
+      if (s->watching()) open.live_inputs = tensors_of(inputs.ptr());
     }
     open_module_calls().push_back(std::move(open));
   };
@@ -63,7 +70,12 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     }
     call.stack = std::move(open.stack);
     call.parent = std::move(open.parent);
-    s->add(std::move(call));
+    if (s->watching()) {
+      const LiveTensors live{std::move(open.live_inputs), {}, tensors_of(output.ptr())};
+      if (auto stop = s->add(std::move(call), &live)) raise_overflow(*s, *stop);
+    } else {
+      s->add(std::move(call));
+    }
   };
 
   auto backward = [base, backward_key](py::handle /*module*/, py::handle grad_input,
@@ -85,7 +97,12 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
       call.record.outputs = describe_items(grad_input.ptr(), options, name + ".output");
     }
     call.stack = s->capture_stack();
-    s->add(std::move(call));
+    if (s->watching()) {
+      const LiveTensors live{tensors_of(grad_output.ptr()), {}, tensors_of(grad_input.ptr())};
+      if (auto stop = s->add(std::move(call), &live)) raise_overflow(*s, *stop);
+    } else {
+      s->add(std::move(call));
+    }
   };
 
   return py::make_tuple(

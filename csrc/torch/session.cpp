@@ -30,13 +30,16 @@ std::string section_name(const Config& c, const std::string& source) {
 
 }  // namespace
 
-Session::Session(Config config, std::string package_dir, const std::string& source)
+Session::Session(Config config, std::string package_dir, const std::string& source,
+                 std::string library_dir)
     : config_(std::move(config)),
       package_dir_(std::move(package_dir)),
-      selection_(config_.collect(), config_.level, section_name(config_, source)) {
+      selection_(config_.collect(), config_.level, section_name(config_, source)),
+      library_dir_(std::move(library_dir)) {
   options_.md5 =
       config_.task == Task::Statistics && config_.statistics.summary_mode == SummaryMode::Md5;
-  if (config_.task == Task::Tensor) saver_ = std::make_unique<TensorSaver>();
+  if (config_.task != Task::Statistics) saver_ = std::make_unique<TensorSaver>();
+  if (config_.task == Task::OverflowCheck) watch_ = std::make_unique<OverflowWatch>(config_);
   std::error_code ec;
   const auto abs = std::filesystem::absolute(config_.dump_path, ec);
   dump_root_ = ec ? config_.dump_path : abs.lexically_normal().string();
@@ -48,6 +51,7 @@ Session::~Session() {
 }
 
 bool Session::finished() const {
+  if (ended_ || (watch_ && watch_->exhausted())) return true;
   const auto& ranges = config_.step.ranges();
   if (ranges.empty()) return false;
   int64_t last = 0;
@@ -63,10 +67,8 @@ std::string Session::step_dir() const {
 void Session::start(int rank) {
   rank_ = rank;
   started_ = true;
-  if (saver_) {
-    options_.tensor_dir = step_dir() + "/dump_tensor_data";
-    options_.saver = saver_.get();
-  }
+  if (saver_) options_.tensor_dir = step_dir() + "/dump_tensor_data";
+  if (config_.task == Task::Tensor) options_.saver = saver_.get();
   const bool rank_ok =
       rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
   collecting_ = rank_ok && config_.step.contains(step_) && !finished();
@@ -86,6 +88,7 @@ void Session::step() {
   if (dirty_) write_step();
   clear_step();
   selection_.new_step();
+  if (watch_) watch_->new_step();
   ++step_;
   started_ = false;
 }
@@ -95,10 +98,27 @@ int64_t Session::next_index(const std::string& key) {
   return counters_[key]++;
 }
 
-void Session::add(StoredCall&& call) {
+std::optional<OverflowStop> Session::add(StoredCall&& call, const LiveTensors* live) {
   std::lock_guard<std::mutex> lock(mu_);
+  std::optional<OverflowStop> stop;
+  if (watch_) {
+    static const LiveTensors kNone;
+    const LiveTensors& tensors = live ? *live : kNone;
+    const Verdict v = watch_->judge(call.record, tensors);
+    if (v.finding) keep_tensors(call, tensors);
+    if (v.stop) stop = describe_stop(call, *v.finding, tensors);
+    // overflow_nums reached: the rest of the run is not collected.
+    if (watch_->exhausted()) collecting_ = false;
+  }
   calls_.push_back(std::move(call));
   dirty_ = true;
+  return stop;
+}
+
+void Session::end_with_overflow() {
+  collecting_ = false;
+  ended_ = true;
+  if (dirty_) write_step();
 }
 
 void Session::clear_step() {
@@ -111,6 +131,11 @@ void Session::clear_step() {
 void Session::write_step() {
   std::vector<const CallRecord*> records;
   std::lock_guard<std::mutex> lock(mu_);
+  // Task overflow_check writes only the steps it flagged; a clean step leaves nothing.
+  if (watch_ && !watch_->step_flagged()) {
+    dirty_ = false;
+    return;
+  }
   records.reserve(calls_.size());
   for (const StoredCall& c : calls_) records.push_back(&c.record);
 
@@ -119,6 +144,10 @@ void Session::write_step() {
   DumpHead head{to_string(config_.task), to_string(config_.level), std::nullopt};
   if (saver_) {
     head.dump_data_dir = options_.tensor_dir;
+    for (StoredCall& c : calls_) {
+      for (auto& [tensor, name] : c.tensors) saver_->save(tensor, options_.tensor_dir + "/" + name);
+      c.tensors.clear();
+    }
     const std::string error = saver_->flush();
     if (!error.empty() && !reported_write_error_) {
       // Training goes on: a full disk must not kill the run being observed.
@@ -157,6 +186,7 @@ void Session::write_step() {
   }
   construct.end_object();
   write_file_atomic(dir + "/construct.json", construct.take());
+  if (watch_) write_overflow_files(dir);
   dirty_ = false;
 }
 

@@ -9,5 +9,6 @@
 """
 from ._C import ConfigError, RulesError, WriteError
 from .debugger import PrecisionDebugger
+from .errors import OverflowError  # noqa: A004 - msprobe_cpp.OverflowError, a RuntimeError
 
-__all__ = ["PrecisionDebugger", "ConfigError", "RulesError", "WriteError"]
+__all__ = ["PrecisionDebugger", "OverflowError", "ConfigError", "RulesError", "WriteError"]

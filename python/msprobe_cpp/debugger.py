@@ -9,6 +9,8 @@ from . import _C
 from .api_hooks import ApiHooks
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# Frames under here are torch's, not the user's line an overflow stop names.
+TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
 
 def _rank() -> int:
@@ -39,7 +41,7 @@ class PrecisionDebugger:
 
     def __init__(self, config_path: Optional[str] = None, **overrides: Any) -> None:
         overrides = {k: v for k, v in overrides.items() if v is not None}
-        self._session = _C.Session(config_path or "", json.dumps(overrides), PACKAGE_DIR)
+        self._session = _C.Session(config_path or "", json.dumps(overrides), PACKAGE_DIR, TORCH_DIR)
         self._api_hooks = ApiHooks()
         self._module_handles: List[Any] = []
         self._model: Optional[torch.nn.Module] = None
@@ -55,15 +57,17 @@ class PrecisionDebugger:
 
     def start(self, model: Optional[torch.nn.Module] = None) -> None:
         """Begins (or resumes) collection for the current step; installs hooks the first time."""
-        if self._done:
+        if self._done or self._session.finished:
+            self._release()
             return
         if self._session.modules_hooked and model is None and not self._module_handles:
             raise ValueError(f"PrecisionDebugger.start: level {self._session.level} records modules, "
                              "so start(model) needs the model")
         if self._session.apis_hooked:
             self._api_hooks.install()
-        if self._session.modules_hooked and model is not None and model is not self._model:
-            self._hook_modules(model)
+        wants_modules = self._session.modules_hooked or self._session.watching
+        if wants_modules and model is not None and model is not self._model:
+            self._hook_modules(model, record=self._session.modules_hooked)
         self._session.start(_rank())
 
     def stop(self) -> None:
@@ -82,16 +86,18 @@ class PrecisionDebugger:
         if cls._instance is not None:
             cls._instance._session.pause()
 
-    def _hook_modules(self, model: torch.nn.Module) -> None:
+    def _hook_modules(self, model: torch.nn.Module, record: bool) -> None:
+        """record=False: only track the enclosing module (L1 overflow_check), no module records
+        and no backward hooks, so nothing about the model's autograd graph changes."""
         self._unhook_modules()
         self._model = model
         for name, module in model.named_modules():
             if module is model:
                 continue  # the root passed to start() is not itself recorded
-            pre, post, backward = _C.module_hooks(name, type(module).__name__)
-            self._module_handles += [_register_pre_hook(module, pre),
-                                     module.register_forward_hook(post),
-                                     module.register_full_backward_hook(backward)]
+            pre, post, backward = _C.module_hooks(name, type(module).__name__, record)
+            self._module_handles += [_register_pre_hook(module, pre), module.register_forward_hook(post)]
+            if record:
+                self._module_handles.append(module.register_full_backward_hook(backward))
 
     def _unhook_modules(self) -> None:
         for handle in self._module_handles:
@@ -106,3 +112,9 @@ class PrecisionDebugger:
         self._done = True
         if PrecisionDebugger._instance is self:
             _C.set_current_session(None)
+
+
+def _release_after_stop() -> None:
+    """Called by the engine when an overflow stops the run, before the exception is raised."""
+    if PrecisionDebugger._instance is not None:
+        PrecisionDebugger._instance._release()
