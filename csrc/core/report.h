@@ -12,8 +12,8 @@ namespace msprobe {
 
 struct Report {
   std::vector<Finding> findings;  // in record order
-  // overflow_report.json only: the step's first finding, whatever its level, so the call where
-  // NaN or inf entered is named even when it came in with the data.
+  // overflow_report.json only: the finding that flagged the step, whatever its level, so the
+  // call where NaN or inf entered is named even when it came in with the data.
   std::optional<Finding> first_anomaly;
 
   bool empty() const { return findings.empty(); }

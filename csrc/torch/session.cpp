@@ -6,6 +6,7 @@
 #include "core/dump_writer.h"
 #include "core/json_writer.h"
 #include "core/output_files.h"
+#include "torch/hook_scope.h"
 
 namespace msprobe {
 
@@ -65,6 +66,9 @@ std::string Session::step_dir() const {
 }
 
 void Session::start(int rank) {
+  // A forward that an exception cut short (an overflow stop, a user's error) left its module
+  // calls open on this thread.
+  open_module_calls().clear();
   rank_ = rank;
   started_ = true;
   if (saver_) options_.tensor_dir = step_dir() + "/dump_tensor_data";

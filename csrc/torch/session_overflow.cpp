@@ -109,7 +109,7 @@ OverflowStop Session::describe_stop(const StoredCall& call, const Finding& f,
 void Session::write_overflow_files(const std::string& dir) {
   Report report;
   report.findings = watch_->findings();
-  if (!report.findings.empty()) report.first_anomaly = report.findings.front();
+  report.first_anomaly = watch_->first_flagged();
   write_file_atomic(dir + "/overflow_report.json", report.to_json(1));
 
   size_t counts[3] = {0, 0, 0};

@@ -1,0 +1,249 @@
+"""Live overflow detection (task overflow_check) on real training loops."""
+import json
+import pathlib
+import subprocess
+from typing import Any, Dict, List, Optional
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import msprobe_cpp
+from models import make_batches, make_model, make_optimizer, train_step
+
+
+def debugger(tmp_path: pathlib.Path, **overflow: Any) -> msprobe_cpp.PrecisionDebugger:
+    top = {k: overflow.pop(k) for k in ("level", "step") if k in overflow}
+    config = {"task": "overflow_check", "dump_path": str(tmp_path / "dump"), **top, "overflow_check": overflow}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return msprobe_cpp.PrecisionDebugger(config_path=str(path))
+
+
+def steps_on_disk(tmp_path: pathlib.Path) -> List[str]:
+    dump = tmp_path / "dump"
+    return sorted(p.name for p in dump.iterdir()) if dump.exists() else []
+
+
+def report(tmp_path: pathlib.Path, step: int) -> Dict[str, Any]:
+    return json.loads((tmp_path / "dump" / f"step{step}" / "rank" / "overflow_report.json").read_text())
+
+
+def run(model: nn.Module, steps: int, dbg, on_step=None) -> List[float]:
+    opt = make_optimizer(model)
+    losses = []
+    for i, (x, y) in enumerate(make_batches(model, steps)):
+        if on_step:
+            x = on_step(i, x)
+        losses.append(train_step(model, opt, x, y, dbg).item())
+    return losses
+
+
+def fp16_overflow_at(steps: List[int], block: int, model: nn.Module, masked: bool = False):
+    """Scores of one block go through fp16 at the chosen steps and overflow there. `masked`: only
+    where the causal mask overwrites them afterwards, so the run survives the overflow (the
+    weights stay finite) and later steps are clean again."""
+    state = {"step": 0}
+
+    def inject(index: int, scores: torch.Tensor) -> torch.Tensor:
+        if index == block and state["step"] in steps:
+            if masked:
+                t = scores.shape[-1]
+                factor = torch.ones(t, t).triu(1).mul(6e4 - 1).add(1).half()  # < fp16 max
+                return (scores.half() * factor).float()
+            return (scores.half() * 1e5).float()
+        return scores
+
+    model.inject = inject
+
+    def on_step(i: int, x: torch.Tensor) -> torch.Tensor:
+        state["step"] = i
+        return x
+
+    return on_step
+
+
+def test_clean_gpt_training_writes_nothing(tmp_path):
+    """20 steps with the causal -inf mask and AdamW: the mask is explained, nothing is flagged."""
+    dbg = debugger(tmp_path)
+    losses = run(make_model("gpt"), 20, dbg)
+    assert losses == run(make_model("gpt"), 20, None)
+    assert steps_on_disk(tmp_path) == []
+    assert not (tmp_path / "dump").exists()
+
+
+def test_fp16_overflow_stops_training_at_its_step(tmp_path):
+    model = make_model("gpt")
+    original = torch.matmul
+    on_step = fp16_overflow_at([3], block=2, model=model)
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        run(model, 6, debugger(tmp_path), on_step)
+    e = info.value
+    assert isinstance(e, RuntimeError)
+    assert e.step == 3 and e.rank == -1
+    assert e.call.startswith("Tensor.__mul__.") and e.call.endswith(".forward")
+    assert (e.scene, e.level) == ("InputNormalOutputAnomalyScene", "critical")
+    assert e.output_anomaly_indices == [0] and e.input_args_anomaly_indices == []
+    assert "blocks.2." in e.module
+    assert e.source.endswith("return (scores.half() * 1e5).float()")
+    assert e.source.startswith(__file__ + ":")
+    assert e.dump_dir == str(tmp_path / "dump" / "step3" / "rank")
+    assert len(e.tensors) == 1 and e.tensors[0].startswith("output[0]: torch.float16 [8, 4, 32, 32]: 0 NaN, ")
+    for fact in (e.call, "step 3", "InputNormalOutputAnomalyScene", e.module, e.source, e.dump_dir, e.tensors[0]):
+        assert fact in str(e)
+    # Only the flagged step is on disk, with everything of it up to the stop.
+    assert steps_on_disk(tmp_path) == ["step3"]
+    step = tmp_path / "dump" / "step3" / "rank"
+    data = json.loads((step / "dump.json").read_text())["data"]
+    assert list(data)[-1] == e.call
+    assert data[e.call]["output"][0]["data_name"] == f"{e.call}.output.0.pt"
+    saved = torch.load(step / "dump_tensor_data" / f"{e.call}.output.0.pt")
+    assert saved.dtype == torch.float16 and torch.isinf(saved).any()
+    assert report(tmp_path, 3)["critical_apis"] == [e.call]
+    # The process is healthy: hooks are gone and training goes on.
+    assert torch.matmul is original
+    model.inject = None
+    assert all(l == l for l in run(model, 2, None))
+
+
+def test_backward_only_overflow_comes_out_of_backward(tmp_path):
+    class SqrtNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.sqrt(F.relu(self.fc(x)) * 0.0).sum()  # sqrt(0): finite, gradient inf
+
+    torch.manual_seed(0)
+    model = SqrtNet()
+    dbg = debugger(tmp_path)
+    dbg.start(model)
+    loss = model(torch.randn(3, 4))
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        loss.backward()
+    e = info.value
+    assert e.call == "Torch.sqrt.0.backward"
+    assert e.level == "critical" and e.output_anomaly_indices == [0]
+    assert e.source.endswith("return torch.sqrt(F.relu(self.fc(x)) * 0.0).sum()  # sqrt(0): finite, gradient inf")
+    assert steps_on_disk(tmp_path) == ["step0"]
+    assert report(tmp_path, 0)["critical_apis"] == ["Torch.sqrt.0.backward"]
+
+
+def inf_data_at(k: int):
+    def on_step(i: int, x: torch.Tensor) -> torch.Tensor:
+        if i == k:
+            x = x.clone()
+            x[0, 0] = float("inf")
+        return x
+    return on_step
+
+
+def test_inf_in_the_data_is_reported_not_stopped_by_default(tmp_path, cli):
+    dbg = debugger(tmp_path)
+    run(make_model("mlp"), 5, dbg, inf_data_at(2))  # no exception: nothing critical
+    assert steps_on_disk(tmp_path) == ["step2"]  # overflow_nums 1: collection ends there
+    r = report(tmp_path, 2)
+    assert r["critical_apis"] == []
+    assert r["first_anomaly"]["api_name"] == "Functional.linear.0.forward"
+    assert r["first_anomaly"]["input_args_anomaly_indices"] == [0]
+
+
+def test_inf_in_the_data_stops_at_stop_level_high(tmp_path):
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        run(make_model("mlp"), 5, debugger(tmp_path, stop_level="high"), inf_data_at(2))
+    assert (info.value.step, info.value.call, info.value.level) == (2, "Functional.linear.0.forward", "high")
+
+
+def test_backward_inheritance_keeps_nan_data_below_critical(tmp_path):
+    """With NaN data every call of the step, forward and backward, is high or medium."""
+    dbg = debugger(tmp_path, overflow_nums=-1, action="continue")
+    run(make_model("mlp"), 3, dbg, inf_data_at(1))
+    r = report(tmp_path, 1)
+    assert r["critical_apis"] == []
+    assert any(".backward" in d["api_name"] for d in r["anomaly_details"])
+
+
+def test_shipped_rules_apply_live(tmp_path):
+    """torch.empty may hold NaN; masked_fill_ refills -inf masks: neither is flagged."""
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            scratch = torch.empty(64)  # usually reuses the NaN block freed just before
+            s = self.fc(x) @ self.fc(x).t()
+            mask = torch.ones_like(s, dtype=torch.bool).triu(1)
+            s.masked_fill_(mask, float("-inf"))
+            s.masked_fill_(mask, float("-inf"))  # input 0 already holds -inf
+            return F.softmax(s, dim=-1).sum() + scratch[:0].sum()
+
+    for compat in (False, True):
+        torch.manual_seed(0)
+        model = Masked()
+        x = torch.randn(3, 4)
+        dbg = debugger(tmp_path / str(compat), compat=compat)
+        nan = torch.full((64,), float("nan"))
+        dbg.start(model)
+        del nan
+        model(x).backward()
+        dbg.stop()
+        dbg.step()
+        assert steps_on_disk(tmp_path / str(compat)) == [], compat
+
+
+def test_action_continue_dumps_exactly_the_overflowing_steps(tmp_path, cli):
+    model = make_model("gpt")
+    on_step = fp16_overflow_at([2, 5], block=1, model=model, masked=True)
+    run(model, 7, debugger(tmp_path, action="continue", overflow_nums=-1), on_step)
+    assert steps_on_disk(tmp_path) == ["step2", "step5"]
+    for k in (2, 5):
+        step = tmp_path / "dump" / f"step{k}" / "rank"
+        r = report(tmp_path, k)
+        assert r["critical_apis"] and r["first_anomaly"]["api_name"] == r["critical_apis"][0]
+        # The live report is what `msprobe-cpp check` computes from the written dump.json.
+        checked = subprocess.run([str(cli), "check", str(step / "dump.json")], capture_output=True, text=True)
+        assert checked.returncode == 1, checked.stderr
+        live = dict(r)
+        del live["first_anomaly"]
+        assert json.loads(checked.stdout) == live
+        # The flagged calls' tensors are saved; calls without a finding are not.
+        data = json.loads((step / "dump.json").read_text())["data"]
+        saved = {p.name for p in (step / "dump_tensor_data").iterdir()}
+        for name in r["critical_apis"]:
+            assert f"{name}.output.0.pt" in saved
+        assert not any(n.startswith("Functional.embedding") for n in saved)
+        assert set(data) >= set(d["api_name"] for d in r["anomaly_details"])
+
+
+@pytest.mark.parametrize("nums, expected", [(1, ["step1"]), (-1, ["step1", "step3", "step4"])])
+def test_overflow_nums_limits_the_flagged_calls(tmp_path, nums, expected):
+    model = make_model("gpt")
+    on_step = fp16_overflow_at([1, 3, 4], block=0, model=model, masked=True)
+    run(model, 6, debugger(tmp_path, action="continue", overflow_nums=nums), on_step)
+    assert steps_on_disk(tmp_path) == expected
+    if nums == 1:  # collection ended at the first flagged call: it is the last record
+        data = json.loads((tmp_path / "dump" / "step1" / "rank" / "dump.json").read_text())["data"]
+        assert list(data)[-1] == report(tmp_path, 1)["critical_apis"][0]
+
+
+def test_mix_level_stop_names_the_module(tmp_path):
+    model = make_model("gpt")
+    on_step = fp16_overflow_at([1], block=3, model=model)
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        run(model, 3, debugger(tmp_path, level="mix"), on_step)
+    assert info.value.step == 1 and "blocks.3." in info.value.module
+    construct = json.loads((tmp_path / "dump" / "step1" / "rank" / "construct.json").read_text())
+    assert construct[info.value.call] == info.value.module
+
+
+def test_bad_rules_file_in_config_is_an_error_before_hooks(tmp_path):
+    rules = tmp_path / "r.yaml"
+    rules.write_text("ignore_nan_inf:\n  - api_name: [x\n")
+    original = torch.matmul
+    with pytest.raises(ValueError, match=r"r.yaml:3:1: invalid YAML"):
+        debugger(tmp_path, rules=[str(rules)])
+    assert torch.matmul is original
