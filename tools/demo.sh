@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The demo: what `msprobe-cpp check` finds in the dump of an fp16 training step that overflowed.
+# The demo: a small GPT trains under msprobe_cpp, overflows in fp16 at step 3 and is stopped; then
+# `msprobe-cpp check` reads the dump it left.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 install_packages
 build >/dev/null
-DUMP="$ROOT/examples/dumps/gpt_fp16_overflow/step3/rank/dump.json"
-echo "== msprobe-cpp check $DUMP --format text"
+cd "$ROOT"
+echo "== /usr/bin/python3 examples/train_overflow_demo.py"
+"$PYTHON" examples/train_overflow_demo.py
+echo
+echo "== msprobe-cpp check demo_dump --format text"
 set +e
-"$BUILD/bin/msprobe-cpp" check "$DUMP" --format text
+"$BUILD/bin/msprobe-cpp" check demo_dump --format text
 status=$?
 set -e
 echo "== exit status $status (0 clean, 1 anomalies found, 2 unreadable input)"
-echo "== the JSON report: $BUILD/bin/msprobe-cpp check $DUMP"
 [ "$status" -le 1 ]
