@@ -4,9 +4,9 @@
 
 #include <vector>
 
+#include "torch/call_submit.h"
 #include "torch/grad_hook.h"
 #include "torch/hook_scope.h"
-#include "torch/overflow_raise.h"
 #include "torch/py_values.h"
 #include "torch/session.h"
 
@@ -106,13 +106,9 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   }
   if (sel.forward) {
     if (sel.outputs) call.record.outputs = describe_items(result.ptr(), options, name + ".output");
-    if (session->watching()) {
-      const LiveTensors live{tensors_of(args.ptr()), kwarg_tensors(kwargs),
-                             tensors_of(result.ptr())};
-      if (auto stop = session->add(std::move(call), &live)) raise_overflow(*session, *stop);
-    } else {
-      session->add(std::move(call));
-    }
+    submit(*session, std::move(call), [&] {
+      return LiveTensors{tensors_of(args.ptr()), kwarg_tensors(kwargs), tensors_of(result.ptr())};
+    });
   }
   return result;
 }

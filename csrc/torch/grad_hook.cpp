@@ -3,8 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <torch/csrc/autograd/python_cpp_function.h>
 
-#include "torch/overflow_raise.h"
-#include "torch/py_values.h"
+#include "torch/call_submit.h"
 
 namespace py = pybind11;
 
@@ -18,25 +17,8 @@ void add_backward_recorder(const std::shared_ptr<torch::autograd::Node>& node,
                module = std::move(module)](py::handle grad_inputs, py::handle grad_outputs) {
     std::shared_ptr<Session> s = weak.lock();
     if (!s || !s->collecting()) return;
-    const DescribeOptions& options = s->describe_options();
-    StoredCall call;
-    call.record.name = name;
-    call.record.uses_input_key = true;
-    call.record.has_inputs = parts.inputs;
-    call.record.has_outputs = parts.outputs;
-    if (parts.inputs)
-      call.record.inputs = describe_items(grad_outputs.ptr(), options, name + ".input");
-    if (parts.outputs) {
-      call.record.outputs = describe_items(grad_inputs.ptr(), options, name + ".output");
-    }
-    call.stack = stack;
-    call.module_hint = module;
-    if (s->watching()) {
-      const LiveTensors live{tensors_of(grad_outputs.ptr()), {}, tensors_of(grad_inputs.ptr())};
-      if (auto stop = s->add(std::move(call), &live)) raise_overflow(*s, *stop);
-    } else {
-      s->add(std::move(call));
-    }
+    // The node's inputs are the gradients flowing into the call, its outputs those flowing out.
+    submit_backward(*s, name, grad_outputs, grad_inputs, parts, stack, module);
   };
   py::object fn = py::reinterpret_steal<py::object>(torch::autograd::functionToPyObject(node));
   fn.attr("register_hook")(py::cpp_function(hook));

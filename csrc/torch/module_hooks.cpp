@@ -1,7 +1,7 @@
 #include "torch/module_hooks.h"
 
+#include "torch/call_submit.h"
 #include "torch/hook_scope.h"
-#include "torch/overflow_raise.h"
 #include "torch/py_values.h"
 #include "torch/session.h"
 
@@ -70,12 +70,9 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     }
     call.stack = std::move(open.stack);
     call.parent = std::move(open.parent);
-    if (s->watching()) {
-      const LiveTensors live{std::move(open.live_inputs), {}, tensors_of(output.ptr())};
-      if (auto stop = s->add(std::move(call), &live)) raise_overflow(*s, *stop);
-    } else {
-      s->add(std::move(call));
-    }
+    submit(*s, std::move(call), [&] {
+      return LiveTensors{std::move(open.live_inputs), {}, tensors_of(output.ptr())};
+    });
   };
 
   auto backward = [base, backward_key](py::handle /*module*/, py::handle grad_input,
@@ -84,24 +81,8 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     if (!s || !s->collecting()) return;
     const std::string name = backward_key + "." + std::to_string(s->next_index(backward_key));
     const Selected sel = s->selection().module_backward(name, base);
-    if (!sel.backward) return;
-    const DescribeOptions& options = s->describe_options();
-    StoredCall call;
-    call.record.name = name;
-    call.record.uses_input_key = true;
-    call.record.has_inputs = sel.inputs;
-    call.record.has_outputs = sel.outputs;
-    if (sel.inputs)
-      call.record.inputs = describe_items(grad_output.ptr(), options, name + ".input");
-    if (sel.outputs) {
-      call.record.outputs = describe_items(grad_input.ptr(), options, name + ".output");
-    }
-    call.stack = s->capture_stack();
-    if (s->watching()) {
-      const LiveTensors live{tensors_of(grad_output.ptr()), {}, tensors_of(grad_input.ptr())};
-      if (auto stop = s->add(std::move(call), &live)) raise_overflow(*s, *stop);
-    } else {
-      s->add(std::move(call));
+    if (sel.backward) {
+      submit_backward(*s, name, grad_output, grad_input, sel, s->capture_stack(), std::nullopt);
     }
   };
 

@@ -92,20 +92,29 @@ Moments fold(const v4d& s0, const v4d& s1, const v4d& q0, const v4d& q1, const v
   return fold(l);
 }
 
+// Four elements widened to float64, through a reference: inlined into each clone below, and a
+// vector passed by value would change calling convention between the clones.
+__attribute__((always_inline)) inline void load4(const float* p, v4d& out) {
+  v4f f;
+  std::memcpy(&f, p, sizeof(f));
+  out = __builtin_convertvector(f, v4d);
+}
+__attribute__((always_inline)) inline void load4(const double* p, v4d& out) {
+  std::memcpy(&out, p, sizeof(out));
+}
+
 // One pass in float64 over eight elements at a time. Branch-free: NaN fails the min/max
-// comparisons and shows up in the sum instead, which summarize() checks. The AVX2 clone is
-// picked at load time where the CPU has it.
-__attribute__((target_clones("avx2", "default"))) Moments scan_f32(const float* p, int64_t n) {
+// comparisons and shows up in the sum instead, which summarize() checks.
+template <typename T>
+__attribute__((always_inline)) inline Moments scan_vectors(const T* p, int64_t n) {
   v4d s0 = {0, 0, 0, 0}, s1 = s0, q0 = s0, q1 = s0;
   v4d hi0 = {-kInf, -kInf, -kInf, -kInf}, hi1 = hi0;
   v4d lo0 = {kInf, kInf, kInf, kInf}, lo1 = lo0;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    v4f fa, fb;
-    std::memcpy(&fa, p + i, sizeof(fa));
-    std::memcpy(&fb, p + i + 4, sizeof(fb));
-    const v4d a = __builtin_convertvector(fa, v4d);
-    const v4d b = __builtin_convertvector(fb, v4d);
+    v4d a, b;
+    load4(p + i, a);
+    load4(p + i + 4, b);
     s0 += a;
     s1 += b;
     q0 += a * a;
@@ -126,33 +135,12 @@ __attribute__((target_clones("avx2", "default"))) Moments scan_f32(const float* 
   return m;
 }
 
+// The AVX2 clones are picked at load time where the CPU has AVX2.
+__attribute__((target_clones("avx2", "default"))) Moments scan_f32(const float* p, int64_t n) {
+  return scan_vectors(p, n);
+}
 __attribute__((target_clones("avx2", "default"))) Moments scan_f64(const double* p, int64_t n) {
-  v4d s0 = {0, 0, 0, 0}, s1 = s0, q0 = s0, q1 = s0;
-  v4d hi0 = {-kInf, -kInf, -kInf, -kInf}, hi1 = hi0;
-  v4d lo0 = {kInf, kInf, kInf, kInf}, lo1 = lo0;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    v4d a, b;
-    std::memcpy(&a, p + i, sizeof(a));
-    std::memcpy(&b, p + i + 4, sizeof(b));
-    s0 += a;
-    s1 += b;
-    q0 += a * a;
-    q1 += b * b;
-    hi0 = a > hi0 ? a : hi0;
-    hi1 = b > hi1 ? b : hi1;
-    lo0 = a < lo0 ? a : lo0;
-    lo1 = b < lo1 ? b : lo1;
-  }
-  Moments m = fold(s0, s1, q0, q1, hi0, hi1, lo0, lo1);
-  for (; i < n; ++i) {
-    const double v = p[i];
-    m.sum += v;
-    m.sumsq += v * v;
-    m.max = v > m.max ? v : m.max;
-    m.min = v < m.min ? v : m.min;
-  }
-  return m;
+  return scan_vectors(p, n);
 }
 
 // Half and bfloat16 are widened to float a block at a time and scanned like float.

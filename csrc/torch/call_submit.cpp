@@ -1,0 +1,26 @@
+#include "torch/call_submit.h"
+
+#include "torch/py_values.h"
+
+namespace msprobe {
+
+void submit_backward(Session& session, const std::string& name, pybind11::handle grads_in,
+                     pybind11::handle grads_out, Selected parts, StackPtr stack,
+                     std::optional<std::string> module_hint) {
+  const DescribeOptions& options = session.describe_options();
+  StoredCall call;
+  call.record.name = name;
+  call.record.uses_input_key = true;
+  call.record.has_inputs = parts.inputs;
+  call.record.has_outputs = parts.outputs;
+  if (parts.inputs) call.record.inputs = describe_items(grads_in.ptr(), options, name + ".input");
+  if (parts.outputs)
+    call.record.outputs = describe_items(grads_out.ptr(), options, name + ".output");
+  call.stack = std::move(stack);
+  call.module_hint = std::move(module_hint);
+  submit(session, std::move(call), [&] {
+    return LiveTensors{tensors_of(grads_in.ptr()), {}, tensors_of(grads_out.ptr())};
+  });
+}
+
+}  // namespace msprobe

@@ -1,0 +1,34 @@
+// The last step of every hook: store the call, and with task overflow_check judge it with its
+// live tensors and raise the stop when it must.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <optional>
+#include <string>
+
+#include "core/selection.h"
+#include "torch/overflow_raise.h"
+#include "torch/session.h"
+
+namespace msprobe {
+
+// `make_live()` builds the call's LiveTensors; it runs only when the session watches for
+// overflows. GIL required when it does (a stop raises a Python exception).
+template <typename MakeLive>
+void submit(Session& session, StoredCall&& call, MakeLive&& make_live) {
+  if (!session.watching()) {
+    session.add(std::move(call));
+    return;
+  }
+  const LiveTensors live = make_live();
+  if (auto stop = session.add(std::move(call), &live)) raise_overflow(session, *stop);
+}
+
+// A backward record: `grads_in` flow into the call (its `input`), `grads_out` flow out of it
+// (its `output`); either may be a tuple of tensors and None, or one value. Submitted as above.
+void submit_backward(Session& session, const std::string& name, pybind11::handle grads_in,
+                     pybind11::handle grads_out, Selected parts, StackPtr stack,
+                     std::optional<std::string> module_hint);
+
+}  // namespace msprobe
