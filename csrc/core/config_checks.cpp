@@ -1,0 +1,127 @@
+#include "core/config_checks.h"
+
+namespace msprobe::config_checks {
+
+namespace {
+
+constexpr size_t kMaxShownChars = 80;
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Optimal string alignment distance: a swap of two neighbours ("levle") costs one edit, the typo
+// people make most.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The closest candidate when it is close enough to be the likely intent, ignoring case.
+std::optional<std::string> suggest(const std::string& key, const std::vector<std::string>& names) {
+  std::optional<std::string> best;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (const auto& name : names) {
+    size_t distance = edit_distance(lower(key), lower(name));
+    size_t allowed = name.size() >= 5 ? 2 : 1;
+    if (distance <= allowed && distance < best_distance) {
+      best = name;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+// The value as JSON on one line, shortened so a huge list cannot flood the message.
+std::string show(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() <= kMaxShownChars) return text;
+  size_t cut = kMaxShownChars - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut) + "...";
+}
+
+[[noreturn]] void fail(const Loc& at, const std::string& expected, const json& got) {
+  throw ConfigError(at.str() + ": expected " + expected + ", got " + show(got));
+}
+
+[[noreturn]] void fail_missing(const Loc& at, const std::string& expected) {
+  throw ConfigError(at.str() + ": expected " + expected + ", got nothing");
+}
+
+std::string join(const std::vector<std::string>& words, const std::string& sep) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : sep) + w;
+  return out;
+}
+
+// Rejects keys outside `known` and `ignored`; only `known` is listed, the ignored ones exist for
+// msprobe compatibility and are not worth advertising.
+void check_keys(const json& object, const Loc& at, const std::vector<std::string>& known,
+                const std::vector<std::string>& ignored) {
+  std::vector<std::string> all = known;
+  all.insert(all.end(), ignored.begin(), ignored.end());
+  for (const auto& entry : object.items()) {
+    const std::string& key = entry.key();
+    if (std::find(all.begin(), all.end(), key) != all.end()) continue;
+    std::string message = at.child(key).str() + ": unknown key; ";
+    if (auto hint = suggest(key, all)) {
+      message += "did you mean \"" + *hint + "\"?";
+    } else {
+      message += "allowed: " + join(known);
+    }
+    throw ConfigError(message);
+  }
+}
+
+const json* find(const json& object, const std::string& key) {
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+// JSON integers only: booleans and 3.0 are not integers.
+std::optional<int64_t> as_int64(const json& value) {
+  if (value.is_number_unsigned()) {
+    auto u = value.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (value.is_number_integer()) return value.get<int64_t>();
+  return std::nullopt;
+}
+
+bool parse_bool(const json& value, const Loc& at) {
+  if (!value.is_boolean()) fail(at, "true or false", value);
+  return value.get<bool>();
+}
+
+std::string parse_nonempty_string(const json& value, const Loc& at) {
+  if (!value.is_string() || value.get_ref<const std::string&>().empty()) {
+    fail(at, "a non-empty string", value);
+  }
+  return value.get<std::string>();
+}
+
+std::vector<std::string> parse_string_list(const json& value, const Loc& at) {
+  if (!value.is_array()) fail(at, "a list of non-empty strings", value);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < value.size(); ++i)
+    out.push_back(parse_nonempty_string(value[i], at.item(i)));
+  return out;
+}
+
+}  // namespace msprobe::config_checks

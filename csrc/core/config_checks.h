@@ -1,0 +1,88 @@
+// Checks of single config values shared by the config reader: where a value is (Loc), the
+// one-line messages, did-you-mean, and typed reads. Internal to csrc/core.
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+
+namespace msprobe::config_checks {
+
+using nlohmann::json;
+
+// Names a value in messages: a source ("config.json", "PrecisionDebugger(step=...)") and a field
+// path inside it ("overflow_check.rules[2]").
+class Loc {
+ public:
+  explicit Loc(std::string source, std::string path = "")
+      : source_(std::move(source)), path_(std::move(path)) {}
+
+  Loc child(const std::string& key) const {
+    std::string name = printable_key(key);
+    return Loc(source_, path_.empty() ? name : path_ + "." + name);
+  }
+  Loc item(size_t index) const { return Loc(source_, path_ + "[" + std::to_string(index) + "]"); }
+  std::string str() const {
+    if (path_.empty()) return source_;
+    // A keyword argument's items read `PrecisionDebugger(step=...)[1]`.
+    if (path_[0] == '[') return source_ + path_;
+    return source_ + ": " + path_;
+  }
+
+ private:
+  // Keys come from user files; quote odd ones so the message stays one readable line.
+  static std::string printable_key(const std::string& key) {
+    bool plain = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+    });
+    return plain ? key : json(key).dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+
+  std::string source_;
+  std::string path_;
+};
+
+// The value as JSON on one line, shortened so a huge list cannot flood the message.
+std::string show(const json& value);
+// ConfigError "<where>: expected <expected>, got <value>".
+[[noreturn]] void fail(const Loc& at, const std::string& expected, const json& got);
+// ConfigError "<where>: expected <expected>, got nothing".
+[[noreturn]] void fail_missing(const Loc& at, const std::string& expected);
+std::string join(const std::vector<std::string>& words, const std::string& sep = ", ");
+// Rejects keys outside `known` and `ignored`, suggesting the closest known one.
+void check_keys(const json& object, const Loc& at, const std::vector<std::string>& known,
+                const std::vector<std::string>& ignored = {});
+const json* find(const json& object, const std::string& key);
+std::optional<int64_t> as_int64(const json& value);
+bool parse_bool(const json& value, const Loc& at);
+std::string parse_nonempty_string(const json& value, const Loc& at);
+std::vector<std::string> parse_string_list(const json& value, const Loc& at);
+
+template <typename E>
+using EnumTable = std::vector<std::pair<std::string, E>>;
+
+template <typename E>
+std::string enum_names(const EnumTable<E>& table) {
+  std::vector<std::string> names;
+  for (const auto& entry : table) names.push_back(entry.first);
+  return join(names);
+}
+
+template <typename E>
+E parse_enum(const json& value, const Loc& at, const EnumTable<E>& table) {
+  if (value.is_string()) {
+    for (const auto& entry : table) {
+      if (entry.first == value.get_ref<const std::string&>()) return entry.second;
+    }
+  }
+  fail(at, "one of " + enum_names(table), value);
+}
+
+}  // namespace msprobe::config_checks
