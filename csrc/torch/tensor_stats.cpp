@@ -1,6 +1,9 @@
 #include "torch/tensor_stats.h"
 
 #include <algorithm>
+#include <cctype>
+#include <mutex>
+#include <unordered_map>
 #include <atomic>
 #include <cmath>
 #include <cstring>
