@@ -1,5 +1,7 @@
 #include "torch/session.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 
@@ -25,6 +27,26 @@ void set_current_session(std::shared_ptr<Session> s) {
 
 namespace {
 
+// A dump_path that can never be written is a config error, found before any hook goes in. The
+// folder itself is not created here: task overflow_check creates nothing for a clean run.
+void check_writable(const std::string& path, const std::string& source) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  std::error_code ec;
+  while (!p.empty() && !fs::exists(p, ec)) p = p.parent_path();
+  std::string reason;
+  if (p.empty()) {
+    reason = "no existing parent folder";
+  } else if (!fs::is_directory(p, ec)) {
+    reason = "\"" + p.string() + "\" is not a folder";
+  } else if (access(p.c_str(), W_OK | X_OK) != 0) {
+    reason = "\"" + p.string() + "\" is not writable";
+  }
+  if (!reason.empty()) {
+    throw ConfigError(source + ": dump_path: cannot write dumps under \"" + path + "\": " + reason);
+  }
+}
+
 std::string section_name(const Config& c, const std::string& source) {
   return source + ": " + (c.task == Task::Tensor ? "tensor" : "statistics");
 }
@@ -45,6 +67,7 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
   const auto abs = std::filesystem::absolute(config_.dump_path, ec);
   dump_root_ = ec ? config_.dump_path : abs.lexically_normal().string();
   while (dump_root_.size() > 1 && dump_root_.back() == '/') dump_root_.pop_back();
+  check_writable(dump_root_, source);
 }
 
 Session::~Session() {
@@ -84,12 +107,12 @@ void Session::pause() {
 
 void Session::stop() {
   collecting_ = false;
-  if (dirty_) write_step();
+  if (dirty_) write_step_or_report();
 }
 
 void Session::step() {
   collecting_ = false;
-  if (dirty_) write_step();
+  if (dirty_) write_step_or_report();
   clear_step();
   selection_.new_step();
   if (watch_) watch_->new_step();
@@ -122,7 +145,22 @@ std::optional<OverflowStop> Session::add(StoredCall&& call, const LiveTensors* l
 void Session::end_with_overflow() {
   collecting_ = false;
   ended_ = true;
-  if (dirty_) write_step();
+  if (dirty_) write_step_or_report();
+}
+
+void Session::write_step_or_report() {
+  try {
+    write_step();
+  } catch (const WriteError& e) {
+    // The run being observed goes on: a full disk or a blocked folder costs the dump, not the
+    // training. Said once per session.
+    dirty_ = false;
+    if (!reported_write_error_) {
+      std::fprintf(stderr, "msprobe_cpp: the dump of step %lld could not be written: %s\n",
+                   static_cast<long long>(step_), e.what());
+      reported_write_error_ = true;
+    }
+  }
 }
 
 void Session::clear_step() {

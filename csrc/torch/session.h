@@ -79,6 +79,7 @@ class Session {
 
  private:
   void write_step();  // GIL required
+  void write_step_or_report();
   void clear_step();
   void write_overflow_files(const std::string& dir);
   OverflowStop describe_stop(const StoredCall& call, const Finding& f, const LiveTensors& live);

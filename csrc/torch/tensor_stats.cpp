@@ -1,13 +1,13 @@
 #include "torch/tensor_stats.h"
 
 #include <algorithm>
-#include <cctype>
-#include <mutex>
-#include <unordered_map>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <unordered_map>
 
 namespace msprobe {
 

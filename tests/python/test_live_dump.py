@@ -346,3 +346,24 @@ def test_files_and_folders_are_private(tmp_path):
     for f in ("dump.json", "stack.json", "construct.json"):
         assert oct((step / "rank" / f).stat().st_mode & 0o777) == "0o640"
     assert not list((step / "rank").glob("*.tmp.*"))
+
+
+def test_unwritable_dump_path_is_a_config_error(tmp_path):
+    before = snapshot()
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(msprobe_cpp.ConfigError) as err:
+        msprobe_cpp.PrecisionDebugger(dump_path=str(blocker / "dump"))
+    assert str(err.value) == (f'PrecisionDebugger: dump_path: cannot write dumps under "{blocker}/dump": '
+                              f'"{blocker}" is not a folder')
+    assert snapshot() == before
+
+
+def test_a_failed_write_costs_the_dump_not_the_training(tmp_path, capfd):
+    (tmp_path / "step0").write_text("a file where step0's folder would go")
+    expected = train(make_model("mlp"), 2)
+    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), step=[0, 1])
+    assert train(make_model("mlp"), 2, debugger=dbg) == expected
+    err = capfd.readouterr().err
+    assert err.count("msprobe_cpp: the dump of step 0 could not be written:") == 1
+    assert (tmp_path / "step1" / "rank" / "dump.json").exists()
