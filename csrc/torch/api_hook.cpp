@@ -58,10 +58,18 @@ std::vector<at::Tensor> kwarg_tensors(const py::kwargs& kwargs) {
 
 }  // namespace
 
+// The original with the very argument tuple and dict we were given: pybind11's `*args, **kwargs`
+// unpacking would copy both on every call.
+py::object ApiHook::call_original(const py::args& args, const py::kwargs& kwargs) const {
+  PyObject* result = PyObject_Call(original_.ptr(), args.ptr(), kwargs.ptr());
+  if (!result) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(result);
+}
+
 py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   std::shared_ptr<Session> session = current_session();
   if (!session || !session->collecting() || ReentryGuard::inside()) {
-    return original_(*args, **kwargs);
+    return call_original(args, kwargs);
   }
   ReentryGuard guard;
   // Named first, so that scope, list and data_mode are decided before any statistics: a call
@@ -71,7 +79,7 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   Selection& selection = session->selection();
   const Selected sel = selection.begin(name, prefix + "backward", inside_listed_module());
   if (!sel.any()) {
-    py::object result = original_(*args, **kwargs);
+    py::object result = call_original(args, kwargs);
     selection.end(name);
     return result;
   }
@@ -96,7 +104,7 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   call.stack = session->capture_stack();
   call.parent = enclosing_module();
 
-  py::object result = original_(*args, **kwargs);
+  py::object result = call_original(args, kwargs);
   selection.end(name);
 
   if (sel.backward) {

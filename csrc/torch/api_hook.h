@@ -15,6 +15,7 @@ class ApiHook {
       : api_(std::move(api)), original_(std::move(original)) {}
 
   pybind11::object call(pybind11::args args, pybind11::kwargs kwargs);
+  pybind11::object call_original(const pybind11::args& args, const pybind11::kwargs& kwargs) const;
   const pybind11::object& original() const { return original_; }
   const std::string& api() const { return api_; }
 
