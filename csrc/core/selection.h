@@ -40,7 +40,7 @@ class Selection {
   // `name` matches a `list` item: the item is the full name or a part of it ("relu").
   bool listed(const std::string& name) const;
   bool filters() const { return !scope_.empty() || !list_.empty(); }
-  bool lists_modules() const { return !list_.empty(); }
+  bool has_list() const { return !list_.empty(); }
 
   void new_step();
 

@@ -28,7 +28,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
       return;
     }
     open.selected = selection.begin(open.name, "", inside_listed_module());
-    open.listed = selection.lists_modules() && selection.listed(open.name);
+    open.listed = selection.has_list() && selection.listed(open.name);
     open.parent = enclosing_module();
     if (open.selected.forward) {
       const DescribeOptions& options = s->describe_options();

@@ -93,7 +93,6 @@ void Session::start(int rank) {
   // calls open on this thread.
   open_module_calls().clear();
   rank_ = rank;
-  started_ = true;
   if (saver_) options_.tensor_dir = step_dir() + "/dump_tensor_data";
   if (config_.task == Task::Tensor) options_.saver = saver_.get();
   const bool rank_ok =
@@ -117,7 +116,6 @@ void Session::step() {
   selection_.new_step();
   if (watch_) watch_->new_step();
   ++step_;
-  started_ = false;
 }
 
 int64_t Session::next_index(const std::string& key) {

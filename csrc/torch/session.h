@@ -90,7 +90,6 @@ class Session {
   std::string dump_root_;
   int64_t step_ = 0;
   int rank_ = -1;
-  bool started_ = false;
   bool dirty_ = false;  // collected since the last write
   std::atomic<bool> collecting_{false};
 
