@@ -67,7 +67,8 @@ std::string indices_text(const Finding& f) {
     }
     s += "]";
   };
-  list("input_args", f.input_indices);
+  // Backward records keep their incoming gradients under msprobe's key `input`.
+  list(is_backward_name(f.call) ? "input" : "input_args", f.input_indices);
   list("input_kwargs", f.kwarg_keys);
   list("output", f.output_indices);
   return s.empty() ? "-" : s;

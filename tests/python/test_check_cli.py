@@ -134,6 +134,10 @@ def test_text_format(cli, tmp_path):
     lines = r.stdout.splitlines()
     assert lines[0] == f"{path}: 8 anomalous calls (2 critical, 5 high, 1 medium)"
     assert "  critical\tTorch.exp.0.forward\tInputNormalOutputAnomalyScene\toutput [0]" in lines
+    grads = write_dump(tmp_path / "grads" / "dump.json", {
+        "Torch.exp.0.backward": backward([tensor(NAN, NAN, NAN, NAN)], [tensor(NAN, NAN, NAN, NAN)])})
+    assert "  high\tTorch.exp.0.backward\tInputAnomalyOutputAnomalyScene\tinput [0], output [0]" in \
+        run(cli, grads, "--format", "text").stdout.splitlines()
     clean = write_dump(tmp_path / "clean" / "dump.json", {"Torch.add.0.forward": forward([tensor()], [tensor()])})
     r = run(cli, clean, "--format", "text")
     assert (r.returncode, r.stdout) == (0, f"{clean}: no anomaly\n")
