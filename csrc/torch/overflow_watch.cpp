@@ -30,6 +30,7 @@ void OverflowWatch::new_step() {
   explained_.clear();
   unexplained_forwards_.clear();
   findings_.clear();
+  flagged_.clear();
   first_flagged_.reset();
   step_flagged_ = false;
 }
@@ -99,6 +100,7 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live) {
   if (f.severity >= stop_level_) v.flagged = true;
   v.stop = raise_ && f.severity >= stop_level_;
   findings_.push_back(f);
+  flagged_.push_back(v.flagged);
   if (v.flagged) {
     if (!step_flagged_) first_flagged_ = f;
     step_flagged_ = true;

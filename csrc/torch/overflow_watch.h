@@ -40,6 +40,8 @@ class OverflowWatch {
 
   bool step_flagged() const { return step_flagged_; }
   const std::vector<Finding>& findings() const { return findings_; }
+  // Parallel to findings(): whether each one flagged the step (the others were explained).
+  const std::vector<bool>& flagged() const { return flagged_; }
   // The step's first flagged finding, whatever its level: where NaN or inf entered.
   const std::optional<Finding>& first_flagged() const { return first_flagged_; }
   // overflow_nums reached: nothing more is collected after this step.
@@ -60,6 +62,7 @@ class OverflowWatch {
   std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> explained_;
   std::unordered_set<std::string> unexplained_forwards_;
   std::vector<Finding> findings_;
+  std::vector<bool> flagged_;
   std::optional<Finding> first_flagged_;
   bool step_flagged_ = false;
 };

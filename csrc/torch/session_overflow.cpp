@@ -41,12 +41,13 @@ const at::Tensor* at_index(const std::vector<at::Tensor>& v, size_t i) {
   return i < v.size() && v[i].defined() ? &v[i] : nullptr;
 }
 
-std::string join_calls(const std::vector<Finding>& findings, Severity level) {
+// "a, b, c (and 4 more)": the calls of `findings` whose `pick` is true.
+std::string join_calls(const std::vector<Finding>& findings, const std::vector<bool>& pick) {
   std::string s;
   size_t n = 0;
-  for (const Finding& f : findings) {
-    if (f.severity != level) continue;
-    if (n < 3) s += (n ? ", " : "") + f.call;
+  for (size_t i = 0; i < findings.size(); ++i) {
+    if (!pick[i]) continue;
+    if (n < 3) s += (n ? ", " : "") + findings[i].call;
     ++n;
   }
   if (n > 3) s += " (and " + std::to_string(n - 3) + " more)";
@@ -124,9 +125,20 @@ void Session::write_overflow_files(const std::string& dir) {
             to_string(report.first_anomaly->severity) + ", " +
             scene_name(report.first_anomaly->scene) + ")\n";
   }
+  const std::vector<bool>& flagged = watch_->flagged();
   for (Severity level : {Severity::Critical, Severity::High, Severity::Medium}) {
-    const std::string calls = join_calls(report.findings, level);
+    std::vector<bool> pick(flagged.size());
+    for (size_t i = 0; i < pick.size(); ++i) {
+      pick[i] = flagged[i] && report.findings[i].severity == level;
+    }
+    const std::string calls = join_calls(report.findings, pick);
     if (!calls.empty()) text += who + "  " + to_string(level) + ": " + calls + "\n";
+  }
+  std::vector<bool> expected(flagged.size());
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = !flagged[i];
+  const std::string calls = join_calls(report.findings, expected);
+  if (!calls.empty()) {
+    text += who + "  expected (from -inf masks and other deliberate constants): " + calls + "\n";
   }
   text += who + "  dump: " + dir + "  (msprobe-cpp check " + dir + "/dump.json)\n";
   std::fputs(text.c_str(), stderr);

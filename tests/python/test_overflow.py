@@ -74,7 +74,7 @@ def test_clean_gpt_training_writes_nothing(tmp_path):
     assert not (tmp_path / "dump").exists()
 
 
-def test_fp16_overflow_stops_training_at_its_step(tmp_path):
+def test_fp16_overflow_stops_training_at_its_step(tmp_path, capfd):
     model = make_model("gpt")
     original = torch.matmul
     on_step = fp16_overflow_at([3], block=2, model=model)
@@ -102,6 +102,11 @@ def test_fp16_overflow_stops_training_at_its_step(tmp_path):
     saved = torch.load(step / "dump_tensor_data" / f"{e.call}.output.0.pt")
     assert saved.dtype == torch.float16 and torch.isinf(saved).any()
     assert report(tmp_path, 3)["critical_apis"] == [e.call]
+    # The one-screen summary: the flagged call apart from the expected mask findings.
+    summary = capfd.readouterr().err.splitlines()
+    assert summary[0].startswith("msprobe_cpp: step 3 flagged: ")
+    assert f"  critical: {e.call}" in summary
+    assert any(l.startswith("  expected (") and "Tensor.masked_fill.0.forward" in l for l in summary)
     # The process is healthy: hooks are gone and training goes on.
     assert torch.matmul is original
     model.inject = None
