@@ -12,10 +12,6 @@ RuleSet rules_of(const Config& config) {
   return rules;
 }
 
-const at::Tensor* at_index(const std::vector<at::Tensor>& v, size_t i) {
-  return i < v.size() && v[i].defined() ? &v[i] : nullptr;
-}
-
 }  // namespace
 
 OverflowWatch::OverflowWatch(const Config& config)
@@ -46,7 +42,7 @@ bool OverflowWatch::known(const at::Tensor& t) const {
 
 void OverflowWatch::remember_outputs(const CallRecord& rec, const LiveTensors& live) {
   for (size_t i = 0; i < rec.outputs.size(); ++i) {
-    const at::Tensor* t = at_index(live.outputs, i);
+    const at::Tensor* t = tensor_at(live.outputs, i);
     if (t && holds_anomaly(rec.outputs[i], detector_.options().compat)) {
       explained_.emplace_back(t->getIntrusivePtr());
     }
@@ -68,13 +64,13 @@ bool OverflowWatch::explained(const CallRecord& rec, const Finding& f,
     return t && known(*t);
   };
   for (size_t i : f.input_indices) {
-    if (!explained_entry(rec.inputs[i], at_index(live.inputs, i))) return false;
+    if (!explained_entry(rec.inputs[i], tensor_at(live.inputs, i))) return false;
   }
   for (size_t j = 0; j < rec.kwargs.size(); ++j) {
     const auto& kv = rec.kwargs[j];
     const bool anomalous =
         std::find(f.kwarg_keys.begin(), f.kwarg_keys.end(), kv.first) != f.kwarg_keys.end();
-    if (anomalous && !explained_entry(kv.second, at_index(live.kwargs, j))) return false;
+    if (anomalous && !explained_entry(kv.second, tensor_at(live.kwargs, j))) return false;
   }
   // A backward call inherits its forward's anomaly, and with it the forward's explanation.
   const std::string forward = forward_name_of(rec.name);

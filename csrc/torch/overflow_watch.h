@@ -24,6 +24,11 @@ struct LiveTensors {
   std::vector<at::Tensor> outputs;
 };
 
+// The tensor at position `i`, or null where there is none.
+inline const at::Tensor* tensor_at(const std::vector<at::Tensor>& v, size_t i) {
+  return i < v.size() && v[i].defined() ? &v[i] : nullptr;
+}
+
 struct Verdict {
   std::optional<Finding> finding;
   bool flagged = false;  // makes the step dumped

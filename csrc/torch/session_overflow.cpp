@@ -37,10 +37,6 @@ std::string scalar_facts(const std::string& where, const Entry& e) {
   return where + ": " + e.type + " " + format_float(e.value.number);
 }
 
-const at::Tensor* at_index(const std::vector<at::Tensor>& v, size_t i) {
-  return i < v.size() && v[i].defined() ? &v[i] : nullptr;
-}
-
 // "a, b, c (and 4 more)": the calls of `findings` whose `pick` is true.
 std::string join_calls(const std::vector<Finding>& findings, const std::vector<bool>& pick) {
   std::string s;
@@ -65,14 +61,14 @@ void Session::keep_tensors(StoredCall& call, const LiveTensors& live) {
     call.tensors.emplace_back(t->detach().clone(), e.data_name);
   };
   for (size_t i = 0; i < rec.inputs.size(); ++i) {
-    keep(rec.inputs[i], at_index(live.inputs, i), stem + std::to_string(i));
+    keep(rec.inputs[i], tensor_at(live.inputs, i), stem + std::to_string(i));
   }
   for (size_t j = 0; j < rec.kwargs.size(); ++j) {
-    keep(rec.kwargs[j].second, at_index(live.kwargs, j),
+    keep(rec.kwargs[j].second, tensor_at(live.kwargs, j),
          rec.name + "." + rec.kwargs[j].first + ".0");
   }
   for (size_t i = 0; i < rec.outputs.size(); ++i) {
-    keep(rec.outputs[i], at_index(live.outputs, i), rec.name + ".output." + std::to_string(i));
+    keep(rec.outputs[i], tensor_at(live.outputs, i), rec.name + ".output." + std::to_string(i));
   }
 }
 
@@ -90,18 +86,18 @@ OverflowStop Session::describe_stop(const StoredCall& call, const Finding& f,
   const std::string in = rec.uses_input_key ? "input" : "input_args";
   for (size_t i : f.input_indices) {
     const std::string where = in + "[" + std::to_string(i) + "]";
-    const at::Tensor* t = at_index(live.inputs, i);
+    const at::Tensor* t = tensor_at(live.inputs, i);
     stop.tensors.push_back(t ? tensor_facts(where, *t) : scalar_facts(where, rec.inputs[i]));
   }
   for (size_t j = 0; j < rec.kwargs.size(); ++j) {
     const auto& key = rec.kwargs[j].first;
     if (std::find(f.kwarg_keys.begin(), f.kwarg_keys.end(), key) == f.kwarg_keys.end()) continue;
-    const at::Tensor* t = at_index(live.kwargs, j);
+    const at::Tensor* t = tensor_at(live.kwargs, j);
     stop.tensors.push_back(t ? tensor_facts(key, *t) : scalar_facts(key, rec.kwargs[j].second));
   }
   for (size_t i : f.output_indices) {
     const std::string where = "output[" + std::to_string(i) + "]";
-    const at::Tensor* t = at_index(live.outputs, i);
+    const at::Tensor* t = tensor_at(live.outputs, i);
     stop.tensors.push_back(t ? tensor_facts(where, *t) : scalar_facts(where, rec.outputs[i]));
   }
   return stop;
