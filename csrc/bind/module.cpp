@@ -1,6 +1,7 @@
 // msprobe_cpp._C: the thin Python face of the C++ engine.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
 #include <yaml-cpp/yaml.h>
 
 #include <nlohmann/json.hpp>
@@ -9,7 +10,9 @@
 #include "core/output_files.h"
 #include "core/rules.h"
 #include "torch/api_hook.h"
+#include "torch/hook_scope.h"
 #include "torch/module_hooks.h"
+#include "torch/overflow_raise.h"
 #include "torch/session.h"
 #include "torch/tensor_stats.h"
 
@@ -73,7 +76,32 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("task", [](const Session& s) { return to_string(s.config().task); })
       .def_property_readonly("level", [](const Session& s) { return to_string(s.config().level); })
       .def_property_readonly("dump_path", [](const Session& s) { return s.config().dump_path; })
-      .def_property_readonly("watching", &Session::watching);
+      .def_property_readonly("watching", &Session::watching)
+      .def_property_readonly("folder_rank", &Session::folder_rank)
+      .def_property_readonly("step_flagged", &Session::step_flagged)
+      .def(
+          "set_python_side",
+          [](Session& s, py::object overflow_type, py::object error_type, py::object on_flagged,
+             py::object queue_callback) {
+            s.set_python_side(std::make_unique<PythonSide>(
+                PythonSide{std::move(overflow_type), std::move(error_type), std::move(on_flagged),
+                           std::move(queue_callback)}));
+          },
+          py::arg("overflow_type"), py::arg("error_type"), py::arg("on_flagged"),
+          py::arg("queue_callback"))
+      .def(
+          "add_model_tensor",
+          [](Session& s, const std::string& name, const at::Tensor& t, bool buffer) {
+            s.models().add(name, t, buffer);
+          },
+          py::arg("name"), py::arg("tensor"), py::arg("buffer"))
+      .def("set_loss_scaled", &Session::set_loss_scaled)
+      .def(
+          "judge_loss_scale",
+          [](Session& s, double before, double after) {
+            if (auto event = s.judge_loss_scale(before, after)) handle_overflow_event(s, *event);
+          },
+          py::arg("before"), py::arg("after"));
 
   m.def("set_current_session", &set_current_session, py::arg("session").none(true));
 
@@ -89,6 +117,11 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("module_hooks", &make_module_hooks, py::arg("qualname"), py::arg("class_name"),
         py::arg("record") = true);
+  // The debugger's own torch calls (a loss scaler's get_scale()) must not land in the dump.
+  m.def("call_unhooked", [](py::function fn) {
+    ReentryGuard guard;
+    return fn();
+  });
   m.def("_force_generic_statistics", &force_generic_statistics, py::arg("on"));
   m.def("load_wrap_ops", &load_wrap_ops, py::arg("path"));
 }

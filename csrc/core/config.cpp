@@ -49,6 +49,8 @@ const EnumTable<Level> kLevels = {{"L0", Level::L0}, {"L1", Level::L1}, {"mix", 
 const EnumTable<SummaryMode> kSummaryModes = {{"statistics", SummaryMode::Statistics},
                                               {"md5", SummaryMode::Md5}};
 const EnumTable<Action> kActions = {{"raise", Action::Raise}, {"continue", Action::Continue}};
+const EnumTable<Origin> kOrigins = {
+    {"op", Origin::Op}, {"input", Origin::Input}, {"parameter", Origin::Parameter}};
 const EnumTable<Severity> kSeverities = {
     {"critical", Severity::Critical}, {"high", Severity::High}, {"medium", Severity::Medium}};
 
@@ -212,28 +214,62 @@ std::vector<std::string> parse_rules(const json& value, const Loc& at,
   return rules;
 }
 
-OverflowSection parse_overflow(const json& section, const Loc& at, const std::string& base_dir) {
-  require_object(section, at);
-  check_keys(section, at,
-             {"overflow_nums", "action", "stop_level", "mutation_threshold", "rules", "compat"},
-             {"check_mode"});
+std::vector<Origin> parse_stop_on(const json& value, const Loc& at) {
+  const std::string allowed = "a list of origins (" + enum_names(kOrigins) + ")";
+  if (!value.is_array()) fail(at, allowed, value);
+  std::vector<Origin> out;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const Origin o = parse_enum(value[i], at.item(i), kOrigins);
+    if (std::find(out.begin(), out.end(), o) == out.end()) out.push_back(o);
+  }
+  return out;
+}
+
+double parse_min_loss_scale(const json& value, const Loc& at) {
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0) {
+    fail(at, "a finite number >= 0", value);
+  }
+  return value.get<double>();
+}
+
+const std::vector<std::string> kOverflowKeys = {
+    "overflow_nums", "action", "stop_level", "stop_on",  "mutation_threshold",
+    "rules",         "compat", "dump_skipped_steps",     "min_loss_scale"};
+
+// The overflow_check section, each key taken from a keyword argument of PrecisionDebugger when
+// one was given (`overrides`), else from the file. Rule paths from the file are resolved against
+// its folder, those from a keyword against the working directory.
+OverflowSection parse_overflow(const json* section, const Loc& at, const json& overrides,
+                               const std::string& base_dir) {
+  if (section) {
+    require_object(*section, at);
+    check_keys(*section, at, kOverflowKeys, {"check_mode"});
+  }
+  struct Value {
+    const json* value;
+    Loc at;
+    bool from_file;
+  };
+  auto get = [&](const std::string& key) -> std::optional<Value> {
+    if (const json* v = overrides.is_object() ? find(overrides, key) : nullptr; v && !v->is_null())
+      return Value{v, Loc(std::string(kDebugger) + "(" + key + "=...)"), false};
+    if (const json* v = section ? find(*section, key) : nullptr) return Value{v, at.child(key), true};
+    return std::nullopt;
+  };
 
   OverflowSection out;
-  if (const json* v = find(section, "overflow_nums")) {
-    out.overflow_nums = parse_overflow_nums(*v, at.child("overflow_nums"));
+  if (auto v = get("overflow_nums")) out.overflow_nums = parse_overflow_nums(*v->value, v->at);
+  if (auto v = get("action")) out.action = parse_enum(*v->value, v->at, kActions);
+  if (auto v = get("stop_level")) out.stop_level = parse_enum(*v->value, v->at, kSeverities);
+  if (auto v = get("stop_on")) out.stop_on = parse_stop_on(*v->value, v->at);
+  if (auto v = get("mutation_threshold")) {
+    out.mutation_threshold = parse_threshold(*v->value, v->at);
   }
-  if (const json* v = find(section, "action"))
-    out.action = parse_enum(*v, at.child("action"), kActions);
-  if (const json* v = find(section, "stop_level")) {
-    out.stop_level = parse_enum(*v, at.child("stop_level"), kSeverities);
-  }
-  if (const json* v = find(section, "mutation_threshold")) {
-    out.mutation_threshold = parse_threshold(*v, at.child("mutation_threshold"));
-  }
-  if (const json* v = find(section, "rules"))
-    out.rules = parse_rules(*v, at.child("rules"), base_dir);
-  if (const json* v = find(section, "compat")) out.compat = parse_bool(*v, at.child("compat"));
-  if (const json* v = find(section, "check_mode")) {
+  if (auto v = get("rules")) out.rules = parse_rules(*v->value, v->at, v->from_file ? base_dir : "");
+  if (auto v = get("compat")) out.compat = parse_bool(*v->value, v->at);
+  if (auto v = get("dump_skipped_steps")) out.dump_skipped_steps = parse_bool(*v->value, v->at);
+  if (auto v = get("min_loss_scale")) out.min_loss_scale = parse_min_loss_scale(*v->value, v->at);
+  if (const json* v = section ? find(*section, "check_mode") : nullptr) {
     if (!v->is_string()) fail(at.child("check_mode"), "a string", *v);
   }
   return out;
@@ -245,6 +281,13 @@ const std::vector<std::string> kIgnoredTopKeys = {
     "is_deterministic", "enable_dataloader", "async_dump", "framework", "seed", "free_benchmark",
     "run_ut",           "grad_probe"};
 const std::vector<std::string> kOverrideKeys = {"task", "dump_path", "level", "step", "rank"};
+
+bool is_override_key(const std::string& key) {
+  auto in = [&](const std::vector<std::string>& keys) {
+    return std::find(keys.begin(), keys.end(), key) != keys.end();
+  };
+  return in(kOverrideKeys) || in(kOverflowKeys);
+}
 
 void check_ignored_top_level(const json& doc, const Loc& root) {
   for (const char* key : {"is_deterministic", "enable_dataloader", "async_dump"}) {
@@ -264,11 +307,10 @@ void check_ignored_top_level(const json& doc, const Loc& root) {
 // given.
 void check_override_keys(const json& overrides) {
   for (const auto& entry : overrides.items()) {
-    if (std::find(kOverrideKeys.begin(), kOverrideKeys.end(), entry.key()) != kOverrideKeys.end()) {
-      continue;
-    }
+    if (is_override_key(entry.key())) continue;
     throw ConfigError(std::string(kDebugger) + ": unknown keyword argument " + show(entry.key()) +
-                      "; allowed: " + join(kOverrideKeys));
+                      "; allowed: " + join(kOverrideKeys) + ", and the overflow_check keys " +
+                      join(kOverflowKeys));
   }
 }
 
@@ -332,6 +374,22 @@ const char* to_string(Level l) {
   return "unknown";
 }
 
+const char* to_string(Origin o) {
+  switch (o) {
+    case Origin::Op:
+      return "op";
+    case Origin::Input:
+      return "input";
+    case Origin::Parameter:
+      return "parameter";
+  }
+  return "unknown";
+}
+
+bool OverflowSection::stops_on(Origin o) const {
+  return std::find(stop_on.begin(), stop_on.end(), o) != stop_on.end();
+}
+
 const char* to_string(Severity s) {
   switch (s) {
     case Severity::Medium:
@@ -372,8 +430,10 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   if (auto f = top.get("level")) config.level = parse_level(*f->value, f->at);
   if (auto f = top.get("statistics")) config.statistics = parse_collect(*f->value, f->at, true);
   if (auto f = top.get("tensor")) config.tensor = parse_collect(*f->value, f->at, false);
-  if (auto f = top.get("overflow_check")) {
-    config.overflow_check = parse_overflow(*f->value, f->at, base_dir);
+  {
+    const json* section = find(doc, "overflow_check");
+    config.overflow_check =
+        parse_overflow(section, root.child("overflow_check"), overrides, base_dir);
   }
   return config;
 }

@@ -36,10 +36,14 @@ enum class Level { L0, L1, Mix };
 enum class SummaryMode { Statistics, Md5 };
 enum class Action { Raise, Continue };
 enum class Severity { Medium = 0, High = 1, Critical = 2 };
+// Where an unexplained NaN/inf of a step came from (issue 8): an op that made it from clean
+// inputs, or a tensor that brought it into the step (the batch, or a model's parameter).
+enum class Origin { Op, Input, Parameter };
 
 const char* to_string(Task t);
 const char* to_string(Level l);
 const char* to_string(Severity s);  // "medium" | "high" | "critical"
+const char* to_string(Origin o);    // "op" | "input" | "parameter"
 
 // data_mode as flags; ["all"] sets all four.
 struct DataMode {
@@ -62,6 +66,12 @@ struct OverflowSection {
   double mutation_threshold = 1e5;
   std::vector<std::string> rules;  // extra rule files, resolved against the config's folder
   bool compat = false;
+  // Which origins stop the run (action raise); findings without an origin stop by stop_level.
+  std::vector<Origin> stop_on = {Origin::Op, Origin::Input, Origin::Parameter};
+  bool dump_skipped_steps = false;  // steps a loss scaler skipped are written too
+  double min_loss_scale = 1.0;      // a loss scale below this stops the run
+
+  bool stops_on(Origin o) const;
 };
 
 struct Config {
@@ -79,8 +89,8 @@ struct Config {
 };
 
 // Validates `doc` (the parsed config file, or an empty object when there is no file) with
-// `overrides` (keyword arguments of PrecisionDebugger: task, dump_path, level, step, rank, ...)
-// applied on top. `source` names the file in messages ("config.json"); override errors name the
+// `overrides` (keyword arguments of PrecisionDebugger: task, dump_path, level, step, rank, and
+// every key of the overflow_check section) applied on top. `source` names the file in messages ("config.json"); override errors name the
 // keyword instead ("PrecisionDebugger(level=...)"). Relative `rules` paths are resolved against
 // `base_dir` when it is not empty.
 Config parse_config(const nlohmann::json& doc, const std::string& source,

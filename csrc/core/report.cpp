@@ -21,8 +21,9 @@ void write_indices(JsonWriter& w, const char* key, const std::vector<size_t>& in
   w.end_array();
 }
 
-void write_detail(JsonWriter& w, const Finding& f) {
-  w.begin_object();
+}  // namespace
+
+void write_detail_fields(JsonWriter& w, const Finding& f) {
   w.key("api_name");
   w.value_string(f.call);
   w.key("rank");
@@ -41,6 +42,13 @@ void write_detail(JsonWriter& w, const Finding& f) {
     w.key("scale_change_detected");
     w.value_bool(true);
   }
+}
+
+namespace {
+
+void write_detail(JsonWriter& w, const Finding& f) {
+  w.begin_object();
+  write_detail_fields(w, f);
   w.end_object();
 }
 
@@ -57,7 +65,7 @@ void Report::write(JsonWriter& w) const {
   w.end_array();
   if (first_anomaly) {
     w.key("first_anomaly");
-    write_detail(w, *first_anomaly);
+    first_anomaly->write(w);
   }
   w.end_object();
 }

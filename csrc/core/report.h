@@ -7,18 +7,24 @@
 
 #include "core/detector.h"
 #include "core/json_writer.h"
+#include "core/overflow_facts.h"
 
 namespace msprobe {
 
 struct Report {
   std::vector<Finding> findings;  // in record order
   // overflow_report.json only: the finding that flagged the step, whatever its level, so the
-  // call where NaN or inf entered is named even when it came in with the data.
-  std::optional<Finding> first_anomaly;
+  // call where NaN or inf entered is named even when it came in with the data, with its origin,
+  // module, source line and counts.
+  std::optional<OverflowFacts> first_anomaly;
 
   bool empty() const { return findings.empty(); }
   void write(JsonWriter& w) const;
   std::string to_json(int indent = 1) const;
 };
+
+// The members of one anomaly_details entry (api_name, rank, scene_type, indices, ...), written
+// into an object the caller opened.
+void write_detail_fields(JsonWriter& w, const Finding& f);
 
 }  // namespace msprobe

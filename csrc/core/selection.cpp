@@ -11,7 +11,11 @@ bool is_module_name(const std::string& name) {
 }  // namespace
 
 Selection::Selection(const CollectSection& section, Level level, const std::string& section_name)
-    : scope_(section.scope), list_(section.list), mode_(section.data_mode) {
+    : scope_(section.scope),
+      list_(section.list),
+      mode_(section.data_mode),
+      list_seen_(new std::atomic<bool>[section.list.size()]) {
+  for (size_t i = 0; i < list_.size(); ++i) list_seen_[i] = false;
   // The four flags as written; msprobe treats an absent kind of word as "all of that kind", so
   // ["forward"] is forward inputs and outputs, ["input"] inputs of both directions.
   const bool all = mode_.forward && mode_.backward && mode_.input && mode_.output;
@@ -29,8 +33,11 @@ Selection::Selection(const CollectSection& section, Level level, const std::stri
 }
 
 bool Selection::listed(const std::string& name) const {
-  for (const std::string& item : list_) {
-    if (name.find(item) != std::string::npos) return true;
+  for (size_t i = 0; i < list_.size(); ++i) {
+    if (name.find(list_[i]) != std::string::npos) {
+      list_seen_[i].store(true, std::memory_order_relaxed);
+      return true;
+    }
   }
   return false;
 }
@@ -45,7 +52,10 @@ Selected Selection::begin(const std::string& name, const std::string& backward_n
   bool in_scope = true;
   if (!scope_.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (window_ == Window::Before && name == scope_[0]) window_ = Window::Inside;
+    if (window_ == Window::Before && name == scope_[0]) {
+      window_ = Window::Inside;
+      scope_seen_[0] = true;
+    }
     in_scope = window_ == Window::Inside;
   }
   const bool chosen = in_scope && (list_.empty() || inside_listed_module || listed(name));
@@ -63,7 +73,10 @@ Selected Selection::begin(const std::string& name, const std::string& backward_n
 void Selection::end(const std::string& name) {
   if (scope_.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (window_ == Window::Inside && name == scope_.back()) window_ = Window::After;
+  if (window_ == Window::Inside && name == scope_.back()) {
+    window_ = Window::After;
+    scope_seen_[1] = true;
+  }
 }
 
 Selected Selection::module_backward(const std::string& name, const std::string& module_key) {
@@ -86,6 +99,21 @@ void Selection::new_step() {
   std::lock_guard<std::mutex> lock(mu_);
   window_ = Window::Before;
   selected_modules_.clear();
+  scope_seen_[0] = scope_seen_[1] = false;
+  for (size_t i = 0; i < list_.size(); ++i) list_seen_[i] = false;
+}
+
+std::vector<std::string> Selection::unmatched() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < scope_.size() && i < 2; ++i) {
+    if (!scope_seen_[i]) out.push_back("scope[" + std::to_string(i) + "] \"" + scope_[i] + "\"");
+  }
+  for (size_t i = 0; i < list_.size(); ++i) {
+    if (!list_seen_[i].load(std::memory_order_relaxed)) {
+      out.push_back("list[" + std::to_string(i) + "] \"" + list_[i] + "\"");
+    }
+  }
+  return out;
 }
 
 }  // namespace msprobe

@@ -2,6 +2,8 @@
 // decided from the call's name before any statistics are computed.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -44,6 +46,10 @@ class Selection {
 
   void new_step();
 
+  // The scope and list entries that matched no call since the last new_step(), each as
+  // `scope[1] "name"` / `list[0] "name"`, in config order.
+  std::vector<std::string> unmatched() const;
+
  private:
   enum class Window { Before, Inside, After };
 
@@ -56,6 +62,9 @@ class Selection {
   std::mutex mu_;  // the window and the selected modules change as calls run
   Window window_ = Window::Before;
   std::unordered_set<std::string> selected_modules_;
+  bool scope_seen_[2] = {false, false};
+  // One flag per list item; set from any thread without the lock.
+  std::unique_ptr<std::atomic<bool>[]> list_seen_;
 };
 
 }  // namespace msprobe

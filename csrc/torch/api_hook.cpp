@@ -7,6 +7,7 @@
 #include "torch/call_submit.h"
 #include "torch/grad_hook.h"
 #include "torch/hook_scope.h"
+#include "torch/live_tensors.h"
 #include "torch/py_values.h"
 #include "torch/session.h"
 
@@ -47,12 +48,9 @@ std::shared_ptr<torch::autograd::Node> new_grad_fn(
   return fn;
 }
 
-std::vector<at::Tensor> kwarg_tensors(const py::kwargs& kwargs) {
-  std::vector<at::Tensor> out;
-  for (auto kv : kwargs) {
-    out.push_back(THPVariable_Check(kv.second.ptr()) ? THPVariable_Unpack(kv.second.ptr())
-                                                     : at::Tensor());
-  }
+std::vector<LiveArg> kwarg_tensors(const py::kwargs& kwargs) {
+  std::vector<LiveArg> out;
+  for (auto kv : kwargs) out.push_back(live_arg_of(kv.second.ptr()));
   return out;
 }
 
@@ -115,7 +113,7 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   if (sel.forward) {
     if (sel.outputs) call.record.outputs = describe_items(result.ptr(), options, name + ".output");
     submit(*session, std::move(call), [&] {
-      return LiveTensors{tensors_of(args.ptr()), kwarg_tensors(kwargs), tensors_of(result.ptr())};
+      return LiveTensors{live_args_of(args.ptr()), kwarg_tensors(kwargs), live_args_of(result.ptr())};
     });
   }
   return result;

@@ -1,5 +1,6 @@
 #include "torch/call_submit.h"
 
+#include "torch/live_tensors.h"
 #include "torch/py_values.h"
 
 namespace msprobe {
@@ -19,7 +20,7 @@ void submit_backward(Session& session, const std::string& name, pybind11::handle
   call.stack = std::move(stack);
   call.module_hint = std::move(module_hint);
   submit(session, std::move(call), [&] {
-    return LiveTensors{tensors_of(grads_in.ptr()), {}, tensors_of(grads_out.ptr())};
+    return LiveTensors{live_args_of(grads_in.ptr()), {}, live_args_of(grads_out.ptr())};
   });
 }
 

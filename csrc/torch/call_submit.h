@@ -22,7 +22,7 @@ void submit(Session& session, StoredCall&& call, MakeLive&& make_live) {
     return;
   }
   const LiveTensors live = make_live();
-  if (auto stop = session.add(std::move(call), &live)) raise_overflow(session, *stop);
+  if (auto event = session.add(std::move(call), &live)) handle_overflow_event(session, *event);
 }
 
 // A backward record: `grads_in` flow into the call (its `input`), `grads_out` flow out of it

@@ -13,6 +13,7 @@
 #include "core/record.h"
 #include "core/selection.h"
 #include "torch/call_stack.h"
+#include "torch/live_tensors.h"
 
 namespace msprobe {
 
@@ -39,7 +40,7 @@ struct OpenModuleCall {
   bool listed = false;  // named in `list`: everything inside it is collected (level mix)
   std::vector<Entry> inputs;
   std::vector<std::pair<std::string, Entry>> kwargs;
-  std::vector<at::Tensor> live_inputs;  // task overflow_check
+  std::vector<LiveArg> live_inputs;  // task overflow_check
   StackPtr stack;
   std::optional<std::string> parent;
 };

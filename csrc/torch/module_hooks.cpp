@@ -2,6 +2,7 @@
 
 #include "torch/call_submit.h"
 #include "torch/hook_scope.h"
+#include "torch/live_tensors.h"
 #include "torch/py_values.h"
 #include "torch/session.h"
 
@@ -43,7 +44,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
         }
       }
       open.stack = s->capture_stack();
-      if (s->watching()) open.live_inputs = tensors_of(inputs.ptr());
+      if (s->watching()) open.live_inputs = live_args_of(inputs.ptr());
     }
     open_module_calls().push_back(std::move(open));
   };
@@ -71,7 +72,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     call.stack = std::move(open.stack);
     call.parent = std::move(open.parent);
     submit(*s, std::move(call), [&] {
-      return LiveTensors{std::move(open.live_inputs), {}, tensors_of(output.ptr())};
+      return LiveTensors{std::move(open.live_inputs), {}, live_args_of(output.ptr())};
     });
   };
 

@@ -1,6 +1,5 @@
 #include "torch/overflow_raise.h"
 
-#include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 namespace py = pybind11;
@@ -9,42 +8,80 @@ namespace msprobe {
 
 namespace {
 
-std::string message_of(const OverflowStop& s) {
-  const Finding& f = s.finding;
-  std::string m = "msprobe_cpp: overflow at step " + std::to_string(s.step);
-  if (s.rank >= 0) m += ", rank " + std::to_string(s.rank);
-  m += ": " + f.call + " (" + to_string(f.severity) + ", " + scene_name(f.scene) + ")";
-  m += "\n  module: " + (s.module ? *s.module : std::string("(none recorded)"));
-  m += "\n  source: " + (s.source ? *s.source : std::string("(no Python frame)"));
-  for (const std::string& t : s.tensors) m += "\n  " + t;
-  m += "\n  dump:   " + s.dump_dir + "  (overflow_report.json, dump.json, dump_tensor_data/)";
-  return m;
+py::object optional_str(const std::optional<std::string>& s) {
+  return s ? py::object(py::str(*s)) : py::object(py::none());
+}
+
+py::dict tensor_dict(const ArgFacts& t) {
+  py::dict d;
+  d["position"] = t.position;
+  d["type"] = t.type;
+  if (t.is_tensor()) {
+    d["dtype"] = t.dtype;
+    d["shape"] = t.shape;
+    if (t.counted) {
+      d["nan"] = t.nan;
+      d["posinf"] = t.posinf;
+      d["neginf"] = t.neginf;
+    }
+  } else if (t.value) {
+    d["value"] = *t.value;
+  }
+  d["text"] = t.text();
+  return d;
+}
+
+// The end of the backward pass: runs on the thread that finished it, with the GIL (torch's
+// queue_callback wrapper takes it), and an exception raised here leaves loss.backward() with its
+// own type.
+void queue_end_of_backward(Session& session) {
+  PythonSide* side = session.python_side();
+  if (!side || !side->queue_callback) return;
+  std::weak_ptr<Session> weak = current_session();
+  side->queue_callback(py::cpp_function([weak] {
+    std::shared_ptr<Session> s = weak.lock();
+    if (!s) return;
+    if (auto event = s->end_of_backward()) handle_overflow_event(*s, *event);
+  }));
 }
 
 }  // namespace
 
-void raise_overflow(Session& session, const OverflowStop& stop) {
-  session.end_with_overflow();
-  // The hooks go before the exception reaches the user, so the process is healthy again.
-  py::module_::import("msprobe_cpp.debugger").attr("_release_after_stop")();
+py::object overflow_object(const PythonSide& side, const OverflowFacts& facts) {
+  const Finding& f = facts.finding;
+  py::list tensors;
+  for (const ArgFacts& t : facts.tensors) tensors.append(tensor_dict(t));
+  py::dict kw;
+  kw["step"] = facts.step;
+  kw["rank"] = facts.rank;
+  kw["call"] = f.call;
+  kw["scene"] = scene_name(f.scene);
+  kw["level"] = to_string(f.severity);
+  kw["origin"] = facts.origin ? py::object(py::str(to_string(*facts.origin))) : py::none();
+  kw["parameter"] = optional_str(facts.parameter);
+  kw["input_args_anomaly_indices"] = f.input_indices;
+  kw["input_kwargs_anomaly_keys"] = f.kwarg_keys;
+  kw["output_anomaly_indices"] = f.output_indices;
+  kw["module"] = optional_str(facts.module);
+  kw["source"] = optional_str(facts.source);
+  kw["dump_dir"] = facts.dump_dir.empty() ? py::object(py::none()) : py::str(facts.dump_dir);
+  kw["tensors"] = tensors;
+  kw["gradients"] = facts.gradients;
+  kw["masked"] = facts.masked;
+  kw["note"] = facts.note;
+  kw["message"] = facts.message();
+  return side.overflow_type(**kw);
+}
 
-  const Finding& f = stop.finding;
-  py::dict facts;
-  facts["step"] = stop.step;
-  facts["rank"] = stop.rank;
-  facts["call"] = f.call;
-  facts["scene"] = scene_name(f.scene);
-  facts["level"] = to_string(f.severity);
-  facts["input_args_anomaly_indices"] = f.input_indices;
-  facts["input_kwargs_anomaly_keys"] = f.kwarg_keys;
-  facts["output_anomaly_indices"] = f.output_indices;
-  facts["module"] = stop.module ? py::object(py::str(*stop.module)) : py::object(py::none());
-  facts["source"] = stop.source ? py::object(py::str(*stop.source)) : py::object(py::none());
-  facts["dump_dir"] = stop.dump_dir;
-  facts["tensors"] = stop.tensors;
-  py::object type = py::module_::import("msprobe_cpp.errors").attr("OverflowError");
-  py::object error = type(message_of(stop), **facts);
-  PyErr_SetObject(type.ptr(), error.ptr());
+void handle_overflow_event(Session& session, const OverflowEvent& event) {
+  PythonSide* side = session.python_side();
+  if (event.queue_end_of_backward) queue_end_of_backward(session);
+  if (!side) return;
+  if (event.notify && side->on_flagged) side->on_flagged(overflow_object(*side, event.facts));
+  if (!event.raise) return;
+  session.end_step_for_raise();
+  py::object error = side->error_type(event.facts.message(), overflow_object(*side, event.facts));
+  PyErr_SetObject(side->error_type.ptr(), error.ptr());
   throw py::error_already_set();
 }
 

@@ -1,13 +1,26 @@
-// The stop itself: write the flagged step, remove every hook, raise msprobe_cpp.OverflowError out
-// of the hooked call.
+// Where the overflow guard crosses into Python: debugger.overflow and on_overflow, the callback
+// queued on the autograd engine at the end of a backward pass, and the OverflowError itself.
 #pragma once
+
+#include <pybind11/pybind11.h>
 
 #include "torch/session.h"
 
 namespace msprobe {
 
-// Never returns: throws pybind11::error_already_set with msprobe_cpp.OverflowError set.
-// GIL required.
-[[noreturn]] void raise_overflow(Session& session, const OverflowStop& stop);
+struct PythonSide {
+  pybind11::object overflow_type;   // msprobe_cpp.Overflow(**facts)
+  pybind11::object error_type;      // msprobe_cpp.OverflowError(message, overflow)
+  pybind11::object on_flagged;      // the debugger's callback, given an Overflow
+  pybind11::object queue_callback;  // torch.autograd.Variable._execution_engine.queue_callback
+};
+
+// Does what `event` says: tells the debugger, queues the end-of-backward check, raises. A raise
+// throws pybind11::error_already_set with msprobe_cpp.OverflowError set, after the step's files
+// are written. GIL required.
+void handle_overflow_event(Session& session, const OverflowEvent& event);
+
+// The facts as a msprobe_cpp.Overflow object. GIL required.
+pybind11::object overflow_object(const PythonSide& side, const OverflowFacts& facts);
 
 }  // namespace msprobe

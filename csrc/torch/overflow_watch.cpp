@@ -1,5 +1,7 @@
 #include "torch/overflow_watch.h"
 
+#include <algorithm>
+
 #include "core/anomaly.h"
 
 namespace msprobe {
@@ -12,96 +14,144 @@ RuleSet rules_of(const Config& config) {
   return rules;
 }
 
+// Max finite and Min -inf: no NaN, no +inf, some -inf. What a mask holds, and no overflow makes.
+bool only_minus_inf(const Entry& e) {
+  return e.max.is_number() && std::isfinite(e.max.as_double()) && e.min.is_number() &&
+         std::isinf(e.min.as_double()) && e.min.as_double() < 0;
+}
+
 }  // namespace
 
-OverflowWatch::OverflowWatch(const Config& config)
+OverflowWatch::OverflowWatch(const Config& config, const ModelTensors& models)
     : detector_(rules_of(config), DetectorOptions{config.overflow_check.mutation_threshold,
                                                   config.overflow_check.compat}),
-      stop_level_(config.overflow_check.stop_level),
-      raise_(config.overflow_check.action == Action::Raise),
-      max_flagged_(config.overflow_check.overflow_nums) {}
+      options_(config.overflow_check),
+      models_(models) {}
 
 void OverflowWatch::new_step() {
   detector_.reset();
-  explained_.clear();
+  known_.clear();
   unexplained_forwards_.clear();
+  backward_anomaly_ = false;
   findings_.clear();
-  flagged_.clear();
-  first_flagged_.reset();
+  judgements_.clear();
   step_flagged_ = false;
 }
 
-bool OverflowWatch::known(const at::Tensor& t) const {
+void OverflowWatch::remember_outputs(const CallRecord& rec, const LiveTensors& live,
+                                     bool explained) {
+  for (size_t i = 0; i < rec.outputs.size() && i < live.outputs.size(); ++i) {
+    for_each_tensor(rec.outputs[i], live.outputs[i], [&](const Entry& e, const at::Tensor& t) {
+      if (!is_anomalous(e, detector_.options().compat)) return;
+      known_.insert_or_assign(t.unsafeGetTensorImpl(), Known{WeakImpl(t.getIntrusivePtr()), explained});
+    });
+  }
+}
+
+void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& out) const {
+  if (!is_anomalous(e, detector_.options().compat)) return;
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  for (const auto& weak : explained_) {
-    auto strong = weak.lock();
-    if (strong.get() == impl) return true;
+  if (auto it = known_.find(impl); it != known_.end() && it->second.weak.lock().get() == impl) {
+    if (!it->second.explained) out.explained = false;  // downstream of an earlier anomaly
+    return;
   }
-  return false;
-}
-
-void OverflowWatch::remember_outputs(const CallRecord& rec, const LiveTensors& live) {
-  for (size_t i = 0; i < rec.outputs.size(); ++i) {
-    const at::Tensor* t = tensor_at(live.outputs, i);
-    if (t && holds_anomaly(rec.outputs[i], detector_.options().compat)) {
-      explained_.emplace_back(t->getIntrusivePtr());
+  if (auto p = models_.find(t)) {
+    if (p->buffer && (p->never_written || only_minus_inf(e))) return;  // a constant mask buffer
+    out.explained = false;
+    if (!out.origin) {
+      out.origin = Origin::Parameter;
+      out.parameter = p->name;
+      out.note = (p->buffer ? "buffer " : "parameter ") + p->name +
+                 (p->written_this_step ? " was written during this step"
+                                       : " was last written before this step began");
     }
+    return;
   }
+  if (only_minus_inf(e)) return;  // a mask made before the step (an attribute, not a buffer)
+  out.explained = false;
+  // After a backward anomaly, tensors nobody recorded making are its gradients (the optimizer,
+  // a loss scaler's unscale_, clip_grad_norm_ read them): downstream, not a new origin.
+  if (!backward_anomaly_ && !out.origin) out.origin = Origin::Input;
 }
 
-bool OverflowWatch::explained(const CallRecord& rec, const Finding& f,
-                              const LiveTensors& live) const {
-  switch (f.scene) {
-    case Scene::NumericalMutation:
-      return true;  // finite data: nothing to trace
-    case Scene::InputNormalOutputAnomaly:
-      return false;  // an origin
-    default:
-      break;
-  }
-  auto explained_entry = [&](const Entry& e, const at::Tensor* t) {
-    if (e.kind == Entry::Kind::Object && !e.is_tensor()) return true;  // a constant, on purpose
-    return t && known(*t);
+OverflowWatch::Traced OverflowWatch::trace_forward_inputs(const CallRecord& rec, const Finding& f,
+                                                          const LiveTensors& live) const {
+  Traced out;
+  auto trace_arg = [&](const Entry& e, const LiveArg* arg) {
+    if (e.kind == Entry::Kind::Object && !e.is_tensor()) return;  // a constant, on purpose
+    if (!arg) {
+      out.explained = false;
+      return;
+    }
+    for_each_tensor(e, *arg, [&](const Entry& x, const at::Tensor& t) { trace_tensor(x, t, out); });
   };
   for (size_t i : f.input_indices) {
-    if (!explained_entry(rec.inputs[i], tensor_at(live.inputs, i))) return false;
+    trace_arg(rec.inputs[i], i < live.inputs.size() ? &live.inputs[i] : nullptr);
   }
   for (size_t j = 0; j < rec.kwargs.size(); ++j) {
-    const auto& kv = rec.kwargs[j];
-    const bool anomalous =
-        std::find(f.kwarg_keys.begin(), f.kwarg_keys.end(), kv.first) != f.kwarg_keys.end();
-    if (anomalous && !explained_entry(kv.second, tensor_at(live.kwargs, j))) return false;
+    const auto& keys = f.kwarg_keys;
+    if (std::find(keys.begin(), keys.end(), rec.kwargs[j].first) == keys.end()) continue;
+    trace_arg(rec.kwargs[j].second, j < live.kwargs.size() ? &live.kwargs[j] : nullptr);
   }
-  // A backward call inherits its forward's anomaly, and with it the forward's explanation.
-  const std::string forward = forward_name_of(rec.name);
-  return forward.empty() || !unexplained_forwards_.count(forward);
+  return out;
+}
+
+// A backward record's `input` holds gradients: anomalous ones came from an earlier backward call.
+// Without them the call only inherits its forward's anomaly, and with it the forward's judgement.
+bool OverflowWatch::backward_explained(const CallRecord& rec, const Finding& f) const {
+  if (!f.input_indices.empty() || !f.kwarg_keys.empty()) return false;
+  return !unexplained_forwards_.count(forward_name_of(rec.name));
 }
 
 Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live) {
   Verdict v;
   bool filtered = false;
   v.finding = detector_.judge(rec, &filtered);
+  const bool backward = is_backward_name(rec.name);
   if (filtered) {
-    remember_outputs(rec, live);  // an ignore rule says this anomaly is expected
+    if (!backward) remember_outputs(rec, live, true);  // an ignore rule says it is expected
     return v;
   }
   if (!v.finding) return v;
   const Finding& f = *v.finding;
-  if (explained(rec, f, live)) {
-    remember_outputs(rec, live);
+  const bool raise = options_.action == Action::Raise;
+  Judgement judgement = Judgement::Flagged;
+  if (f.scene == Scene::NumericalMutation) {
+    judgement = Judgement::Lead;  // finite data: a lead to the culprit, nothing to trace
+  } else if (f.scene == Scene::InputNormalOutputAnomaly) {
+    v.origin = Origin::Op;
+  } else if (backward) {
+    if (backward_explained(rec, f)) judgement = Judgement::Explained;
   } else {
-    if (forward_name_of(rec.name).empty()) unexplained_forwards_.insert(rec.name);
+    Traced t = trace_forward_inputs(rec, f, live);
+    if (t.explained) judgement = Judgement::Explained;
+    v.origin = t.origin;
+    v.parameter = std::move(t.parameter);
+    v.note = std::move(t.note);
+  }
+  if (judgement == Judgement::Explained) v.origin.reset();
+
+  if (!backward) remember_outputs(rec, live, judgement == Judgement::Explained);
+  if (judgement == Judgement::Flagged) {
     v.flagged = true;
+    if (backward) {
+      backward_anomaly_ = true;
+    } else {
+      unexplained_forwards_.insert(rec.name);
+    }
   }
-  if (f.severity >= stop_level_) v.flagged = true;
-  v.stop = raise_ && f.severity >= stop_level_;
+  const bool level_stop = !v.origin && judgement != Judgement::Explained &&
+                          f.severity >= options_.stop_level;
+  if (level_stop) v.flagged = true;
+  if (v.origin && backward) {
+    v.end_of_backward = true;  // whether it matters is known when the backward pass ends
+  } else if (raise) {
+    v.stop = v.origin ? options_.stops_on(*v.origin) : level_stop;
+  }
+  if (v.flagged && judgement == Judgement::Lead) judgement = Judgement::Flagged;
   findings_.push_back(f);
-  flagged_.push_back(v.flagged);
-  if (v.flagged) {
-    if (!step_flagged_) first_flagged_ = f;
-    step_flagged_ = true;
-    ++flagged_total_;
-  }
+  judgements_.push_back(judgement);
+  if (v.flagged) step_flagged_ = true;
   return v;
 }
 

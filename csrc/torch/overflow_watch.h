@@ -1,74 +1,87 @@
-// Live overflow detection (task overflow_check, SPEC §4-6): every collected call goes through the
-// core Detector as it completes. A step is *flagged* (and dumped) when a finding reaches the
-// stop_level, or when an anomaly cannot be explained: anomalies that derive, within the step,
-// from a non-finite constant the code passed on purpose (masked_fill(mask, -inf) and what consumes
-// it) are explained; NaN or inf that came in with the data, the weights or an overflow are not.
+// Live overflow detection (task overflow_check, SPEC §4-6, issue 8): every collected call goes
+// through the core Detector as it completes, and each anomaly the detector leaves is either
+// *explained* or traced to an *origin*:
+//   - explained: it derives, within the step, from a non-finite constant passed on purpose
+//     (masked_fill(mask, -inf), a constant -inf buffer, a tensor holding only -inf) or an ignore
+//     rule expects it. Never flags a step, never stops.
+//   - origin `op`: a call whose inputs were clean made it (forward, or backward: judged at the
+//     end of the backward pass by whether it reached a parameter gradient).
+//   - origin `input` / `parameter`: it entered the step through a tensor argument that no
+//     recorded call of the step made: a parameter or buffer of a started model, else the batch.
+//   - no origin: downstream of an earlier anomaly, or a numerical mutation (a lead, not a flag).
+// The first origin named in stop_on stops the run (action raise); findings without an origin stop
+// when their level reaches stop_level.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "core/config.h"
 #include "core/detector.h"
+#include "torch/live_tensors.h"
+#include "torch/model_tensors.h"
 
 namespace msprobe {
 
-// The live tensors of a call by top-level position (undefined where an argument is no tensor).
-struct LiveTensors {
-  std::vector<at::Tensor> inputs;
-  std::vector<at::Tensor> kwargs;  // in the record's kwargs order
-  std::vector<at::Tensor> outputs;
-};
-
-// The tensor at position `i`, or null where there is none.
-inline const at::Tensor* tensor_at(const std::vector<at::Tensor>& v, size_t i) {
-  return i < v.size() && v[i].defined() ? &v[i] : nullptr;
-}
-
 struct Verdict {
   std::optional<Finding> finding;
-  bool flagged = false;  // makes the step dumped
-  bool stop = false;     // action raise, level >= stop_level
+  std::optional<Origin> origin;
+  std::optional<std::string> parameter;  // origin parameter
+  std::string note;
+  bool flagged = false;         // makes the step dumped
+  bool stop = false;            // raise now
+  bool end_of_backward = false; // a backward op origin: judged when the backward pass ends
 };
+
+// How each finding of a step was taken, for the summary and the report.
+enum class Judgement { Flagged, Explained, Lead };
 
 class OverflowWatch {
  public:
   // Throws RulesError for an unusable rules file of the config.
-  explicit OverflowWatch(const Config& config);
+  OverflowWatch(const Config& config, const ModelTensors& models);
 
   Verdict judge(const CallRecord& rec, const LiveTensors& live);
   void new_step();
 
   bool step_flagged() const { return step_flagged_; }
   const std::vector<Finding>& findings() const { return findings_; }
-  // Parallel to findings(): whether each one flagged the step (the others were explained).
-  const std::vector<bool>& flagged() const { return flagged_; }
-  // The step's first flagged finding, whatever its level: where NaN or inf entered.
-  const std::optional<Finding>& first_flagged() const { return first_flagged_; }
-  // overflow_nums reached: nothing more is collected after this step.
-  bool exhausted() const { return max_flagged_ >= 0 && flagged_total_ >= max_flagged_; }
+  // Parallel to findings().
+  const std::vector<Judgement>& judgements() const { return judgements_; }
 
  private:
-  bool explained(const CallRecord& rec, const Finding& f, const LiveTensors& live) const;
-  bool known(const at::Tensor& t) const;
-  void remember_outputs(const CallRecord& rec, const LiveTensors& live);
+  struct Traced {
+    bool explained = true;
+    std::optional<Origin> origin;
+    std::optional<std::string> parameter;
+    std::string note;
+  };
+  Traced trace_forward_inputs(const CallRecord& rec, const Finding& f,
+                              const LiveTensors& live) const;
+  void trace_tensor(const Entry& e, const at::Tensor& t, Traced& out) const;
+  bool backward_explained(const CallRecord& rec, const Finding& f) const;
+  void remember_outputs(const CallRecord& rec, const LiveTensors& live, bool explained);
 
   Detector detector_;
-  Severity stop_level_;
-  bool raise_;
-  int64_t max_flagged_;
-  int64_t flagged_total_ = 0;
+  const OverflowSection& options_;
+  const ModelTensors& models_;
 
-  // Per step.
-  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> explained_;
+  // Per step. Anomalous tensors made by recorded calls, by identity, and whether explained.
+  using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  struct Known {
+    WeakImpl weak;
+    bool explained;
+  };
+  std::unordered_map<const c10::TensorImpl*, Known> known_;
   std::unordered_set<std::string> unexplained_forwards_;
+  bool backward_anomaly_ = false;  // later unknown anomalous tensors are its gradients
   std::vector<Finding> findings_;
-  std::vector<bool> flagged_;
-  std::optional<Finding> first_flagged_;
+  std::vector<Judgement> judgements_;
   bool step_flagged_ = false;
 };
 

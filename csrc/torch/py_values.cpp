@@ -106,18 +106,4 @@ std::vector<Entry> describe_items(PyObject* seq, const DescribeOptions& options,
   return {describe(seq, options, stem + ".0", 0)};
 }
 
-std::vector<at::Tensor> tensors_of(PyObject* seq) {
-  auto one = [](PyObject* o) {
-    return THPVariable_Check(o) ? THPVariable_Unpack(o) : at::Tensor();
-  };
-  if ((PyTuple_Check(seq) && !THPSize_Check(seq)) || PyList_Check(seq)) {
-    std::vector<at::Tensor> out;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i) {
-      out.push_back(one(PySequence_Fast_GET_ITEM(seq, i)));
-    }
-    return out;
-  }
-  return {one(seq)};
-}
-
 }  // namespace msprobe

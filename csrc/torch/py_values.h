@@ -22,8 +22,4 @@ Entry describe_value(PyObject* obj, const DescribeOptions& options = {},
 std::vector<Entry> describe_items(PyObject* seq, const DescribeOptions& options,
                                   const std::string& stem);
 
-// The tensors of a sequence by position (undefined where an element is no tensor), or of a
-// single value, laid out like describe_items' entries.
-std::vector<at::Tensor> tensors_of(PyObject* seq);
-
 }  // namespace msprobe

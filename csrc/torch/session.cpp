@@ -4,11 +4,13 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "core/dump_writer.h"
 #include "core/json_writer.h"
 #include "core/output_files.h"
 #include "torch/hook_scope.h"
+#include "torch/overflow_raise.h"
 
 namespace msprobe {
 
@@ -62,7 +64,9 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
   options_.md5 =
       config_.task == Task::Statistics && config_.statistics.summary_mode == SummaryMode::Md5;
   if (config_.task != Task::Statistics) saver_ = std::make_unique<TensorSaver>();
-  if (config_.task == Task::OverflowCheck) watch_ = std::make_unique<OverflowWatch>(config_);
+  if (config_.task == Task::OverflowCheck) {
+    watch_ = std::make_unique<OverflowWatch>(config_, models_);
+  }
   std::error_code ec;
   const auto abs = std::filesystem::absolute(config_.dump_path, ec);
   dump_root_ = ec ? config_.dump_path : abs.lexically_normal().string();
@@ -72,10 +76,24 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
 
 Session::~Session() {
   collecting_ = false;
+  if (!py_) return;
+  if (!Py_IsInitialized()) {
+    // The interpreter is gone, and with it the objects: nothing may be released any more.
+    py_->overflow_type.release();
+    py_->error_type.release();
+    py_->on_flagged.release();
+    py_->queue_callback.release();
+    return;
+  }
+  pybind11::gil_scoped_acquire gil;
+  py_.reset();
+}
+
+void Session::set_python_side(std::unique_ptr<PythonSide> side) {
+  py_ = std::move(side);
 }
 
 bool Session::finished() const {
-  if (ended_ || (watch_ && watch_->exhausted())) return true;
   const auto& ranges = config_.step.ranges();
   if (ranges.empty()) return false;
   int64_t last = 0;
@@ -92,12 +110,27 @@ void Session::start(int rank) {
   // A forward that an exception cut short (an overflow stop, a user's error) left its module
   // calls open on this thread.
   open_module_calls().clear();
+  ended_by_raise_ = false;
   rank_ = rank;
   if (saver_) options_.tensor_dir = step_dir() + "/dump_tensor_data";
   if (config_.task == Task::Tensor) options_.saver = saver_.get();
   const bool rank_ok =
       rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
   collecting_ = rank_ok && config_.step.contains(step_) && !finished();
+  if (collecting_) collected_this_step_ = true;
+}
+
+void Session::warn_unmatched_selection() {
+  if (!collected_this_step_ || !selection_.filters()) return;
+  const std::string section = config_.task == Task::Tensor ? "tensor" : "statistics";
+  for (const std::string& entry : selection_.unmatched()) {
+    if (!warned_.insert(entry).second) continue;
+    std::fprintf(stderr,
+                 "msprobe_cpp: warning: %s.%s matched no call in step %lld (names look like "
+                 "\"Functional.relu.0.forward\" or \"Module.fc1.Linear.forward.0\"; an "
+                 "unfiltered run's dump.json lists them)\n",
+                 section.c_str(), entry.c_str(), static_cast<long long>(step_));
+  }
 }
 
 void Session::pause() {
@@ -106,15 +139,43 @@ void Session::pause() {
 
 void Session::stop() {
   collecting_ = false;
-  if (dirty_) write_step_or_report();
+  // A scaled step is written at step(), once the loss scaler has said whether it skipped it.
+  if (dirty_ && !loss_scaled_) write_step_or_report();
 }
 
 void Session::step() {
   collecting_ = false;
+  if (ended_by_raise_) {  // the raise already ended this step
+    ended_by_raise_ = false;
+    return;
+  }
   if (dirty_) write_step_or_report();
+  warn_unmatched_selection();
+  advance();
+}
+
+void Session::end_step_for_raise() {
+  collecting_ = false;
+  if (dirty_) write_step_or_report();
+  advance();
+  ended_by_raise_ = true;
+}
+
+void Session::advance() {
   clear_step();
   selection_.new_step();
-  if (watch_) watch_->new_step();
+  if (watch_) {
+    watch_->new_step();
+    models_.new_step();
+  }
+  step_overflow_.reset();
+  pending_backward_.reset();
+  reached_gradients_.reset();
+  end_of_backward_queued_ = false;
+  loss_scaled_ = false;
+  skipped_by_scaler_ = false;
+  step_dumped_ = false;
+  collected_this_step_ = false;
   ++step_;
 }
 
@@ -123,27 +184,33 @@ int64_t Session::next_index(const std::string& key) {
   return counters_[key]++;
 }
 
-std::optional<OverflowStop> Session::add(StoredCall&& call, const LiveTensors* live) {
+std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* live) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::optional<OverflowStop> stop;
+  std::optional<OverflowEvent> event;
   if (watch_) {
     static const LiveTensors kNone;
     const LiveTensors& tensors = live ? *live : kNone;
     const Verdict v = watch_->judge(call.record, tensors);
-    if (v.finding) keep_tensors(call, tensors);
-    if (v.stop) stop = describe_stop(call, *v.finding, tensors);
-    // overflow_nums reached: the rest of the run is not collected.
-    if (watch_->exhausted()) collecting_ = false;
+    if (v.finding && dump_budget_left()) keep_tensors(call, tensors);
+    OverflowEvent e;
+    if (v.end_of_backward) {
+      e.queue_end_of_backward = !end_of_backward_queued_;
+      end_of_backward_queued_ = true;
+    }
+    // A backward op origin is told at the end of the pass, once it is known whether it mattered.
+    e.notify = v.flagged && !v.end_of_backward && !step_overflow_ && !pending_backward_;
+    e.raise = v.stop;
+    const bool first_backward = v.end_of_backward && !pending_backward_;
+    if (e.notify || e.raise || first_backward) {
+      e.facts = describe_overflow(call, v, tensors);
+      if (first_backward) pending_backward_ = e.facts;
+      if (e.notify) step_overflow_ = e.facts;
+    }
+    if (e.notify || e.raise || e.queue_end_of_backward) event = std::move(e);
   }
   calls_.push_back(std::move(call));
   dirty_ = true;
-  return stop;
-}
-
-void Session::end_with_overflow() {
-  collecting_ = false;
-  ended_ = true;
-  if (dirty_) write_step_or_report();
+  return event;
 }
 
 void Session::write_step_or_report() {
@@ -172,7 +239,7 @@ void Session::write_step() {
   std::vector<const CallRecord*> records;
   std::lock_guard<std::mutex> lock(mu_);
   // Task overflow_check writes only the steps it flagged; a clean step leaves nothing.
-  if (watch_ && !watch_->step_flagged()) {
+  if (watch_ && !should_dump_step()) {
     dirty_ = false;
     return;
   }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -15,7 +16,9 @@
 #include "core/record.h"
 #include "core/selection.h"
 #include "torch/call_stack.h"
+#include "core/overflow_facts.h"
 #include "torch/describe_options.h"
+#include "torch/model_tensors.h"
 #include "torch/overflow_watch.h"
 #include "torch/tensor_saver.h"
 
@@ -30,16 +33,17 @@ struct StoredCall {
   std::vector<std::pair<at::Tensor, std::string>> tensors;
 };
 
-// What an overflow stop tells the user about the guilty call.
-struct OverflowStop {
-  Finding finding;
-  std::optional<std::string> module;
-  std::optional<std::string> source;  // "<file>:<line>: <code>" of the innermost user frame
-  std::vector<std::string> tensors;   // "output[0]: torch.float16 [8, 4]: 0 NaN, 3 +inf, 0 -inf"
-  int64_t step = 0;
-  int rank = -1;
-  std::string dump_dir;
+// What the hook that submitted a call must do next (task overflow_check).
+struct OverflowEvent {
+  OverflowFacts facts;
+  bool notify = false;  // the step's first flagged finding: debugger.overflow, on_overflow
+  bool raise = false;
+  bool queue_end_of_backward = false;
 };
+
+// The Python objects the engine hands facts to: given once, at creation, so nothing is looked up
+// by name when an overflow happens. GIL required to use them.
+struct PythonSide;
 
 class Session {
  public:
@@ -58,31 +62,49 @@ class Session {
   void stop();            // writes the step's files (everything collected in this step so far)
   void step();            // writes if stop() was not called, then moves to the next step
   void pause();           // forward_backward_dump_end: stop collecting until the next start()
-  bool finished() const;  // past the last configured step, overflow_nums reached or stopped
+  bool finished() const;  // past the last configured step
   int64_t current_step() const { return step_; }
   std::string step_dir() const;  // <dump_path>/step<S>/rank<R>
+  int folder_rank() const { return rank_ < 0 ? 0 : rank_; }  // outside distributed: rank 0
 
   // Hot path.
   bool collecting() const { return collecting_.load(std::memory_order_relaxed); }
   int64_t next_index(const std::string& key);  // n of `key` within the step
-  // Stores a call; with task overflow_check judges it first (`live`: its tensors) and returns
-  // what to raise when it must stop the run.
-  std::optional<OverflowStop> add(StoredCall&& call, const LiveTensors* live = nullptr);
+  // Stores a call; with task overflow_check judges it first (`live`: its tensors) and says what
+  // the hook must do about it.
+  std::optional<OverflowEvent> add(StoredCall&& call, const LiveTensors* live = nullptr);
   bool watching() const { return watch_ != nullptr; }
-  // Writes the flagged step and ends the session: the stop's files are on disk before the
-  // exception leaves the hooked call. GIL required.
-  void end_with_overflow();
   StackPtr capture_stack() { return codes_.capture(); }  // GIL required
   int rank() const { return rank_; }
   Selection& selection() { return selection_; }
   const DescribeOptions& describe_options() const { return options_; }
 
+  // Task overflow_check. GIL required for all of these.
+  void set_python_side(std::unique_ptr<PythonSide> side);
+  PythonSide* python_side() const { return py_.get(); }
+  ModelTensors& models() { return models_; }
+  // The hooks raise at the origin; this writes the step and ends it first, so the next start()
+  // begins the next step (and a step() in the user's handler does not skip a number).
+  void end_step_for_raise();
+  // Called by the autograd engine when a backward pass with a backward op anomaly ends.
+  std::optional<OverflowEvent> end_of_backward();
+  void set_loss_scaled() { loss_scaled_ = true; }
+  // At step(), for a step whose loss a scaler scaled: `before` at start() (or scale()), `after`
+  // now. A stop to raise, or nothing.
+  std::optional<OverflowEvent> judge_loss_scale(double before, double after);
+  bool step_flagged() const;
+
  private:
+  void advance();
+  void warn_unmatched_selection();  // once per entry and session
   void write_step();  // GIL required
   void write_step_or_report();
   void clear_step();
   void write_overflow_files(const std::string& dir);
-  OverflowStop describe_stop(const StoredCall& call, const Finding& f, const LiveTensors& live);
+  bool dump_budget_left() const;  // overflow_nums not reached (this step's dump counts as left)
+  bool should_dump_step();        // task overflow_check: flagged, not skipped, within budget
+  OverflowFacts describe_overflow(const StoredCall& call, const Verdict& v,
+                                  const LiveTensors& live);
   void keep_tensors(StoredCall& call, const LiveTensors& live);
 
   Config config_;
@@ -100,10 +122,25 @@ class Session {
   Selection selection_;
   std::string library_dir_;
   std::unique_ptr<TensorSaver> saver_;  // tasks tensor and overflow_check
-  std::unique_ptr<OverflowWatch> watch_;
-  bool ended_ = false;
   DescribeOptions options_;
   bool reported_write_error_ = false;
+  bool collected_this_step_ = false;
+  std::set<std::string> warned_;
+
+  // Task overflow_check.
+  ModelTensors models_;
+  std::unique_ptr<OverflowWatch> watch_;
+  std::unique_ptr<PythonSide> py_;
+  std::optional<OverflowFacts> step_overflow_;     // the step's first flagged finding
+  std::optional<OverflowFacts> pending_backward_;  // a backward op origin, until the pass ends
+  std::optional<OverflowFacts> reached_gradients_; // ... that reached gradients in a scaled step
+  bool end_of_backward_queued_ = false;
+  bool loss_scaled_ = false;
+  bool skipped_by_scaler_ = false;  // not written unless dump_skipped_steps
+  bool ended_by_raise_ = false;     // step_ already moved on; the next step() must not
+  int64_t dumped_steps_ = 0;
+  bool step_dumped_ = false;
+  bool said_no_more_dumps_ = false;
 };
 
 std::shared_ptr<Session> current_session();

@@ -1,7 +1,9 @@
 // The overflow_check side of the session: keeping the tensors of calls with findings, describing
-// a stop, and writing overflow_report.json with a one-screen summary.
+// a flagged call, the end-of-backward and loss-scaler verdicts, and writing overflow_report.json
+// with a one-screen summary.
 #include <cstdio>
 
+#include "core/anomaly.h"
 #include "core/json_writer.h"
 #include "core/output_files.h"
 #include "core/report.h"
@@ -12,37 +14,64 @@ namespace msprobe {
 
 namespace {
 
-std::string shape_text(const at::Tensor& t) {
-  std::string s = "[";
-  for (size_t i = 0; i < t.sizes().size(); ++i) s += (i ? ", " : "") + std::to_string(t.sizes()[i]);
-  return s + "]";
-}
-
 // dtype, shape and how many elements are NaN, +inf and -inf (what check_numerics tells).
-std::string tensor_facts(const std::string& where, const at::Tensor& t) {
-  std::string s = where + ": " + dtype_name(t.scalar_type()) + " " + shape_text(t);
+ArgFacts tensor_facts(const std::string& where, const at::Tensor& t) {
+  ArgFacts a;
+  a.position = where;
+  a.type = "torch.Tensor";
+  a.dtype = dtype_name(t.scalar_type());
+  a.shape.assign(t.sizes().begin(), t.sizes().end());
   if (t.is_floating_point() && t.layout() == at::kStrided && !t.is_meta()) {
     const at::Tensor x = t.detach();
     const at::Tensor counts =
         at::stack({at::isnan(x).sum(), at::isposinf(x).sum(), at::isneginf(x).sum()}).cpu();
     const int64_t* c = counts.data_ptr<int64_t>();
-    s += ": " + std::to_string(c[0]) + " NaN, " + std::to_string(c[1]) + " +inf, " +
-         std::to_string(c[2]) + " -inf";
+    a.counted = true;
+    a.nan = c[0];
+    a.posinf = c[1];
+    a.neginf = c[2];
   }
-  return s;
+  return a;
 }
 
-std::string scalar_facts(const std::string& where, const Entry& e) {
-  if (e.value.kind != Scalar::Kind::Float) return where + ": " + e.type;
-  return where + ": " + e.type + " " + format_float(e.value.number);
+ArgFacts scalar_facts(const std::string& where, const Entry& e) {
+  ArgFacts a;
+  a.position = where;
+  a.type = e.type.empty() ? "null" : e.type;
+  if (e.value.kind == Scalar::Kind::Float) a.value = e.value.number;
+  return a;
 }
 
-// "a, b, c (and 4 more)": the calls of `findings` whose `pick` is true.
-std::string join_calls(const std::vector<Finding>& findings, const std::vector<bool>& pick) {
+// The facts of one anomalous argument: the tensor, or each anomalous tensor inside a list.
+void arg_facts(const std::string& where, const Entry& e, const LiveArg* live, bool compat,
+               std::vector<ArgFacts>& out) {
+  if (e.kind == Entry::Kind::Object && !e.is_tensor()) {
+    out.push_back(scalar_facts(where, e));
+    return;
+  }
+  if (!live) return;
+  if (e.is_tensor()) {
+    if (live->tensor.defined()) out.push_back(tensor_facts(where, live->tensor));
+    return;
+  }
+  size_t k = 0;
+  for_each_tensor(e, *live, [&](const Entry& x, const at::Tensor& t) {
+    if (is_anomalous(x, compat)) out.push_back(tensor_facts(where + "[" + std::to_string(k) + "]", t));
+    ++k;
+  });
+}
+
+const LiveArg* live_at(const std::vector<LiveArg>& v, size_t i) {
+  return i < v.size() ? &v[i] : nullptr;
+}
+
+// "a, b, c (and 4 more)": the calls of `findings` whose judgement is `which`.
+std::string join_calls(const std::vector<Finding>& findings, const std::vector<Judgement>& j,
+                       Judgement which, std::optional<Severity> level = std::nullopt) {
   std::string s;
   size_t n = 0;
   for (size_t i = 0; i < findings.size(); ++i) {
-    if (!pick[i]) continue;
+    if (j[i] != which || (level && findings[i].severity != *level)) continue;
     if (n < 3) s += (n ? ", " : "") + findings[i].call;
     ++n;
   }
@@ -51,6 +80,34 @@ std::string join_calls(const std::vector<Finding>& findings, const std::vector<b
 }
 
 }  // namespace
+
+bool Session::dump_budget_left() const {
+  const int64_t nums = config_.overflow_check.overflow_nums;
+  return nums < 0 || step_dumped_ || dumped_steps_ < nums;
+}
+
+bool Session::should_dump_step() {
+  if (!watch_->step_flagged()) return false;
+  if (skipped_by_scaler_ && !config_.overflow_check.dump_skipped_steps) return false;
+  if (!dump_budget_left()) {
+    if (!said_no_more_dumps_) {
+      std::fprintf(stderr,
+                   "msprobe_cpp: step %lld flagged; overflow_nums (%lld) reached: no more dumps "
+                   "are written, detection goes on\n",
+                   static_cast<long long>(step_),
+                   static_cast<long long>(config_.overflow_check.overflow_nums));
+      said_no_more_dumps_ = true;
+    }
+    return false;
+  }
+  if (!step_dumped_) ++dumped_steps_;
+  step_dumped_ = true;
+  return true;
+}
+
+bool Session::step_flagged() const {
+  return watch_ && watch_->step_flagged();
+}
 
 void Session::keep_tensors(StoredCall& call, const LiveTensors& live) {
   CallRecord& rec = call.record;
@@ -72,41 +129,113 @@ void Session::keep_tensors(StoredCall& call, const LiveTensors& live) {
   }
 }
 
-OverflowStop Session::describe_stop(const StoredCall& call, const Finding& f,
-                                    const LiveTensors& live) {
-  OverflowStop stop;
-  stop.finding = f;
-  stop.module = call.parent ? call.parent : call.module_hint;
-  stop.step = step_;
-  stop.rank = rank_;
-  stop.dump_dir = step_dir();
+OverflowFacts Session::describe_overflow(const StoredCall& call, const Verdict& v,
+                                         const LiveTensors& live) {
+  OverflowFacts facts;
+  const Finding& f = *v.finding;
+  facts.finding = f;
+  facts.origin = v.origin;
+  facts.parameter = v.parameter;
+  facts.note = v.note;
+  facts.module = call.parent ? call.parent : call.module_hint;
+  facts.step = step_;
+  facts.rank = folder_rank();
+  if (dump_budget_left()) facts.dump_dir = step_dir();
   if (call.stack)
-    stop.source = codes_.first_frame_outside(*call.stack, {package_dir_, library_dir_});
+    facts.source = codes_.first_frame_outside(*call.stack, {package_dir_, library_dir_});
   const CallRecord& rec = call.record;
+  const bool compat = config_.overflow_check.compat;
   const std::string in = rec.uses_input_key ? "input" : "input_args";
   for (size_t i : f.input_indices) {
-    const std::string where = in + "[" + std::to_string(i) + "]";
-    const at::Tensor* t = tensor_at(live.inputs, i);
-    stop.tensors.push_back(t ? tensor_facts(where, *t) : scalar_facts(where, rec.inputs[i]));
+    arg_facts(in + "[" + std::to_string(i) + "]", rec.inputs[i], live_at(live.inputs, i), compat,
+              facts.tensors);
   }
   for (size_t j = 0; j < rec.kwargs.size(); ++j) {
     const auto& key = rec.kwargs[j].first;
     if (std::find(f.kwarg_keys.begin(), f.kwarg_keys.end(), key) == f.kwarg_keys.end()) continue;
-    const at::Tensor* t = tensor_at(live.kwargs, j);
-    stop.tensors.push_back(t ? tensor_facts(key, *t) : scalar_facts(key, rec.kwargs[j].second));
+    arg_facts(key, rec.kwargs[j].second, live_at(live.kwargs, j), compat, facts.tensors);
   }
   for (size_t i : f.output_indices) {
-    const std::string where = "output[" + std::to_string(i) + "]";
-    const at::Tensor* t = tensor_at(live.outputs, i);
-    stop.tensors.push_back(t ? tensor_facts(where, *t) : scalar_facts(where, rec.outputs[i]));
+    arg_facts("output[" + std::to_string(i) + "]", rec.outputs[i], live_at(live.outputs, i),
+              compat, facts.tensors);
   }
-  return stop;
+  return facts;
+}
+
+std::optional<OverflowEvent> Session::end_of_backward() {
+  std::lock_guard<std::mutex> lock(mu_);
+  end_of_backward_queued_ = false;
+  if (!watch_ || !pending_backward_) return std::nullopt;
+  OverflowEvent e;
+  e.facts = std::move(*pending_backward_);
+  pending_backward_.reset();
+  OverflowFacts& facts = e.facts;
+  if (models_.empty()) {
+    facts.note = "no model was given to start(): a backward anomaly counts as reaching the "
+                 "parameter gradients";
+  } else {
+    facts.gradients = models_.non_finite_gradients();
+    if (facts.gradients.empty()) {
+      facts.masked = true;
+      facts.note = kMaskedNote;
+    }
+  }
+  if (!facts.masked && loss_scaled_) {
+    // The loss scaler is expected to skip this step; step() hears whether it did.
+    if (!reached_gradients_) reached_gradients_ = facts;
+    return std::nullopt;
+  }
+  e.notify = !step_overflow_;
+  if (e.notify) step_overflow_ = facts;
+  e.raise = !facts.masked && config_.overflow_check.action == Action::Raise &&
+            config_.overflow_check.stops_on(Origin::Op);
+  if (!e.notify && !e.raise) return std::nullopt;
+  return e;
+}
+
+std::optional<OverflowEvent> Session::judge_loss_scale(double before, double after) {
+  if (!watch_) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  const OverflowSection& o = config_.overflow_check;
+  auto base = [&]() {
+    if (reached_gradients_) return *reached_gradients_;
+    if (step_overflow_) return *step_overflow_;
+    OverflowFacts f;
+    f.finding.call = "(loss scaler)";
+    f.step = step_;
+    f.rank = folder_rank();
+    if (dump_budget_left()) f.dump_dir = step_dir();
+    return f;
+  };
+  OverflowEvent e;
+  if (after < o.min_loss_scale) {
+    e.facts = base();
+    e.facts.note = "the loss scale fell to " + format_float(after) + ", below min_loss_scale " +
+                   format_float(o.min_loss_scale) + ": the gradients overflow even unscaled";
+  } else if (after < before) {
+    skipped_by_scaler_ = true;
+    std::fprintf(stderr,
+                 "msprobe_cpp: step %lld: gradients overflowed at scale %s; the loss scaler "
+                 "skipped the step\n",
+                 static_cast<long long>(step_), format_float(before).c_str());
+    return std::nullopt;
+  } else if (reached_gradients_) {
+    e.facts = *reached_gradients_;
+    e.facts.note = "the loss scale did not drop (" + format_float(after) +
+                   "): the loss scaler missed these non-finite gradients";
+  } else {
+    return std::nullopt;
+  }
+  e.notify = !step_overflow_;
+  if (e.notify) step_overflow_ = e.facts;
+  e.raise = o.action == Action::Raise;
+  return e;
 }
 
 void Session::write_overflow_files(const std::string& dir) {
   Report report;
   report.findings = watch_->findings();
-  report.first_anomaly = watch_->first_flagged();
+  report.first_anomaly = step_overflow_ ? step_overflow_ : reached_gradients_;
   write_file_atomic(dir + "/overflow_report.json", report.to_json(1));
 
   size_t counts[3] = {0, 0, 0};
@@ -116,25 +245,28 @@ void Session::write_overflow_files(const std::string& dir) {
                      " flagged: " + std::to_string(report.findings.size()) + " anomalous calls (" +
                      std::to_string(counts[2]) + " critical, " + std::to_string(counts[1]) +
                      " high, " + std::to_string(counts[0]) + " medium)\n";
-  if (report.first_anomaly) {
-    text += who + "  first anomaly: " + report.first_anomaly->call + " (" +
-            to_string(report.first_anomaly->severity) + ", " +
-            scene_name(report.first_anomaly->scene) + ")\n";
+  if (const auto& first = report.first_anomaly) {
+    text += who + "  first anomaly: " + first->finding.call + " (" +
+            to_string(first->finding.severity) + ", " + scene_name(first->finding.scene);
+    if (first->origin) text += std::string(", origin ") + to_string(*first->origin);
+    text += ")\n";
+    if (!first->note.empty()) text += who + "    " + first->note + "\n";
+    if (first->source) text += who + "    source: " + *first->source + "\n";
+    for (const ArgFacts& t : first->tensors) text += who + "    " + t.text() + "\n";
   }
-  const std::vector<bool>& flagged = watch_->flagged();
+  const std::vector<Judgement>& j = watch_->judgements();
   for (Severity level : {Severity::Critical, Severity::High, Severity::Medium}) {
-    std::vector<bool> pick(flagged.size());
-    for (size_t i = 0; i < pick.size(); ++i) {
-      pick[i] = flagged[i] && report.findings[i].severity == level;
-    }
-    const std::string calls = join_calls(report.findings, pick);
+    const std::string calls = join_calls(report.findings, j, Judgement::Flagged, level);
     if (!calls.empty()) text += who + "  " + to_string(level) + ": " + calls + "\n";
   }
-  std::vector<bool> expected(flagged.size());
-  for (size_t i = 0; i < expected.size(); ++i) expected[i] = !flagged[i];
-  const std::string calls = join_calls(report.findings, expected);
-  if (!calls.empty()) {
-    text += who + "  expected (from -inf masks and other deliberate constants): " + calls + "\n";
+  const std::string leads = join_calls(report.findings, j, Judgement::Lead);
+  if (!leads.empty()) {
+    text += who + "  leads (finite values that jumped by more than the mutation threshold): " +
+            leads + "\n";
+  }
+  const std::string expected = join_calls(report.findings, j, Judgement::Explained);
+  if (!expected.empty()) {
+    text += who + "  expected (from -inf masks and other deliberate constants): " + expected + "\n";
   }
   text += who + "  dump: " + dir + "  (msprobe-cpp check " + dir + "/dump.json)\n";
   std::fputs(text.c_str(), stderr);

@@ -7,8 +7,14 @@
     debugger.stop()
     debugger.step()
 """
+import atexit
+
+from . import _C
 from ._C import ConfigError, RulesError, WriteError
 from .debugger import PrecisionDebugger
-from .errors import OverflowError  # noqa: A004 - msprobe_cpp.OverflowError, a RuntimeError
+from .errors import Overflow, OverflowError  # noqa: A004 - msprobe_cpp.OverflowError, a RuntimeError
 
-__all__ = ["PrecisionDebugger", "OverflowError", "ConfigError", "RulesError", "WriteError"]
+__all__ = ["PrecisionDebugger", "Overflow", "OverflowError", "ConfigError", "RulesError", "WriteError"]
+
+# Sessions hold Python objects: let go of the live one while the interpreter can still take them.
+atexit.register(_C.set_current_session, None)

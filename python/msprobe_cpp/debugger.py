@@ -1,12 +1,17 @@
 """PrecisionDebugger: msprobe's entry point, backed by the C++ session."""
 import json
+import operator
 import os
-from typing import Any, List, Optional
+import sys
+import weakref
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 
 import torch
 
 from . import _C
 from .api_hooks import ApiHooks
+from .errors import Overflow, OverflowError
+from .loss_scalers import GradScalerWatch
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Frames under here are torch's, not the user's line an overflow stop names.
@@ -29,25 +34,96 @@ def _register_pre_hook(module: torch.nn.Module, hook: Any) -> Any:
         return module.register_forward_pre_hook(hook)
 
 
+def _warn(text: str) -> None:
+    print(f"msprobe_cpp: warning: {text}", file=sys.stderr)
+
+
+def _keyword_value(name: str, value: Any) -> Any:
+    """A keyword argument as the JSON the engine validates: paths as strings, ranges and other
+    iterables of ints as lists. What cannot be JSON at all is a ConfigError here."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    elif name in ("step", "rank", "stop_on", "rules") and not isinstance(value, (str, bytes, dict)):
+        try:
+            value = [operator.index(v) if not isinstance(v, (str, bool)) and hasattr(v, "__index__") else v
+                     for v in value]
+        except TypeError:
+            pass  # not iterable: the engine names what is expected
+        if name == "rules":
+            value = [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value]
+    try:
+        json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError):
+        raise _C.ConfigError(f"PrecisionDebugger({name}=...): expected a JSON-like value, got {value!r}") from None
+    return value
+
+
+def _models_of(model: Any) -> List[torch.nn.Module]:
+    if model is None:
+        return []
+    models = list(model) if isinstance(model, (list, tuple)) else [model]
+    for m in models:
+        if not isinstance(m, torch.nn.Module):
+            raise TypeError(f"PrecisionDebugger: model: expected a torch.nn.Module or a list of them, "
+                            f"got {type(m).__name__}")
+    return models
+
+
 class PrecisionDebugger:
-    """Collects msprobe-format dumps of a training run.
+    """Collects msprobe-format dumps of a training run, and guards it against overflows.
 
     PrecisionDebugger(config_path="config.json") reads msprobe's config.json; keyword arguments
-    (task, dump_path, level, step, rank) override it, or configure it alone without a file. A bad
-    config raises ConfigError before any hook is installed.
+    (task, dump_path, level, step, rank, and every overflow_check key: stop_on, action,
+    stop_level, overflow_nums, ...) override it, or configure it alone without a file. `model`
+    is the model start() uses when given none; `on_overflow(overflow)` is called at each step's
+    first flagged call, whatever the action. A bad config raises ConfigError before any hook is
+    installed.
     """
 
     _instance: Optional["PrecisionDebugger"] = None
 
-    def __init__(self, config_path: Optional[str] = None, **overrides: Any) -> None:
-        overrides = {k: v for k, v in overrides.items() if v is not None}
-        self._session = _C.Session(config_path or "", json.dumps(overrides), PACKAGE_DIR, TORCH_DIR)
+    def __init__(self, config_path: Optional[Any] = None, task: Optional[str] = None,
+                 dump_path: Optional[Any] = None, level: Optional[str] = None,
+                 model: Optional[Any] = None, step: Optional[Iterable[Any]] = None,
+                 rank: Optional[Iterable[Any]] = None,
+                 on_overflow: Optional[Callable[[Overflow], None]] = None,
+                 **overflow_options: Any) -> None:
+        given: Dict[str, Any] = dict(task=task, dump_path=dump_path, level=level, step=step, rank=rank,
+                                     **overflow_options)
+        overrides = {k: _keyword_value(k, v) for k, v in given.items() if v is not None}
+        path = os.fspath(config_path) if config_path is not None else ""
+        self._session = _C.Session(path, json.dumps(overrides), PACKAGE_DIR, TORCH_DIR)
+        self._default_models = _models_of(model)
+        self._on_overflow = on_overflow
+        self._overflow: Optional[Overflow] = None
         self._api_hooks = ApiHooks()
         self._module_handles: List[Any] = []
-        self._model: Optional[torch.nn.Module] = None
+        self._models: List[torch.nn.Module] = []
+        self._hooked_modules: Set[int] = set()
         self._done = False
-        if PrecisionDebugger._instance is not None:
-            PrecisionDebugger._instance._release()
+        self._warned: Set[str] = set()
+        self._last_start_step: Optional[int] = None
+        self._stopped = False
+        self._loss_scaler: Any = None  # given to start()
+        self._scaled_by: Any = None  # the scaler that scaled this step's loss
+        self._scale_before: Optional[float] = None
+        self._grad_scalers = GradScalerWatch(weakref.WeakMethod(self._saw_grad_scaler))
+        if self._session.watching:
+            me = weakref.ref(self)  # the session must not keep the debugger alive
+
+            def on_flagged(overflow: Overflow) -> None:
+                debugger = me()
+                if debugger is not None:
+                    debugger._flagged(overflow)
+
+            engine = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
+            self._session.set_python_side(Overflow, OverflowError, on_flagged, engine.queue_callback)
+
+        previous = PrecisionDebugger._instance
+        if previous is not None and not previous._done:
+            _warn("a new PrecisionDebugger replaces the live one: the earlier one's hooks are removed "
+                  "and it collects nothing more")
+            previous._release()
         PrecisionDebugger._instance = self
         _C.set_current_session(self._session)
 
@@ -55,27 +131,68 @@ class PrecisionDebugger:
     def dump_path(self) -> str:
         return self._session.dump_path
 
-    def start(self, model: Optional[torch.nn.Module] = None) -> None:
-        """Begins (or resumes) collection for the current step; installs hooks the first time."""
+    @property
+    def overflow(self) -> Optional[Overflow]:
+        """The finding that flagged the current (or, until the next start(), the last) step; None
+        while it is clean."""
+        return self._overflow
+
+    def start(self, model: Optional[Any] = None, loss_scaler: Any = None) -> None:
+        """Begins (or resumes) collection for the current step; installs hooks the first time.
+
+        `model`: a module or a list of them; each new one is hooked in addition to those before
+        it. `loss_scaler`: any object with get_scale() (a torch GradScaler is found by itself)."""
         if self._done or self._session.finished:
             self._release()
             return
-        if self._session.modules_hooked and model is None and not self._module_handles:
+        models = _models_of(model) or self._default_models
+        if self._session.modules_hooked and not models and not self._models:
             raise ValueError(f"PrecisionDebugger.start: level {self._session.level} records modules, "
                              "so start(model) needs the model")
+        if loss_scaler is not None:
+            if not callable(getattr(loss_scaler, "get_scale", None)):
+                raise TypeError("PrecisionDebugger.start: loss_scaler needs a get_scale() method")
+            self._loss_scaler = loss_scaler
+        new_models = [m for m in models if all(m is not h for h in self._models)]
+        step = self._session.current_step
+        if step == self._last_start_step:
+            if self._stopped and not new_models:
+                self._warn_once("restart", f"start() again without step(): the calls go on counting in "
+                                f"step {step}; call debugger.step() at the end of each iteration")
+        else:
+            self._overflow = None
+            self._scaled_by = None
+            self._scale_before = None
+        self._last_start_step = step
+        self._stopped = False
+
         if self._session.apis_hooked:
             self._api_hooks.install()
-        wants_modules = self._session.modules_hooked or self._session.watching
-        if wants_modules and model is not None and model is not self._model:
-            self._hook_modules(model, record=self._session.modules_hooked)
+        if self._session.watching:
+            self._grad_scalers.install()
+        if self._session.modules_hooked or self._session.watching:
+            for m in new_models:
+                self._hook_model(m, record=self._session.modules_hooked)
+        if self._loss_scaler is not None and self._scale_before is None:
+            self._note_scale(self._loss_scaler)
         self._session.start(_rank())
 
     def stop(self) -> None:
         """Ends collection for now and writes the step's files."""
+        self._stopped = True
         self._session.stop()
 
     def step(self) -> None:
-        """Moves to the next step; after the last configured step every hook is removed."""
+        """Moves to the next step; after the last configured step every hook is removed.
+
+        With a loss scaler, this is where a skipped step is told apart from a missed overflow:
+        it raises OverflowError when the scale did not drop after non-finite gradients, or fell
+        below min_loss_scale."""
+        scaler, before = self._scaled_by, self._scale_before
+        self._scaled_by, self._scale_before = None, None
+        self._stopped = False
+        if scaler is not None and before is not None:
+            self._session.judge_loss_scale(before, _C.call_unhooked(lambda: float(scaler.get_scale())))
         self._session.step()
         if self._session.finished:
             self._release()
@@ -86,35 +203,54 @@ class PrecisionDebugger:
         if cls._instance is not None:
             cls._instance._session.pause()
 
-    def _hook_modules(self, model: torch.nn.Module, record: bool) -> None:
+    def _warn_once(self, cause: str, text: str) -> None:
+        if cause not in self._warned:
+            self._warned.add(cause)
+            _warn(text)
+
+    def _flagged(self, overflow: Overflow) -> None:
+        self._overflow = overflow
+        if self._on_overflow is not None:
+            self._on_overflow(overflow)
+
+    def _note_scale(self, scaler: Any) -> None:
+        self._scaled_by = scaler
+        self._scale_before = _C.call_unhooked(lambda: float(scaler.get_scale()))
+        self._session.set_loss_scaled()
+
+    def _saw_grad_scaler(self, scaler: Any) -> None:
+        """A torch GradScaler's scale() is called: this step's loss is scaled."""
+        if self._loss_scaler is None and self._scale_before is None and scaler.is_enabled():
+            self._note_scale(scaler)
+
+    def _hook_model(self, model: torch.nn.Module, record: bool) -> None:
         """record=False: only track the enclosing module (L1 overflow_check), no module records
-        and no backward hooks, so nothing about the model's autograd graph changes."""
-        self._unhook_modules()
-        self._model = model
+        and no backward hooks, so nothing about the model's autograd graph changes. A second
+        model's names carry a prefix (`model1.`), so they can't be taken for the first one's."""
+        prefix = "" if not self._models else f"model{len(self._models)}."
+        self._models.append(model)
         for name, module in model.named_modules():
-            if module is model:
+            if module is model or id(module) in self._hooked_modules:
                 continue  # the root passed to start() is not itself recorded
-            pre, post, backward = _C.module_hooks(name, type(module).__name__, record)
+            self._hooked_modules.add(id(module))
+            pre, post, backward = _C.module_hooks(prefix + name, type(module).__name__, record)
             self._module_handles += [_register_pre_hook(module, pre), module.register_forward_hook(post)]
             if record:
                 self._module_handles.append(module.register_full_backward_hook(backward))
-
-    def _unhook_modules(self) -> None:
-        for handle in self._module_handles:
-            handle.remove()
-        self._module_handles = []
-        self._model = None
+        if self._session.watching:
+            for name, p in model.named_parameters():
+                self._session.add_model_tensor(prefix + name, p, False)
+            for name, b in model.named_buffers():
+                self._session.add_model_tensor(prefix + name, b, True)
 
     def _release(self) -> None:
         """Removes every hook; the debugger collects nothing more."""
         self._api_hooks.remove()
-        self._unhook_modules()
+        self._grad_scalers.remove()
+        for handle in self._module_handles:
+            handle.remove()
+        self._module_handles = []
+        self._hooked_modules = set()
         self._done = True
         if PrecisionDebugger._instance is self:
             _C.set_current_session(None)
-
-
-def _release_after_stop() -> None:
-    """Called by the engine when an overflow stops the run, before the exception is raised."""
-    if PrecisionDebugger._instance is not None:
-        PrecisionDebugger._instance._release()

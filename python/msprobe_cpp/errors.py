@@ -1,26 +1,60 @@
-"""The exception a live overflow stop raises."""
-from typing import List, Optional
+"""What the live overflow guard tells a program: an Overflow, and the OverflowError that carries one."""
+from typing import Any, Dict, List, Optional
+
+
+class Overflow:
+    """The finding that flagged a step: the call, where its NaN/inf came from, and the evidence.
+
+    `origin` is "op" (the call made NaN/inf from finite inputs), "input" (it came in with a tensor
+    argument no call of the step made: the batch), "parameter" (it came in with a parameter or
+    buffer of a started model, named in `parameter`), or None (downstream of an origin, or a
+    numerical mutation). `tensors` lists each anomalous argument as a dict (position, type, dtype,
+    shape, nan, posinf, neginf, text). `gradients` names the parameters whose gradients are not
+    finite (backward origins); `masked` is True when a backward anomaly reached none of them.
+    """
+
+    step: int
+    rank: int
+    call: str
+    scene: str
+    level: str
+    origin: Optional[str]
+    parameter: Optional[str]
+    input_args_anomaly_indices: List[int]
+    input_kwargs_anomaly_keys: List[str]
+    output_anomaly_indices: List[int]
+    module: Optional[str]
+    source: Optional[str]
+    dump_dir: Optional[str]
+    tensors: List[Dict[str, Any]]
+    gradients: List[str]
+    masked: bool
+    note: str
+    message: str
+
+    def __init__(self, **facts: Any) -> None:
+        self.__dict__.update(facts)
+
+    def __repr__(self) -> str:
+        return f"Overflow(step={self.step}, call={self.call!r}, origin={self.origin!r})"
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class OverflowError(RuntimeError):  # noqa: A001 - msprobe_cpp.OverflowError, by design
-    """Raised out of the hooked call (forward) or loss.backward() (backward) at the first call whose
-    overflow level reaches the config's stop_level. The step's files are already written and every
-    hook is removed when it arrives. The message says it all; the same facts are attributes."""
+    """Raised at the origin of the first unexplained NaN/inf of a step: out of the hooked call
+    (forward), out of loss.backward() (a backward op whose NaN/inf reached a parameter gradient),
+    or out of debugger.step() (a loss scaler that missed an overflow, or a loss scale below
+    min_loss_scale). The step's files are written and the step has ended when it arrives; the
+    hooks stay in, so a program that catches it and goes on is guarded as before.
 
-    def __init__(self, message: str, *, step: int, rank: int, call: str, scene: str, level: str,
-                 input_args_anomaly_indices: List[int], input_kwargs_anomaly_keys: List[str],
-                 output_anomaly_indices: List[int], module: Optional[str], source: Optional[str],
-                 dump_dir: str, tensors: List[str]) -> None:
+    The message says it all; the same facts are attributes (those of `Overflow`), and
+    `e.overflow` is the Overflow itself."""
+
+    def __init__(self, message: str, overflow: Overflow) -> None:
         super().__init__(message)
-        self.step = step
-        self.rank = rank
-        self.call = call
-        self.scene = scene
-        self.level = level
-        self.input_args_anomaly_indices = input_args_anomaly_indices
-        self.input_kwargs_anomaly_keys = input_kwargs_anomaly_keys
-        self.output_anomaly_indices = output_anomaly_indices
-        self.module = module
-        self.source = source
-        self.dump_dir = dump_dir
-        self.tensors = tensors  # "output[0]: torch.float16 [8, 4]: 0 NaN, 12 +inf, 0 -inf", ...
+        self.overflow = overflow
+        for key, value in overflow.__dict__.items():
+            if key != "message":
+                setattr(self, key, value)

@@ -268,7 +268,8 @@ TEST(ConfigTest, UnknownKeyWithoutCloseMatchListsAllowedKeys) {
             "config.json: tensor.summary_mode: unknown key; allowed: scope, list, data_mode");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "overflow_check": {"max_calls": 2}})"),
             "config.json: overflow_check.max_calls: unknown key; allowed: overflow_nums, action, "
-            "stop_level, mutation_threshold, rules, compat");
+            "stop_level, stop_on, mutation_threshold, rules, compat, dump_skipped_steps, "
+            "min_loss_scale");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "a b\n": 1})"),
             R"(config.json: "a b\n": unknown key; allowed: task, dump_path, rank, step, level, )"
             "statistics, tensor, overflow_check");
@@ -304,12 +305,18 @@ TEST(ConfigTest, OverrideErrors) {
   EXPECT_EQ(config_error(file, json{{"task", "run_ut"}}),
             R"(PrecisionDebugger(task=...): "run_ut" is an msprobe task that msprobe_cpp does )"
             "not support; supported: statistics, tensor, overflow_check");
+  const std::string allowed =
+      "allowed: task, dump_path, level, step, rank, and the overflow_check keys overflow_nums, "
+      "action, stop_level, stop_on, mutation_threshold, rules, compat, dump_skipped_steps, "
+      "min_loss_scale";
   EXPECT_EQ(config_error(file, json{{"foo", 1}}),
-            R"(PrecisionDebugger: unknown keyword argument "foo"; allowed: task, dump_path, )"
-            "level, step, rank");
+            R"(PrecisionDebugger: unknown keyword argument "foo"; )" + allowed);
   EXPECT_EQ(config_error(file, json{{"overflow_check", json::object()}}),
-            R"(PrecisionDebugger: unknown keyword argument "overflow_check"; allowed: task, )"
-            "dump_path, level, step, rank");
+            R"(PrecisionDebugger: unknown keyword argument "overflow_check"; )" + allowed);
+  EXPECT_EQ(config_error(file, json{{"stop_on", json::array({"op", "batch"})}}),
+            R"(PrecisionDebugger(stop_on=...)[1]: expected one of op, input, parameter, got "batch")");
+  EXPECT_EQ(config_error(file, json{{"min_loss_scale", -1}}),
+            R"(PrecisionDebugger(min_loss_scale=...): expected a finite number >= 0, got -1)");
   EXPECT_EQ(config_error(file, json::array({1})),
             "PrecisionDebugger: expected keyword arguments as a JSON object, got [1]");
 }
@@ -410,6 +417,58 @@ TEST(ConfigFileTest, RootMustBeAnObject) {
   TempDir dir;
   std::string path = dir.write("list.json", "[]");
   EXPECT_EQ(load_error(path), path + ": expected a JSON object, got []");
+}
+
+}  // namespace
+}  // namespace msprobe
+
+namespace msprobe {
+namespace {
+
+TEST(ConfigTest, OverflowExtensionsDefaultAndParse) {
+  const Config d = parse_config(json::parse(R"({"dump_path": "d"})"), "config.json");
+  EXPECT_EQ(d.overflow_check.stop_on,
+            (std::vector<Origin>{Origin::Op, Origin::Input, Origin::Parameter}));
+  EXPECT_FALSE(d.overflow_check.dump_skipped_steps);
+  EXPECT_DOUBLE_EQ(d.overflow_check.min_loss_scale, 1.0);
+  EXPECT_TRUE(d.overflow_check.stops_on(Origin::Input));
+
+  const Config c = parse_config(json::parse(R"({"dump_path": "d", "overflow_check": {
+      "stop_on": ["input", "input"], "dump_skipped_steps": true, "min_loss_scale": 0.5}})"),
+                                "config.json");
+  EXPECT_EQ(c.overflow_check.stop_on, std::vector<Origin>{Origin::Input});
+  EXPECT_FALSE(c.overflow_check.stops_on(Origin::Op));
+  EXPECT_TRUE(c.overflow_check.dump_skipped_steps);
+  EXPECT_DOUBLE_EQ(c.overflow_check.min_loss_scale, 0.5);
+  const Config none = parse_config(
+      json::parse(R"({"dump_path": "d", "overflow_check": {"stop_on": []}})"), "config.json");
+  EXPECT_TRUE(none.overflow_check.stop_on.empty());
+}
+
+TEST(ConfigTest, OverflowKeysAsKeywordsOverrideTheFileKeyByKey) {
+  const json file = json::parse(
+      R"({"dump_path": "d", "overflow_check": {"overflow_nums": 3, "action": "continue",
+          "rules": ["r.yaml"]}})");
+  const Config c = parse_config(file, "config.json",
+                                json{{"stop_on", json::array({"op"})},
+                                     {"action", "raise"},
+                                     {"rules", json::array({"k.yaml"})},
+                                     {"min_loss_scale", 2}},
+                                "/cfg");
+  EXPECT_EQ(c.overflow_check.overflow_nums, 3);  // from the file
+  EXPECT_EQ(c.overflow_check.action, Action::Raise);
+  EXPECT_EQ(c.overflow_check.stop_on, std::vector<Origin>{Origin::Op});
+  // A keyword's rule file is the caller's path, not the config folder's.
+  EXPECT_EQ(c.overflow_check.rules, std::vector<std::string>{"k.yaml"});
+  EXPECT_DOUBLE_EQ(c.overflow_check.min_loss_scale, 2.0);
+  const Config from_file = parse_config(file, "config.json", json::object(), "/cfg");
+  EXPECT_EQ(from_file.overflow_check.rules, std::vector<std::string>{"/cfg/r.yaml"});
+}
+
+TEST(ConfigTest, OriginNames) {
+  EXPECT_STREQ(to_string(Origin::Op), "op");
+  EXPECT_STREQ(to_string(Origin::Input), "input");
+  EXPECT_STREQ(to_string(Origin::Parameter), "parameter");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 """Live overflow detection (task overflow_check) on real training loops."""
 import json
+import math
 import pathlib
 import subprocess
 from typing import Any, Dict, List, Optional
@@ -82,7 +83,8 @@ def test_fp16_overflow_stops_training_at_its_step(tmp_path, capfd):
         run(model, 6, debugger(tmp_path), on_step)
     e = info.value
     assert isinstance(e, RuntimeError)
-    assert e.step == 3 and e.rank == -1
+    assert e.step == 3 and e.rank == 0  # outside torch.distributed the run is rank 0 (folder `rank`)
+    assert e.origin == "op" and e.parameter is None
     assert e.call.startswith("Tensor.__mul__.") and e.call.endswith(".forward")
     assert (e.scene, e.level) == ("InputNormalOutputAnomalyScene", "critical")
     assert e.output_anomaly_indices == [0] and e.input_args_anomaly_indices == []
@@ -90,8 +92,10 @@ def test_fp16_overflow_stops_training_at_its_step(tmp_path, capfd):
     assert e.source.endswith("return (scores.half() * 1e5).float()")
     assert e.source.startswith(__file__ + ":")
     assert e.dump_dir == str(tmp_path / "dump" / "step3" / "rank")
-    assert len(e.tensors) == 1 and e.tensors[0].startswith("output[0]: torch.float16 [8, 4, 32, 32]: 0 NaN, ")
-    for fact in (e.call, "step 3", "InputNormalOutputAnomalyScene", e.module, e.source, e.dump_dir, e.tensors[0]):
+    assert len(e.tensors) == 1 and e.tensors[0]["text"].startswith("output[0]: torch.float16 [8, 4, 32, 32]: 0 NaN, ")
+    assert e.tensors[0]["nan"] == 0 and e.tensors[0]["posinf"] + e.tensors[0]["neginf"] > 0
+    for fact in (e.call, "step 3", "InputNormalOutputAnomalyScene", e.module, e.source, e.dump_dir,
+                 e.tensors[0]["text"]):
         assert fact in str(e)
     # Only the flagged step is on disk, with everything of it up to the stop.
     assert steps_on_disk(tmp_path) == ["step3"]
@@ -107,10 +111,11 @@ def test_fp16_overflow_stops_training_at_its_step(tmp_path, capfd):
     assert summary[0].startswith("msprobe_cpp: step 3 flagged: ")
     assert f"  critical: {e.call}" in summary
     assert any(l.startswith("  expected (") and "Tensor.masked_fill.0.forward" in l for l in summary)
-    # The process is healthy: hooks are gone and training goes on.
-    assert torch.matmul is original
+    # The process is healthy and still guarded: the hooks stay, training goes on, nothing more is
+    # flagged.
+    assert torch.matmul is not original
     model.inject = None
-    assert all(l == l for l in run(model, 2, None))
+    assert all(math.isfinite(l) for l in run(model, 2, None))
 
 
 def test_backward_only_overflow_comes_out_of_backward(tmp_path):
@@ -146,20 +151,30 @@ def inf_data_at(k: int):
     return on_step
 
 
-def test_inf_in_the_data_is_reported_not_stopped_by_default(tmp_path, cli):
-    dbg = debugger(tmp_path)
-    run(make_model("mlp"), 5, dbg, inf_data_at(2))  # no exception: nothing critical
-    assert steps_on_disk(tmp_path) == ["step2"]  # overflow_nums 1: collection ends there
+def test_inf_in_the_data_is_reported_not_stopped_without_input_in_stop_on(tmp_path, cli):
+    dbg = debugger(tmp_path, stop_on=["op", "parameter"])
+    # Step 2's inf batch is no stop; its NaN gradients poison the weights, and step 3 stops at the
+    # first call that uses one.
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        run(make_model("mlp"), 5, dbg, inf_data_at(2))
+    e = info.value
+    assert (e.step, e.origin, e.parameter, e.call) == (3, "parameter", "fc1.weight", "Functional.linear.0.forward")
+    assert e.dump_dir is None and "no more dumps are written" in str(e)  # overflow_nums 1
+    assert steps_on_disk(tmp_path) == ["step2"]
     r = report(tmp_path, 2)
     assert r["critical_apis"] == []
     assert r["first_anomaly"]["api_name"] == "Functional.linear.0.forward"
     assert r["first_anomaly"]["input_args_anomaly_indices"] == [0]
+    assert r["first_anomaly"]["origin"] == "input"
 
 
-def test_inf_in_the_data_stops_at_stop_level_high(tmp_path):
+def test_stop_level_applies_to_findings_without_an_origin(tmp_path):
+    """The batch's inf is an input origin, left out of stop_on; the next call, downstream of it,
+    has no origin and is high: stop_level high stops there."""
     with pytest.raises(msprobe_cpp.OverflowError) as info:
-        run(make_model("mlp"), 5, debugger(tmp_path, stop_level="high"), inf_data_at(2))
-    assert (info.value.step, info.value.call, info.value.level) == (2, "Functional.linear.0.forward", "high")
+        run(make_model("mlp"), 5, debugger(tmp_path, stop_level="high", stop_on=["op"]), inf_data_at(2))
+    e = info.value
+    assert (e.step, e.call, e.level, e.origin) == (2, "Functional.relu.0.forward", "high", None)
 
 
 def test_backward_inheritance_keeps_nan_data_below_critical(tmp_path):
@@ -232,15 +247,22 @@ def test_action_continue_dumps_exactly_the_overflowing_steps(tmp_path, cli):
         assert set(data) >= set(d["api_name"] for d in r["anomaly_details"])
 
 
-@pytest.mark.parametrize("nums, expected", [(1, ["step1"]), (-1, ["step1", "step3", "step4"])])
-def test_overflow_nums_limits_the_flagged_calls(tmp_path, nums, expected):
+@pytest.mark.parametrize("nums, expected", [(1, ["step1"]), (2, ["step1", "step3"]),
+                                            (-1, ["step1", "step3", "step4"])])
+def test_overflow_nums_limits_the_flagged_steps_written(tmp_path, capfd, nums, expected):
     model = make_model("gpt")
     on_step = fp16_overflow_at([1, 3, 4], block=0, model=model, masked=True)
-    run(model, 6, debugger(tmp_path, action="continue", overflow_nums=nums), on_step)
+    flagged = []
+    dbg = debugger(tmp_path, action="continue", overflow_nums=nums)
+    dbg._on_overflow = lambda o: flagged.append(o.step)
+    run(model, 6, dbg, on_step)
     assert steps_on_disk(tmp_path) == expected
-    if nums == 1:  # collection ended at the first flagged call: it is the last record
-        data = json.loads((tmp_path / "dump" / "step1" / "rank" / "dump.json").read_text())["data"]
-        assert list(data)[-1] == report(tmp_path, 1)["critical_apis"][0]
+    assert flagged == [1, 3, 4]  # detection goes on after the last dump
+    # A written step holds the whole step, up to the optimizer.
+    data = json.loads((tmp_path / "dump" / "step1" / "rank" / "dump.json").read_text())["data"]
+    assert list(data)[-1].startswith("Tensor.add")
+    said = "overflow_nums (%d) reached: no more dumps are written" % nums
+    assert (said in capfd.readouterr().err) == (nums != -1 and nums < 3)
 
 
 def test_mix_level_stop_names_the_module(tmp_path):

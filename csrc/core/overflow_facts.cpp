@@ -1,0 +1,131 @@
+#include "core/overflow_facts.h"
+
+#include "core/report.h"
+
+namespace msprobe {
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void write_optional_string(JsonWriter& w, const char* key, const std::optional<std::string>& v) {
+  w.key(key);
+  if (v) {
+    w.value_string(*v);
+  } else {
+    w.value_null();
+  }
+}
+
+}  // namespace
+
+std::string ArgFacts::text() const {
+  if (!is_tensor()) {
+    return position + ": " + type + (value ? " " + format_float(*value) : std::string());
+  }
+  std::string s = position + ": " + dtype + " " + shape_text(shape);
+  if (counted) {
+    s += ": " + std::to_string(nan) + " NaN, " + std::to_string(posinf) + " +inf, " +
+         std::to_string(neginf) + " -inf";
+  }
+  return s;
+}
+
+void ArgFacts::write(JsonWriter& w) const {
+  w.begin_object();
+  w.key("position");
+  w.value_string(position);
+  w.key("type");
+  w.value_string(type);
+  if (is_tensor()) {
+    w.key("dtype");
+    w.value_string(dtype);
+    w.key("shape");
+    w.begin_array();
+    for (int64_t d : shape) w.value_int(d);
+    w.end_array();
+    if (counted) {
+      w.key("nan");
+      w.value_int(nan);
+      w.key("posinf");
+      w.value_int(posinf);
+      w.key("neginf");
+      w.value_int(neginf);
+    }
+  } else if (value) {
+    w.key("value");
+    w.value_float(*value);
+  }
+  w.end_object();
+}
+
+std::string OverflowFacts::message() const {
+  const Finding& f = finding;
+  std::string m = "msprobe_cpp: overflow at step " + std::to_string(step) + ", rank " +
+                  std::to_string(rank) + ": " + f.call + " (" + to_string(f.severity) + ", " +
+                  scene_name(f.scene) + ")";
+  if (origin) {
+    m += "\n  origin: " + std::string(to_string(*origin));
+    switch (*origin) {
+      case Origin::Op:
+        m += " (this call made NaN/inf from finite inputs)";
+        break;
+      case Origin::Input:
+        m += " (NaN/inf came in with a tensor argument that no call of this step made: the batch?)";
+        break;
+      case Origin::Parameter:
+        m += " (NaN/inf came in with parameter " + parameter.value_or("?") + ")";
+        break;
+    }
+  }
+  if (!note.empty()) m += "\n  note:   " + note;
+  m += "\n  module: " + module.value_or("(none recorded)");
+  m += "\n  source: " + source.value_or("(no Python frame)");
+  for (const ArgFacts& t : tensors) m += "\n  " + t.text();
+  if (!gradients.empty()) {
+    m += "\n  non-finite gradients:";
+    for (size_t i = 0; i < gradients.size() && i < 8; ++i) m += (i ? ", " : " ") + gradients[i];
+    if (gradients.size() > 8) m += " (and " + std::to_string(gradients.size() - 8) + " more)";
+  }
+  if (dump_dir.empty()) {
+    m += "\n  dump:   none (overflow_nums reached: no more dumps are written)";
+  } else {
+    m += "\n  dump:   " + dump_dir + "  (overflow_report.json, dump.json, dump_tensor_data/)";
+  }
+  return m;
+}
+
+void OverflowFacts::write(JsonWriter& w) const {
+  w.begin_object();
+  write_detail_fields(w, finding);
+  w.key("origin");
+  if (origin) {
+    w.value_string(to_string(*origin));
+  } else {
+    w.value_null();
+  }
+  write_optional_string(w, "parameter", parameter);
+  write_optional_string(w, "module", module);
+  write_optional_string(w, "source", source);
+  w.key("tensors");
+  w.begin_array();
+  for (const ArgFacts& t : tensors) t.write(w);
+  w.end_array();
+  w.key("gradients");
+  w.begin_array();
+  for (const std::string& g : gradients) w.value_string(g);
+  w.end_array();
+  w.key("masked");
+  w.value_bool(masked);
+  w.key("note");
+  w.value_string(note);
+  w.key("step");
+  w.value_int(step);
+  w.end_object();
+}
+
+}  // namespace msprobe

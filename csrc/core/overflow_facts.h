@@ -1,0 +1,56 @@
+// What the live guard knows about a flagged call (issue 8): the finding, where its NaN/inf came
+// from, and the facts a user needs once the terminal is gone. The same facts become the exception's
+// message and attributes, debugger.overflow, and overflow_report.json's `first_anomaly`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/detector.h"
+#include "core/json_writer.h"
+
+namespace msprobe {
+
+// One anomalous argument: a tensor with its NaN/+inf/-inf counts, or a non-finite constant.
+struct ArgFacts {
+  std::string position;  // "input_args[0]", "output[1]", "input[0]" (backward), a kwarg's name
+  std::string type;      // "torch.Tensor", "float", ...
+  std::string dtype;     // tensors only
+  std::vector<int64_t> shape;
+  bool counted = false;  // counts were taken (strided floating-point tensors)
+  int64_t nan = 0, posinf = 0, neginf = 0;
+  std::optional<double> value;  // a scalar's value
+
+  bool is_tensor() const { return type == "torch.Tensor"; }
+  // "output[0]: torch.float16 [8, 4]: 0 NaN, 12 +inf, 0 -inf" or "input_args[2]: float -inf".
+  std::string text() const;
+  void write(JsonWriter& w) const;
+};
+
+struct OverflowFacts {
+  Finding finding;
+  std::optional<Origin> origin;           // none: downstream of an origin, or a mutation
+  std::optional<std::string> parameter;   // origin parameter: its qualified name
+  std::optional<std::string> module;      // the enclosing module call
+  std::optional<std::string> source;      // "<file>:<line>: <code>" of the innermost user frame
+  std::vector<ArgFacts> tensors;
+  std::vector<std::string> gradients;     // backward: parameters whose gradients are not finite
+  std::string note;                       // one more line of explanation, or empty
+  bool masked = false;                    // backward anomaly that reached no parameter gradient
+  int64_t step = 0;
+  int rank = 0;
+  std::string dump_dir;  // empty: the step is not written (overflow_nums reached)
+
+  // The exception's message: several lines, each fact on its own.
+  std::string message() const;
+  // overflow_report.json's `first_anomaly`: the report detail plus these facts.
+  void write(JsonWriter& w) const;
+};
+
+// The masked note of a backward anomaly that no parameter gradient received.
+inline constexpr const char* kMaskedNote = "masked: reached no parameter gradient";
+
+}  // namespace msprobe

@@ -1,0 +1,47 @@
+// The parameters and buffers of the models given to start(): how NaN/inf that entered through one
+// is named (origin `parameter`), and which parameter gradients a backward anomaly reached.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace msprobe {
+
+class ModelTensors {
+ public:
+  struct Found {
+    std::string name;  // qualified, with the model's prefix
+    bool buffer = false;
+    bool never_written = false;        // unchanged since the model was started: a constant
+    bool written_this_step = false;    // changed since this step's start()
+  };
+
+  // GIL not needed; called while a model is hooked.
+  void add(const std::string& name, const at::Tensor& t, bool buffer);
+  bool empty() const { return entries_.empty(); }
+
+  // What "before this step" means for Found::written_this_step.
+  void new_step();
+  std::optional<Found> find(const at::Tensor& t) const;
+
+  // The parameters whose gradients hold NaN or ±inf (one device sync per device).
+  std::vector<std::string> non_finite_gradients() const;
+
+ private:
+  using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  struct Item {
+    std::string name;
+    WeakImpl weak;
+    bool buffer;
+    uint32_t version_at_add;
+    uint32_t version_at_step;
+  };
+  std::vector<Item> entries_;
+  std::unordered_map<const c10::TensorImpl*, size_t> index_;
+};
+
+}  // namespace msprobe
