@@ -111,6 +111,10 @@ void Session::start(int rank) {
   // calls open on this thread.
   open_module_calls().clear();
   ended_by_raise_ = false;
+  if (!step_began_) {
+    step_began_ = true;
+    if (watch_) models_.new_step();  // what "written before this step began" compares with
+  }
   rank_ = rank;
   if (saver_) options_.tensor_dir = step_dir() + "/dump_tensor_data";
   if (config_.task == Task::Tensor) options_.saver = saver_.get();
@@ -164,10 +168,8 @@ void Session::end_step_for_raise() {
 void Session::advance() {
   clear_step();
   selection_.new_step();
-  if (watch_) {
-    watch_->new_step();
-    models_.new_step();
-  }
+  if (watch_) watch_->new_step();
+  step_began_ = false;
   step_overflow_.reset();
   pending_backward_.reset();
   reached_gradients_.reset();
@@ -281,7 +283,8 @@ void Session::write_step() {
 
   JsonWriter construct(1);
   construct.begin_object();
-  if (config_.level != Level::L1) {
+  // At L1 the overflow guard keeps a module stack of the started model: it names the parents too.
+  if (config_.level != Level::L1 || (watch_ && !models_.empty())) {
     for (const StoredCall& c : calls_) {
       construct.key(c.record.name);
       if (c.parent) {

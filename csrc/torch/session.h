@@ -125,6 +125,7 @@ class Session {
   DescribeOptions options_;
   bool reported_write_error_ = false;
   bool collected_this_step_ = false;
+  bool step_began_ = false;  // start() was called in this step
   std::set<std::string> warned_;
 
   // Task overflow_check.

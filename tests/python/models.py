@@ -36,9 +36,37 @@ class MLP(nn.Module):
         return self.fc3(torch.tanh(self.fc2(F.relu(self.fc1(x)))) * 2.0)
 
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, d: int, n_heads: int, seq: int, index: int) -> None:
+class ConvNet(nn.Module):
+    """conv → batchnorm → relu → pool, twice, then a linear classifier: an image model."""
+
+    channels = 3
+    size = 16
+    classes = 10
+
+    def __init__(self) -> None:
         super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc(torch.flatten(x, 1))
+
+
+# How the attention masks its future positions: masked_fill with a -inf scalar, the same on two
+# halves joined by torch.cat, or adding a registered buffer that holds -inf.
+MASK_MODES = ("masked_fill", "cat", "buffer")
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d: int, n_heads: int, seq: int, index: int, mask_mode: str = "masked_fill") -> None:
+        super().__init__()
+        assert mask_mode in MASK_MODES, mask_mode
+        self.mask_mode = mask_mode
         assert d % n_heads == 0, "d must be a multiple of n_heads"
         self.d = d
         self.n_heads = n_heads
@@ -50,6 +78,8 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
         self.register_buffer("mask", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
+        if mask_mode == "buffer":
+            self.register_buffer("neg_mask", torch.full((seq, seq), float("-inf")).triu(1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
@@ -61,7 +91,15 @@ class CausalSelfAttention(nn.Module):
         att = q @ k.transpose(-2, -1) * self.scale
         if self.inject is not None:
             att = self.inject(self.index, att)
-        att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
+        future = self.mask[:, :, :t, :t] == 0
+        if self.mask_mode == "cat":
+            h = t // 2
+            att = torch.cat([att[..., :h].masked_fill(future[..., :h], float("-inf")),
+                             att[..., h:].masked_fill(future[..., h:], float("-inf"))], dim=-1)
+        elif self.mask_mode == "buffer":
+            att = att + self.neg_mask[:t, :t]
+        else:
+            att = att.masked_fill(future, float("-inf"))
         att = F.softmax(att, dim=-1)
         y = att @ v
         y = y.transpose(1, 2).contiguous().view(b, t, c)
@@ -79,10 +117,10 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d: int, n_heads: int, seq: int, index: int) -> None:
+    def __init__(self, d: int, n_heads: int, seq: int, index: int, mask_mode: str = "masked_fill") -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(d)
-        self.attn = CausalSelfAttention(d, n_heads, seq, index)
+        self.attn = CausalSelfAttention(d, n_heads, seq, index, mask_mode)
         self.ln2 = nn.LayerNorm(d)
         self.mlp = FeedForward(d)
 
@@ -97,13 +135,13 @@ class TinyGPT(nn.Module):
     with inject None nothing extra is called."""
 
     def __init__(self, vocab: int = 64, d: int = 64, n_blocks: int = 4, seq: int = 32, n_heads: int = 4,
-                 inject: Optional[InjectFn] = None) -> None:
+                 inject: Optional[InjectFn] = None, mask_mode: str = "masked_fill") -> None:
         super().__init__()
         self.vocab = vocab
         self.seq = seq
         self.tok_emb = nn.Embedding(vocab, d)
         self.pos_emb = nn.Embedding(seq, d)
-        self.blocks = nn.ModuleList([Block(d, n_heads, seq, i) for i in range(n_blocks)])
+        self.blocks = nn.ModuleList([Block(d, n_heads, seq, i, mask_mode) for i in range(n_blocks)])
         self.ln_f = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab)
         self.inject = inject
@@ -130,15 +168,16 @@ class TinyGPT(nn.Module):
 
 
 def make_model(kind: str, seed: int = 0, **kw: Any) -> nn.Module:
-    """Seeds torch, then builds "gpt" (TinyGPT, keywords passed on) or "mlp"."""
+    """Seeds torch, then builds "gpt" (TinyGPT, keywords passed on), "mlp" or "convnet"."""
     torch.manual_seed(seed)
     if kind in ("gpt", "tinygpt"):
         return TinyGPT(**kw)
-    if kind == "mlp":
+    simple = {"mlp": MLP, "convnet": ConvNet}
+    if kind in simple:
         if kw:
-            raise TypeError(f"MLP takes no arguments, got {sorted(kw)}")
-        return MLP()
-    raise ValueError(f"unknown model kind {kind!r}: expected 'gpt' or 'mlp'")
+            raise TypeError(f"{kind} takes no arguments, got {sorted(kw)}")
+        return simple[kind]()
+    raise ValueError(f"unknown model kind {kind!r}: expected 'gpt', 'mlp' or 'convnet'")
 
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
@@ -157,8 +196,11 @@ def make_batches(model: nn.Module, steps: int, *, seed: int = 0, batch: int = 8,
         elif isinstance(model, MLP):
             x = torch.randn(batch, MLP.in_features, generator=g).to(dtype)
             y = torch.randint(0, MLP.classes, (batch,), generator=g)
+        elif isinstance(model, ConvNet):
+            x = torch.randn(batch, ConvNet.channels, ConvNet.size, ConvNet.size, generator=g).to(dtype)
+            y = torch.randint(0, ConvNet.classes, (batch,), generator=g)
         else:
-            raise TypeError(f"no data for {type(model).__name__}: expected TinyGPT or MLP")
+            raise TypeError(f"no data for {type(model).__name__}: expected TinyGPT, MLP or ConvNet")
         out.append((x.to(device), y.to(device)))
     return out
 
