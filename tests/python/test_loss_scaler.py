@@ -1,0 +1,222 @@
+"""Loss scalers: a step whose gradients overflowed at a high loss scale is the scaler's to skip,
+not a stop. Proved on the CPU with a small dynamic loss scaler written here (PyTorch 1.13's
+GradScaler needs CUDA), and with torch's GradScaler where CUDA is available."""
+import math
+import re
+from typing import List
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import msprobe_cpp
+from test_overflow import steps_on_disk
+from test_overflow_origins import SqrtParamNet
+
+
+class TinyLossScaler:
+    """Dynamic loss scaling as fp16 trainers do it: scale the loss, skip the optimizer step when a
+    gradient is not finite and halve the scale; otherwise unscale and step."""
+
+    def __init__(self, scale: float, halve: bool = True) -> None:
+        self.scale = scale
+        self.halve = halve
+        self.skipped: List[int] = []
+
+    def get_scale(self) -> float:
+        return self.scale
+
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss * self.scale
+
+    def step(self, opt: torch.optim.Optimizer, index: int) -> None:
+        grads = [p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None]
+        if all(bool(torch.isfinite(g).all()) for g in grads):
+            for g in grads:
+                g.div_(self.scale)
+            opt.step()
+            return
+        self.skipped.append(index)
+        if self.halve:
+            self.scale *= 0.5
+
+
+def big_input_mlp() -> nn.Module:
+    """Inputs ~1e6, first-layer weights ~1e-6: a loss of ~1.4 whose gradients overflow float32
+    when the loss is scaled by more than about 2^113 (the CPU stand-in for fp16)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    with torch.no_grad():
+        model[0].weight.mul_(1e-6)
+    return model
+
+
+def batches(n: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(8, 16, generator=g) * 1e6, torch.randint(0, 4, (8,), generator=g)) for _ in range(n)]
+
+
+# Gradients of the first layer are ~1e6 times the others: a small rate keeps training stable.
+LR = 1e-13
+
+
+def train_scaled(model, scaler, dbg, steps: int, loss_fn=None) -> List[float]:
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    losses = []
+    for i, (x, y) in enumerate(batches(steps)):
+        dbg.start(model, loss_scaler=scaler)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model, x, y) if loss_fn else F.cross_entropy(model(x), y)
+        scaler.scale_loss(loss).backward()
+        scaler.step(opt, i)
+        dbg.stop()
+        dbg.step()
+        losses.append(loss.item())
+    return losses
+
+
+def skip_lines(err: str) -> List[int]:
+    return [int(m) for m in re.findall(r"msprobe_cpp: step (\d+): gradients overflowed at scale \S+; "
+                                       r"the loss scaler skipped the step", err)]
+
+
+@pytest.mark.parametrize("dump_skipped", [False, True])
+def test_skipped_steps_are_reported_not_stopped(tmp_path, capfd, dump_skipped):
+    model = big_input_mlp()
+    scaler = TinyLossScaler(2.0 ** 126)
+    dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "dump", overflow_nums=-1,
+                                        dump_skipped_steps=dump_skipped)
+    losses = train_scaled(model, scaler, dbg, 24)
+    skipped = scaler.skipped
+    assert len(skipped) >= 5 and skipped == list(range(len(skipped))), skipped
+    assert len(skipped) < 24 and scaler.scale < 2.0 ** 126
+    assert all(math.isfinite(l) for l in losses)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert skip_lines(capfd.readouterr().err) == skipped
+    assert steps_on_disk(tmp_path) == (sorted(f"step{i}" for i in skipped) if dump_skipped else [])
+    assert dbg.overflow is None
+
+
+def test_a_scale_below_min_loss_scale_stops(tmp_path, capfd):
+    """sqrt of a zero parameter: the gradient is inf at any scale; the scaler halves it in vain."""
+    torch.manual_seed(0)
+    model = SqrtParamNet()
+    scaler = TinyLossScaler(8.0)
+    dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "dump")
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        train_scaled(model, scaler, dbg, 8, loss_fn=lambda m, x, y: m(x[:, :4] * 1e-6).pow(2).sum())
+    e = info.value
+    assert e.step == 3 and scaler.skipped == [0, 1, 2, 3]
+    assert (e.call, e.origin) == ("Torch.sqrt.0.backward", "op")
+    assert "below min_loss_scale 1.0" in str(e) and "the gradients overflow even unscaled" in e.note
+    assert skip_lines(capfd.readouterr().err) == [0, 1, 2]
+    assert steps_on_disk(tmp_path) == ["step3"]
+
+
+def test_a_scaler_that_misses_the_overflow_is_stopped(tmp_path):
+    torch.manual_seed(0)
+    model = big_input_mlp()
+    scaler = TinyLossScaler(2.0 ** 126, halve=False)
+    dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "dump")
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        train_scaled(model, scaler, dbg, 4)
+    e = info.value
+    assert e.step == 0 and e.origin == "op" and e.call.endswith(".backward")
+    assert "the loss scaler missed these non-finite gradients" in e.note
+    assert e.gradients  # the parameters it reached
+    assert steps_on_disk(tmp_path) == ["step0"]
+
+
+def test_forward_anomalies_are_judged_as_usual_in_a_scaled_step(tmp_path):
+    model = big_input_mlp()
+    scaler = TinyLossScaler(4.0)
+    dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "dump")
+    x, _ = batches(1)[0]
+    x[0, 0] = float("inf")
+    dbg.start(model, loss_scaler=scaler)
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        model(x)
+    assert info.value.origin == "input" and info.value.step == 0
+
+
+def _grad_scaler_class():
+    return getattr(getattr(torch, "amp", None), "GradScaler", None) or torch.cuda.amp.GradScaler
+
+
+class CpuGradScaler(_grad_scaler_class()):
+    """torch's GradScaler, its scale() and bookkeeping redone on the CPU: what the debugger finds
+    by itself is the call to the GradScaler class's own scale()."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__(enabled=False)
+        self.cpu_scale = scale
+        self.skipped: List[int] = []
+
+    def is_enabled(self) -> bool:
+        return True
+
+    def get_scale(self) -> float:
+        return self.cpu_scale
+
+    def scale(self, outputs):  # type: ignore[override]
+        return super().scale(outputs) * self.cpu_scale
+
+
+def test_a_torch_grad_scaler_is_found_by_itself(tmp_path, capfd):
+    cls = _grad_scaler_class()
+    original = cls.scale
+    model = big_input_mlp()
+    scaler = CpuGradScaler(2.0 ** 126)
+    dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "dump")
+    assert cls.scale is original  # nothing is patched before start()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for i, (x, y) in enumerate(batches(20)):
+        dbg.start(model)  # no loss_scaler=: found through scale()
+        assert cls.scale is not original
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(F.cross_entropy(model(x), y)).backward()
+        grads = [p.grad for p in model.parameters()]
+        if all(bool(torch.isfinite(g).all()) for g in grads):
+            for g in grads:
+                g.div_(scaler.cpu_scale)
+            opt.step()
+        else:
+            scaler.skipped.append(i)
+            scaler.cpu_scale *= 0.5
+        dbg.stop()
+        dbg.step()
+    assert len(scaler.skipped) >= 5
+    assert skip_lines(capfd.readouterr().err) == scaler.skipped
+    dbg._release()
+    assert cls.scale is original
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's GradScaler runs on CUDA here")
+def test_the_real_grad_scaler_on_cuda(tmp_path, capfd):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4)).cuda()
+    if _grad_scaler_class() is torch.cuda.amp.GradScaler:  # PyTorch < 2.3
+        scaler = torch.cuda.amp.GradScaler(init_scale=2.0 ** 40)
+    else:
+        scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 40)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "dump")
+    scales, losses = [], []
+    for i, (x, y) in enumerate(batches(40)):
+        x, y = (x * 1e-4).cuda(), y.cuda()
+        dbg.start(model)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        dbg.stop()
+        dbg.step()
+        scales.append(scaler.get_scale())
+        losses.append(loss.item())
+    skipped = [i for i in range(1, len(scales)) if scales[i] < scales[i - 1]]
+    assert scales[-1] < 2.0 ** 40 and math.isfinite(losses[-1])
+    assert len(skip_lines(capfd.readouterr().err)) >= len(skipped) >= 1
+    assert steps_on_disk(tmp_path) == []
