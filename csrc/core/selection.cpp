@@ -105,8 +105,12 @@ void Selection::new_step() {
 
 std::vector<std::string> Selection::unmatched() const {
   std::vector<std::string> out;
+  // The window's end is only looked for once it opened: an unmatched start says it all.
   for (size_t i = 0; i < scope_.size() && i < 2; ++i) {
-    if (!scope_seen_[i]) out.push_back("scope[" + std::to_string(i) + "] \"" + scope_[i] + "\"");
+    if (!scope_seen_[i]) {
+      out.push_back("scope[" + std::to_string(i) + "] \"" + scope_[i] + "\"");
+      break;
+    }
   }
   for (size_t i = 0; i < list_.size(); ++i) {
     if (!list_seen_[i].load(std::memory_order_relaxed)) {

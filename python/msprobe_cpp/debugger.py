@@ -170,9 +170,8 @@ class PrecisionDebugger:
             self._api_hooks.install()
         if self._session.watching:
             self._grad_scalers.install()
-        if self._session.modules_hooked or self._session.watching:
-            for m in new_models:
-                self._hook_model(m, record=self._session.modules_hooked)
+        for m in new_models:
+            self._add_model(m)
         if self._loss_scaler is not None and self._scale_before is None:
             self._note_scale(self._loss_scaler)
         self._session.start(_rank())
@@ -223,12 +222,16 @@ class PrecisionDebugger:
         if self._loss_scaler is None and self._scale_before is None and scaler.is_enabled():
             self._note_scale(scaler)
 
-    def _hook_model(self, model: torch.nn.Module, record: bool) -> None:
-        """record=False: only track the enclosing module (L1 overflow_check), no module records
-        and no backward hooks, so nothing about the model's autograd graph changes. A second
-        model's names carry a prefix (`model1.`), so they can't be taken for the first one's."""
+    def _add_model(self, model: torch.nn.Module) -> None:
+        """Hooks the model's modules: records at L0 and mix; at L1 with overflow_check only the
+        enclosing module is tracked (no module records and no backward hooks, so nothing about
+        the model's autograd graph changes). A second model's names carry a prefix (`model1.`),
+        so they can't be taken for the first one's."""
         prefix = "" if not self._models else f"model{len(self._models)}."
         self._models.append(model)
+        record = self._session.modules_hooked
+        if not (record or self._session.watching):
+            return
         for name, module in model.named_modules():
             if module is model or id(module) in self._hooked_modules:
                 continue  # the root passed to start() is not itself recorded

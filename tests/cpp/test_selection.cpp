@@ -137,3 +137,25 @@ TEST(Selection, DataModeWordsOfOneKindLeaveTheOtherKindWhole) {
     EXPECT_EQ(sel.module_backward("Module.m.M.backward.0", "Module.m.M").backward, c.b);
   }
 }
+
+TEST(Selection, UnmatchedEntriesAreNamedPerStep) {
+  Selection sel(section({"Torch.a.0", "Torch.b.0.forward"}, {"relu", "nothing"}), Level::L1,
+                "statistics");
+  chosen(sel, {"Torch.a.0.forward", "Functional.relu.0.forward", "Torch.b.0.forward"});
+  // The scope's start lacks ".forward": only it is named (its end is never looked for).
+  EXPECT_EQ(sel.unmatched(),
+            (std::vector<std::string>{R"(scope[0] "Torch.a.0")", R"(list[1] "nothing")"}));
+
+  Selection good(section({"Torch.a.0.forward", "Torch.b.0.forward"}, {"relu"}), Level::L1,
+                 "statistics");
+  chosen(good, {"Torch.a.0.forward", "Torch.b.0.forward"});
+  EXPECT_EQ(good.unmatched(), (std::vector<std::string>{R"(list[0] "relu")"}));
+  chosen(good, {"Functional.relu.0.forward"});
+  EXPECT_TRUE(good.unmatched().empty());
+  good.new_step();  // each step is judged on its own
+  EXPECT_EQ(good.unmatched(),
+            (std::vector<std::string>{R"(scope[0] "Torch.a.0.forward")", R"(list[0] "relu")"}));
+  chosen(good, {"Torch.a.0.forward", "Torch.x.0.forward"});
+  EXPECT_EQ(good.unmatched(),
+            (std::vector<std::string>{R"(scope[1] "Torch.b.0.forward")", R"(list[0] "relu")"}));
+}
