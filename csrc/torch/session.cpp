@@ -200,7 +200,10 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
       end_of_backward_queued_ = true;
     }
     // A backward op origin is told at the end of the pass, once it is known whether it mattered.
-    e.notify = v.flagged && !v.end_of_backward && !step_overflow_ && !pending_backward_;
+    // After a backward op origin, what follows in the step (an optimizer or a loss scaler reading
+    // the gradients) is its consequence, not the step's story.
+    e.notify = v.flagged && !v.end_of_backward && !step_overflow_ && !pending_backward_ &&
+               !reached_gradients_;
     e.raise = v.stop;
     const bool first_backward = v.end_of_backward && !pending_backward_;
     if (e.notify || e.raise || first_backward) {

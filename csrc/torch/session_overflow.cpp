@@ -1,6 +1,7 @@
 // The overflow_check side of the session: keeping the tensors of calls with findings, describing
 // a flagged call, the end-of-backward and loss-scaler verdicts, and writing overflow_report.json
 // with a one-screen summary.
+#include <cmath>
 #include <cstdio>
 
 #include "core/anomaly.h"
@@ -77,6 +78,14 @@ std::string join_calls(const std::vector<Finding>& findings, const std::vector<J
   }
   if (n > 3) s += " (and " + std::to_string(n - 3) + " more)";
   return s;
+}
+
+// 65536 rather than 65536.0: loss scales are powers of two.
+std::string scale_text(double scale) {
+  if (scale == std::floor(scale) && std::fabs(scale) < 1e15) {
+    return std::to_string(static_cast<long long>(scale));
+  }
+  return format_float(scale);
 }
 
 }  // namespace
@@ -210,18 +219,18 @@ std::optional<OverflowEvent> Session::judge_loss_scale(double before, double aft
   OverflowEvent e;
   if (after < o.min_loss_scale) {
     e.facts = base();
-    e.facts.note = "the loss scale fell to " + format_float(after) + ", below min_loss_scale " +
+    e.facts.note = "the loss scale fell to " + scale_text(after) + ", below min_loss_scale " +
                    format_float(o.min_loss_scale) + ": the gradients overflow even unscaled";
   } else if (after < before) {
     skipped_by_scaler_ = true;
     std::fprintf(stderr,
                  "msprobe_cpp: step %lld: gradients overflowed at scale %s; the loss scaler "
                  "skipped the step\n",
-                 static_cast<long long>(step_), format_float(before).c_str());
+                 static_cast<long long>(step_), scale_text(before).c_str());
     return std::nullopt;
   } else if (reached_gradients_) {
     e.facts = *reached_gradients_;
-    e.facts.note = "the loss scale did not drop (" + format_float(after) +
+    e.facts.note = "the loss scale did not drop (" + scale_text(after) +
                    "): the loss scaler missed these non-finite gradients";
   } else {
     return std::nullopt;

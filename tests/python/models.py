@@ -244,6 +244,36 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y:
     return loss
 
 
+class DynamicLossScaler:
+    """Dynamic loss scaling as fp16 trainers do it, written out (PyTorch 1.13's GradScaler needs
+    CUDA): scale the loss; when a gradient is not finite, skip the optimizer step and halve the
+    scale; otherwise unscale the gradients and step. `halve=False` makes a broken scaler."""
+
+    def __init__(self, scale: float, halve: bool = True) -> None:
+        self.scale = scale
+        self.halve = halve
+        self.skipped: List[int] = []
+
+    def get_scale(self) -> float:
+        return self.scale
+
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss * self.scale
+
+    def step(self, opt: torch.optim.Optimizer, index: int) -> bool:
+        """Returns whether the optimizer stepped."""
+        grads = [p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None]
+        if all(bool(torch.isfinite(g).all()) for g in grads):
+            for g in grads:
+                g.div_(self.scale)
+            opt.step()
+            return True
+        self.skipped.append(index)
+        if self.halve:
+            self.scale *= 0.5
+        return False
+
+
 def train(model: nn.Module, steps: int, *, seed: int = 0, batch: int = 8, lr: float = 1e-3,
           optimizer: str = "adamw", debugger: Any = None, dtype: torch.dtype = torch.float32,
           device: str = "cpu") -> List[float]:

@@ -11,35 +11,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import msprobe_cpp
+from models import DynamicLossScaler
 from test_overflow import steps_on_disk
 from test_overflow_origins import SqrtParamNet
-
-
-class TinyLossScaler:
-    """Dynamic loss scaling as fp16 trainers do it: scale the loss, skip the optimizer step when a
-    gradient is not finite and halve the scale; otherwise unscale and step."""
-
-    def __init__(self, scale: float, halve: bool = True) -> None:
-        self.scale = scale
-        self.halve = halve
-        self.skipped: List[int] = []
-
-    def get_scale(self) -> float:
-        return self.scale
-
-    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
-        return loss * self.scale
-
-    def step(self, opt: torch.optim.Optimizer, index: int) -> None:
-        grads = [p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None]
-        if all(bool(torch.isfinite(g).all()) for g in grads):
-            for g in grads:
-                g.div_(self.scale)
-            opt.step()
-            return
-        self.skipped.append(index)
-        if self.halve:
-            self.scale *= 0.5
 
 
 def big_input_mlp() -> nn.Module:
@@ -84,10 +58,12 @@ def skip_lines(err: str) -> List[int]:
 @pytest.mark.parametrize("dump_skipped", [False, True])
 def test_skipped_steps_are_reported_not_stopped(tmp_path, capfd, dump_skipped):
     model = big_input_mlp()
-    scaler = TinyLossScaler(2.0 ** 126)
+    scaler = DynamicLossScaler(2.0 ** 126)
+    seen = []
     dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "dump", overflow_nums=-1,
-                                        dump_skipped_steps=dump_skipped)
+                                        dump_skipped_steps=dump_skipped, on_overflow=seen.append)
     losses = train_scaled(model, scaler, dbg, 24)
+    assert seen == []  # a skipped step is the scaler's business, not an overflow
     skipped = scaler.skipped
     assert len(skipped) >= 5 and skipped == list(range(len(skipped))), skipped
     assert len(skipped) < 24 and scaler.scale < 2.0 ** 126
@@ -102,7 +78,7 @@ def test_a_scale_below_min_loss_scale_stops(tmp_path, capfd):
     """sqrt of a zero parameter: the gradient is inf at any scale; the scaler halves it in vain."""
     torch.manual_seed(0)
     model = SqrtParamNet()
-    scaler = TinyLossScaler(8.0)
+    scaler = DynamicLossScaler(8.0)
     dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "dump")
     with pytest.raises(msprobe_cpp.OverflowError) as info:
         train_scaled(model, scaler, dbg, 8, loss_fn=lambda m, x, y: m(x[:, :4] * 1e-6).pow(2).sum())
@@ -117,7 +93,7 @@ def test_a_scale_below_min_loss_scale_stops(tmp_path, capfd):
 def test_a_scaler_that_misses_the_overflow_is_stopped(tmp_path):
     torch.manual_seed(0)
     model = big_input_mlp()
-    scaler = TinyLossScaler(2.0 ** 126, halve=False)
+    scaler = DynamicLossScaler(2.0 ** 126, halve=False)
     dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "dump")
     with pytest.raises(msprobe_cpp.OverflowError) as info:
         train_scaled(model, scaler, dbg, 4)
@@ -130,7 +106,7 @@ def test_a_scaler_that_misses_the_overflow_is_stopped(tmp_path):
 
 def test_forward_anomalies_are_judged_as_usual_in_a_scaled_step(tmp_path):
     model = big_input_mlp()
-    scaler = TinyLossScaler(4.0)
+    scaler = DynamicLossScaler(4.0)
     dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "dump")
     x, _ = batches(1)[0]
     x[0, 0] = float("inf")

@@ -218,3 +218,32 @@ def test_the_report_alone_tells_the_story(tmp_path, level):
     assert construct[e.call] == first["module"]
     assert construct["Functional.embedding.0.forward"] == "Module.tok_emb.Embedding.forward.0"
     assert construct["Torch.arange.0.forward"] is None  # outside every module
+
+
+def test_the_summary_keeps_leads_apart_from_expected_findings(tmp_path, capfd):
+    """A x1e6 multiply (finite, a numerical mutation) right before an fp16 cast that overflows:
+    the multiply is the lead to the culprit, listed as one, not as an expected finding."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            scores = self.fc(x)
+            weights = F.softmax(scores.masked_fill(torch.eye(4, dtype=torch.bool)[:3], float("-inf")), -1)
+            return (scores * 1e6).half().float() + weights
+
+    torch.manual_seed(0)
+    model = Net()
+    dbg = debugger(tmp_path)
+    dbg.start(model)
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        model(torch.randn(3, 4) * 10)
+    assert info.value.call == "Tensor.half.0.forward"
+    err = capfd.readouterr().err.splitlines()
+    leads = [l for l in err if l.startswith("  leads (")]
+    expected = [l for l in err if l.startswith("  expected (")]
+    assert len(leads) == 1 and leads[0].endswith(": Tensor.__mul__.0.forward")
+    assert len(expected) == 1 and "Tensor.masked_fill.0.forward" in expected[0]
+    assert "Tensor.__mul__" not in expected[0]
