@@ -236,10 +236,11 @@ def test_the_summary_keeps_leads_apart_from_expected_findings(tmp_path, capfd):
 
     torch.manual_seed(0)
     model = Net()
+    x = torch.randn(3, 4) * 10
     dbg = debugger(tmp_path)
     dbg.start(model)
     with pytest.raises(msprobe_cpp.OverflowError) as info:
-        model(torch.randn(3, 4) * 10)
+        model(x)
     assert info.value.call == "Tensor.half.0.forward"
     err = capfd.readouterr().err.splitlines()
     leads = [l for l in err if l.startswith("  leads (")]
