@@ -233,8 +233,8 @@ double parse_min_loss_scale(const json& value, const Loc& at) {
 }
 
 const std::vector<std::string> kOverflowKeys = {
-    "overflow_nums", "action", "stop_level", "stop_on",  "mutation_threshold",
-    "rules",         "compat", "dump_skipped_steps",     "min_loss_scale"};
+    "overflow_nums", "action", "stop_level",         "stop_on",       "mutation_threshold",
+    "rules",         "compat", "dump_skipped_steps", "min_loss_scale"};
 
 // The overflow_check section, each key taken from a keyword argument of PrecisionDebugger when
 // one was given (`overrides`), else from the file. Rule paths from the file are resolved against
@@ -253,7 +253,8 @@ OverflowSection parse_overflow(const json* section, const Loc& at, const json& o
   auto get = [&](const std::string& key) -> std::optional<Value> {
     if (const json* v = overrides.is_object() ? find(overrides, key) : nullptr; v && !v->is_null())
       return Value{v, Loc(std::string(kDebugger) + "(" + key + "=...)"), false};
-    if (const json* v = section ? find(*section, key) : nullptr) return Value{v, at.child(key), true};
+    if (const json* v = section ? find(*section, key) : nullptr)
+      return Value{v, at.child(key), true};
     return std::nullopt;
   };
 
@@ -265,7 +266,8 @@ OverflowSection parse_overflow(const json* section, const Loc& at, const json& o
   if (auto v = get("mutation_threshold")) {
     out.mutation_threshold = parse_threshold(*v->value, v->at);
   }
-  if (auto v = get("rules")) out.rules = parse_rules(*v->value, v->at, v->from_file ? base_dir : "");
+  if (auto v = get("rules"))
+    out.rules = parse_rules(*v->value, v->at, v->from_file ? base_dir : "");
   if (auto v = get("compat")) out.compat = parse_bool(*v->value, v->at);
   if (auto v = get("dump_skipped_steps")) out.dump_skipped_steps = parse_bool(*v->value, v->at);
   if (auto v = get("min_loss_scale")) out.min_loss_scale = parse_min_loss_scale(*v->value, v->at);

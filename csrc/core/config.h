@@ -90,9 +90,9 @@ struct Config {
 
 // Validates `doc` (the parsed config file, or an empty object when there is no file) with
 // `overrides` (keyword arguments of PrecisionDebugger: task, dump_path, level, step, rank, and
-// every key of the overflow_check section) applied on top. `source` names the file in messages ("config.json"); override errors name the
-// keyword instead ("PrecisionDebugger(level=...)"). Relative `rules` paths are resolved against
-// `base_dir` when it is not empty.
+// every key of the overflow_check section) applied on top. `source` names the file in messages
+// ("config.json"); override errors name the keyword instead ("PrecisionDebugger(level=...)").
+// Relative `rules` paths are resolved against `base_dir` when it is not empty.
 Config parse_config(const nlohmann::json& doc, const std::string& source,
                     const nlohmann::json& overrides = nlohmann::json::object(),
                     const std::string& base_dir = "");

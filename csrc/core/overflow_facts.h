@@ -32,14 +32,14 @@ struct ArgFacts {
 
 struct OverflowFacts {
   Finding finding;
-  std::optional<Origin> origin;           // none: downstream of an origin, or a mutation
-  std::optional<std::string> parameter;   // origin parameter: its qualified name
-  std::optional<std::string> module;      // the enclosing module call
-  std::optional<std::string> source;      // "<file>:<line>: <code>" of the innermost user frame
+  std::optional<Origin> origin;          // none: downstream of an origin, or a mutation
+  std::optional<std::string> parameter;  // origin parameter: its qualified name
+  std::optional<std::string> module;     // the enclosing module call
+  std::optional<std::string> source;     // "<file>:<line>: <code>" of the innermost user frame
   std::vector<ArgFacts> tensors;
-  std::vector<std::string> gradients;     // backward: parameters whose gradients are not finite
-  std::string note;                       // one more line of explanation, or empty
-  bool masked = false;                    // backward anomaly that reached no parameter gradient
+  std::vector<std::string> gradients;  // backward: parameters whose gradients are not finite
+  std::string note;                    // one more line of explanation, or empty
+  bool masked = false;                 // backward anomaly that reached no parameter gradient
   int64_t step = 0;
   int rank = 0;
   std::string dump_dir;  // empty: the step is not written (overflow_nums reached)

@@ -56,7 +56,8 @@ std::vector<std::string> ModelTensors::non_finite_gradients() const {
     if (!grad.defined() || !grad.is_floating_point() || grad.layout() != at::kStrided) continue;
     auto group = std::find_if(by_device.begin(), by_device.end(),
                               [&](const Group& g) { return g.device == grad.device(); });
-    if (group == by_device.end()) group = by_device.insert(by_device.end(), Group{grad.device(), {}, {}});
+    if (group == by_device.end())
+      group = by_device.insert(by_device.end(), Group{grad.device(), {}, {}});
     group->flags.push_back(at::isfinite(grad.detach()).all());
     group->items.push_back(i);
   }

@@ -16,8 +16,8 @@ class ModelTensors {
   struct Found {
     std::string name;  // qualified, with the model's prefix
     bool buffer = false;
-    bool never_written = false;        // unchanged since the model was started: a constant
-    bool written_this_step = false;    // changed since this step's start()
+    bool never_written = false;      // unchanged since the model was started: a constant
+    bool written_this_step = false;  // changed since this step's start()
   };
 
   // GIL not needed; called while a model is hooked.

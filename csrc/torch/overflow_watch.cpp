@@ -43,7 +43,8 @@ void OverflowWatch::remember_outputs(const CallRecord& rec, const LiveTensors& l
   for (size_t i = 0; i < rec.outputs.size() && i < live.outputs.size(); ++i) {
     for_each_tensor(rec.outputs[i], live.outputs[i], [&](const Entry& e, const at::Tensor& t) {
       if (!is_anomalous(e, detector_.options().compat)) return;
-      known_.insert_or_assign(t.unsafeGetTensorImpl(), Known{WeakImpl(t.getIntrusivePtr()), explained});
+      known_.insert_or_assign(t.unsafeGetTensorImpl(),
+                              Known{WeakImpl(t.getIntrusivePtr()), explained});
     });
   }
 }
@@ -140,8 +141,8 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live) {
       unexplained_forwards_.insert(rec.name);
     }
   }
-  const bool level_stop = !v.origin && judgement != Judgement::Explained &&
-                          f.severity >= options_.stop_level;
+  const bool level_stop =
+      !v.origin && judgement != Judgement::Explained && f.severity >= options_.stop_level;
   if (level_stop) v.flagged = true;
   if (v.origin && backward) {
     v.end_of_backward = true;  // whether it matters is known when the backward pass ends

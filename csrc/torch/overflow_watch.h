@@ -33,9 +33,9 @@ struct Verdict {
   std::optional<Origin> origin;
   std::optional<std::string> parameter;  // origin parameter
   std::string note;
-  bool flagged = false;         // makes the step dumped
-  bool stop = false;            // raise now
-  bool end_of_backward = false; // a backward op origin: judged when the backward pass ends
+  bool flagged = false;          // makes the step dumped
+  bool stop = false;             // raise now
+  bool end_of_backward = false;  // a backward op origin: judged when the backward pass ends
 };
 
 // How each finding of a step was taken, for the summary and the report.

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/overflow_facts.h"
 #include "core/record.h"
 #include "core/selection.h"
 #include "torch/call_stack.h"
-#include "core/overflow_facts.h"
 #include "torch/describe_options.h"
 #include "torch/model_tensors.h"
 #include "torch/overflow_watch.h"
@@ -64,7 +64,7 @@ class Session {
   void pause();           // forward_backward_dump_end: stop collecting until the next start()
   bool finished() const;  // past the last configured step
   int64_t current_step() const { return step_; }
-  std::string step_dir() const;  // <dump_path>/step<S>/rank<R>
+  std::string step_dir() const;                              // <dump_path>/step<S>/rank<R>
   int folder_rank() const { return rank_ < 0 ? 0 : rank_; }  // outside distributed: rank 0
 
   // Hot path.
@@ -97,7 +97,7 @@ class Session {
  private:
   void advance();
   void warn_unmatched_selection();  // once per entry and session
-  void write_step();  // GIL required
+  void write_step();                // GIL required
   void write_step_or_report();
   void clear_step();
   void write_overflow_files(const std::string& dir);
@@ -132,9 +132,9 @@ class Session {
   ModelTensors models_;
   std::unique_ptr<OverflowWatch> watch_;
   std::unique_ptr<PythonSide> py_;
-  std::optional<OverflowFacts> step_overflow_;     // the step's first flagged finding
-  std::optional<OverflowFacts> pending_backward_;  // a backward op origin, until the pass ends
-  std::optional<OverflowFacts> reached_gradients_; // ... that reached gradients in a scaled step
+  std::optional<OverflowFacts> step_overflow_;      // the step's first flagged finding
+  std::optional<OverflowFacts> pending_backward_;   // a backward op origin, until the pass ends
+  std::optional<OverflowFacts> reached_gradients_;  // ... that reached gradients in a scaled step
   bool end_of_backward_queued_ = false;
   bool loss_scaled_ = false;
   bool skipped_by_scaler_ = false;  // not written unless dump_skipped_steps

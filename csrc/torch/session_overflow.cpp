@@ -57,7 +57,8 @@ void arg_facts(const std::string& where, const Entry& e, const LiveArg* live, bo
   }
   size_t k = 0;
   for_each_tensor(e, *live, [&](const Entry& x, const at::Tensor& t) {
-    if (is_anomalous(x, compat)) out.push_back(tensor_facts(where + "[" + std::to_string(k) + "]", t));
+    if (is_anomalous(x, compat))
+      out.push_back(tensor_facts(where + "[" + std::to_string(k) + "]", t));
     ++k;
   });
 }
@@ -165,8 +166,8 @@ OverflowFacts Session::describe_overflow(const StoredCall& call, const Verdict& 
     arg_facts(key, rec.kwargs[j].second, live_at(live.kwargs, j), compat, facts.tensors);
   }
   for (size_t i : f.output_indices) {
-    arg_facts("output[" + std::to_string(i) + "]", rec.outputs[i], live_at(live.outputs, i),
-              compat, facts.tensors);
+    arg_facts("output[" + std::to_string(i) + "]", rec.outputs[i], live_at(live.outputs, i), compat,
+              facts.tensors);
   }
   return facts;
 }
@@ -180,8 +181,9 @@ std::optional<OverflowEvent> Session::end_of_backward() {
   pending_backward_.reset();
   OverflowFacts& facts = e.facts;
   if (models_.empty()) {
-    facts.note = "no model was given to start(): a backward anomaly counts as reaching the "
-                 "parameter gradients";
+    facts.note =
+        "no model was given to start(): a backward anomaly counts as reaching the "
+        "parameter gradients";
   } else {
     facts.gradients = models_.non_finite_gradients();
     if (facts.gradients.empty()) {
@@ -270,8 +272,9 @@ void Session::write_overflow_files(const std::string& dir) {
   }
   const std::string leads = join_calls(report.findings, j, Judgement::Lead);
   if (!leads.empty()) {
-    text += who + "  leads (finite values that jumped by more than the mutation threshold): " +
-            leads + "\n";
+    text += who +
+            "  leads (finite values that jumped by more than the mutation threshold): " + leads +
+            "\n";
   }
   const std::string expected = join_calls(report.findings, j, Judgement::Explained);
   if (!expected.empty()) {

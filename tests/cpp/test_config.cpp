@@ -313,8 +313,9 @@ TEST(ConfigTest, OverrideErrors) {
             R"(PrecisionDebugger: unknown keyword argument "foo"; )" + allowed);
   EXPECT_EQ(config_error(file, json{{"overflow_check", json::object()}}),
             R"(PrecisionDebugger: unknown keyword argument "overflow_check"; )" + allowed);
-  EXPECT_EQ(config_error(file, json{{"stop_on", json::array({"op", "batch"})}}),
-            R"(PrecisionDebugger(stop_on=...)[1]: expected one of op, input, parameter, got "batch")");
+  EXPECT_EQ(
+      config_error(file, json{{"stop_on", json::array({"op", "batch"})}}),
+      R"(PrecisionDebugger(stop_on=...)[1]: expected one of op, input, parameter, got "batch")");
   EXPECT_EQ(config_error(file, json{{"min_loss_scale", -1}}),
             R"(PrecisionDebugger(min_loss_scale=...): expected a finite number >= 0, got -1)");
   EXPECT_EQ(config_error(file, json::array({1})),

@@ -181,14 +181,18 @@ INSTANTIATE_TEST_SUITE_P(
                     R"(config.json: overflow_check.rules[1]: expected a non-empty string, got "")"},
         InvalidCase{R"({"dump_path": "d", "overflow_check": {"compat": 1}})",
                     R"(config.json: overflow_check.compat: expected true or false, got 1)"},
-        InvalidCase{R"({"dump_path": "d", "overflow_check": {"stop_on": "op"}})",
-                    R"(config.json: overflow_check.stop_on: expected a list of origins (op, input, parameter), got "op")"},
-        InvalidCase{R"({"dump_path": "d", "overflow_check": {"stop_on": ["op", "nan"]}})",
-                    R"(config.json: overflow_check.stop_on[1]: expected one of op, input, parameter, got "nan")"},
-        InvalidCase{R"({"dump_path": "d", "overflow_check": {"dump_skipped_steps": "yes"}})",
-                    R"(config.json: overflow_check.dump_skipped_steps: expected true or false, got "yes")"},
-        InvalidCase{R"({"dump_path": "d", "overflow_check": {"min_loss_scale": "1"}})",
-                    R"(config.json: overflow_check.min_loss_scale: expected a finite number >= 0, got "1")"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"stop_on": "op"}})",
+            R"(config.json: overflow_check.stop_on: expected a list of origins (op, input, parameter), got "op")"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"stop_on": ["op", "nan"]}})",
+            R"(config.json: overflow_check.stop_on[1]: expected one of op, input, parameter, got "nan")"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"dump_skipped_steps": "yes"}})",
+            R"(config.json: overflow_check.dump_skipped_steps: expected true or false, got "yes")"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"min_loss_scale": "1"}})",
+            R"(config.json: overflow_check.min_loss_scale: expected a finite number >= 0, got "1")"},
         InvalidCase{R"({"dump_path": "d", "overflow_check": {"check_mode": 1}})",
                     R"(config.json: overflow_check.check_mode: expected a string, got 1)"},
         // msprobe's top-level keys that are accepted but still type-checked
