@@ -1,13 +1,20 @@
 """Per-step cost of the live dump: instrumented / uninstrumented training-step time, in one process.
 
-Workload (the issue's): TinyGPT from tests/python/models.py (4 blocks, d=64, seq 32), batch 8,
-AdamW, torch.set_num_threads(1). Every configuration runs task `statistics` with a `step` list that
-covers every step it runs, so each step is dumped and the files stop() writes are part of the cost.
-Targets: L1 <= 1.5, mix <= 1.6, L0 <= 1.1 (msprobe 1.1.1 on a workload like this: 5.4, 5.8, 1.6).
+Workloads: TinyGPT from tests/python/models.py (4 blocks, d=64, seq 32, AdamW) and a small ConvNet
+(conv/batchnorm/relu/pool twice, linear), batch 8, torch.set_num_threads(1). The configurations:
+task `statistics` at L1, mix and L0, with a `step` list that covers every step it runs, so each
+step is dumped and the files stop() writes are part of the cost; and `overflow-L1`, task
+overflow_check at L1 on a clean run (nothing is written). Targets (issue 9, OpenBLAS, one thread):
+TinyGPT overflow-L1 <= 1.4, L1 <= 1.6, mix <= 1.8, L0 <= 1.15; ConvNet overflow-L1 <= 1.1.
 
-    /usr/bin/python3 bench/hook_overhead.py                     # baseline, L1, mix, L0
-    /usr/bin/python3 bench/hook_overhead.py --configs L1 --steps 50 \
-        --extra '{"statistics": {"list": ["nothing_matches"]}}'
+    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/hook_overhead.py        # both models, all configs
+    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/hook_overhead.py --models gpt --configs L1 \
+        --steps 50 --extra '{"statistics": {"list": ["nothing_matches"]}}'
+
+It refuses to report on the reference BLAS (a 256x256 float32 matmul slower than 1 ms): Debian's
+default libblas makes a step ten times slower and hides the hooks' per-call cost in the ratio.
+Install an optimized one (`apt-get install libopenblas0-pthread`) and run with
+OPENBLAS_NUM_THREADS=1.
 
 How it is measured:
 - Rounds. The --steps timed steps of each configuration are split over --rounds rounds; every round
@@ -55,9 +62,12 @@ import torch.nn.functional as F  # noqa: E402
 
 from models import make_batches, make_model, make_optimizer, train_step  # noqa: E402
 
-LEVELS = ("L1", "mix", "L0")
-TARGETS = {"L1": 1.5, "mix": 1.6, "L0": 1.1}
-MSPROBE_111 = {"L1": 5.4, "mix": 5.8, "L0": 1.6}
+# configuration -> (task, level)
+CONFIGS = {"L1": ("statistics", "L1"), "mix": ("statistics", "mix"), "L0": ("statistics", "L0"),
+           "overflow-L1": ("overflow_check", "L1")}
+TARGETS = {("gpt", "overflow-L1"): 1.4, ("gpt", "L1"): 1.6, ("gpt", "mix"): 1.8, ("gpt", "L0"): 1.15,
+           ("convnet", "overflow-L1"): 1.1}
+MODELS = ("gpt", "convnet", "mlp")
 
 # Attributes an L1 dump wraps, one per namespace; identity with the originals means no hook is left.
 PROBES: List[Tuple[Any, str]] = [(torch, "tanh"), (F, "linear"), (torch.Tensor, "__mul__"), (torch.Tensor, "add_")]
@@ -68,7 +78,7 @@ class Run:
     name: str
     model: torch.nn.Module
     opt: torch.optim.Optimizer
-    level: Optional[str] = None
+    level: Optional[str] = None  # the configuration's name; None for the baseline
     rounds: List[List[float]] = field(default_factory=list)  # step times (s), one list per round
     losses: List[float] = field(default_factory=list)
     steps_dumped: int = 0
@@ -92,11 +102,11 @@ def deep_merge(base: Dict[str, Any], extra: Dict[str, Any]) -> Dict[str, Any]:
     return base
 
 
-def write_config(folder: pathlib.Path, level: str, steps: int, extra: Dict[str, Any]) -> pathlib.Path:
-    """A full config.json: PrecisionDebugger's keywords cover task/dump_path/level/step/rank only,
-    so whatever --extra adds has to travel in the file."""
+def write_config(folder: pathlib.Path, config: str, steps: int, extra: Dict[str, Any]) -> pathlib.Path:
+    """A full config.json, so that whatever --extra adds (any section) travels in the file."""
+    task, level = CONFIGS[config]
     cfg: Dict[str, Any] = {
-        "task": "statistics",
+        "task": task,
         "dump_path": str(folder / "dump"),
         "rank": [],
         "step": list(range(steps)),
@@ -144,8 +154,8 @@ def collect_dumps(run: Run, dump_path: pathlib.Path, steps_run: int) -> None:
                 run.error = run.error or f"{dump}: unreadable dump.json: {e}"
                 continue
             run.records.append(len(doc.get("data", {})))
-            if doc.get("level") != run.level:
-                run.error = run.error or f"{dump}: level {doc.get('level')!r}, expected {run.level!r}"
+            if run.level and doc.get("level") != CONFIGS[run.level][1]:
+                run.error = run.error or f"{dump}: level {doc.get('level')!r}, expected {CONFIGS[run.level][1]!r}"
     shutil.rmtree(dump_path, ignore_errors=True)
 
 
@@ -156,6 +166,17 @@ def median_ms(times: List[float]) -> float:
 def blas_info() -> str:
     m = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
     return m.group(1) if m else "unknown"
+
+
+def matmul_ms() -> float:
+    """Best of 5 256x256 float32 matmuls: the reference BLAS takes ~5 ms, OpenBLAS ~0.3 ms."""
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return 1e3 * min(times)
 
 
 def import_debugger() -> Any:
@@ -170,44 +191,9 @@ def import_debugger() -> Any:
         return None
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--configs", default=",".join(LEVELS),
-                    help="comma-separated levels measured besides the baseline (L1, mix, L0)")
-    ap.add_argument("--steps", type=int, default=30, help="timed steps per configuration, all rounds together")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds the timed steps are split over")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps at the start of every segment")
-    ap.add_argument("--extra", default="{}", help="JSON merged into every debugger's config.json")
-    ap.add_argument("--model", default="gpt", choices=("gpt", "mlp"))
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--keep", action="store_true", help="keep the temp dir (the config files)")
-    ap.add_argument("--json", type=pathlib.Path, help="also write the results to this file")
-    args = ap.parse_args()
-
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    for c in configs:
-        if c not in LEVELS:
-            ap.error(f"--configs: unknown configuration {c!r}: expected some of {', '.join(LEVELS)}")
-    try:
-        extra = json.loads(args.extra)
-    except ValueError as e:
-        ap.error(f"--extra: not JSON: {e}")
-    if not isinstance(extra, dict):
-        ap.error("--extra: expected a JSON object")
-    if args.steps < 1 or args.rounds < 1 or args.warmup < 1:
-        ap.error("--steps, --rounds and --warmup must be >= 1 (the first warm-up step installs the hooks)")
-    rounds = min(args.rounds, args.steps)
-    # Split --steps over the rounds as evenly as possible.
-    seg_steps = [args.steps // rounds + (1 if r < args.steps % rounds else 0) for r in range(rounds)]
-
-    torch.set_num_threads(args.threads)
-    Debugger = import_debugger()
-    if Debugger is None:
-        configs = []
-
-    base = make_model(args.model)
+def measure_model(model_name: str, configs: List[str], args: argparse.Namespace, extra: Dict[str, Any],
+                  Debugger: Any, rounds: int, seg_steps: List[int]) -> Tuple[Dict[str, Any], bool]:
+    base = make_model(model_name)
     base.to(args.device)
     # A pool drawn once, indexed by each run's own step count: every run sees the same sequence.
     data = make_batches(base, 16, seed=0, batch=args.batch, device=args.device)
@@ -219,13 +205,7 @@ def main() -> int:
         model = copy.deepcopy(base)
         runs[name] = Run(name=name, model=model, opt=make_optimizer(model), level=None if name == "baseline" else name)
 
-    print(f"torch {torch.__version__}, BLAS {blas_info()}, {torch.get_num_threads()} thread(s), model {args.model}, "
-          f"batch {args.batch}, device {args.device}; {args.steps} timed steps per configuration in {rounds} "
-          f"rounds, {args.warmup} warm-up step(s) per segment")
-    if blas_info() == "generic":
-        print("NOTE: this torch uses the reference (generic) BLAS: its matmuls are slow, so the baseline step is "
-              "slow and the ratios understate the overhead an MKL/OpenBLAS build of torch would show.")
-
+    print(f"\n== model {model_name}")
     for r in range(rounds):
         k = r % len(configs) if configs else 0
         for name in ["baseline"] + configs[k:] + configs[:k]:
@@ -252,30 +232,28 @@ def main() -> int:
                         run.leftover_hooks = True
             except Exception as e:
                 run.error = f"round {r + 1}: {type(e).__name__}: {e}"
-                print(f"  round {r + 1}/{rounds} {name:>8}: FAILED: {run.error}", flush=True)
+                print(f"  round {r + 1}/{rounds} {name:>11}: FAILED: {run.error}", flush=True)
                 continue
             run.rounds.append(times)
-            print(f"  round {r + 1}/{rounds} {name:>8}: median {median_ms(times):8.2f} ms over {len(times)} steps",
+            print(f"  round {r + 1}/{rounds} {name:>11}: median {median_ms(times):8.2f} ms over {len(times)} steps",
                   flush=True)
 
     baseline = runs["baseline"]
-    results: Dict[str, Any] = {"torch": torch.__version__, "blas": blas_info(), "threads": torch.get_num_threads(),
-                               "model": args.model, "batch": args.batch, "steps": args.steps, "rounds": rounds,
-                               "warmup": args.warmup, "extra": extra,
-                               "baseline": {"median_ms": median_ms(baseline.times), "min_ms": 1e3 * min(baseline.times),
+    results: Dict[str, Any] = {"baseline": {"median_ms": median_ms(baseline.times), "min_ms": 1e3 * min(baseline.times),
                                             "round_medians_ms": [median_ms(s) for s in baseline.rounds]},
                                "configs": {}}
     print()
-    hdr = (f"{'config':<9}{'median ms':>10}{'min ms':>9}{'ratio':>7}{'min/min':>8}{'per round':>13}{'target':>8}{'msprobe':>8}"
-           f"{'dumped':>8}{'records':>8}{'KB/step':>8}  losses")
+    hdr = (f"{model_name + ' config':<20}{'median ms':>10}{'min ms':>9}{'ratio':>7}{'min/min':>8}{'per round':>13}"
+           f"{'target':>8}{'dumped':>8}{'records':>8}{'KB/step':>8}  losses")
     print(hdr)
     print("-" * len(hdr))
-    print(f"{'baseline':<9}{median_ms(baseline.times):>10.2f}{1e3 * min(baseline.times):>9.2f}")
+    print(f"{'baseline':<20}{median_ms(baseline.times):>10.2f}{1e3 * min(baseline.times):>9.2f}")
     failed = False
     for level in configs:
         run = runs[level]
         entry: Dict[str, Any] = {"error": run.error, "leftover_hooks": run.leftover_hooks}
         times = run.times
+        target = TARGETS.get((model_name, level))
         if times:
             ratio = median_ms(times) / median_ms(baseline.times)
             per_round = [statistics.median(c) / statistics.median(b) for c, b in zip(run.rounds, baseline.rounds)]
@@ -287,12 +265,11 @@ def main() -> int:
             # The fastest steps are the least disturbed by a noisy shared machine: their ratio is
             # printed beside the medians'.
             min_ratio = min(times) / min(baseline.times)
-            print(f"{level:<9}{median_ms(times):>10.2f}{1e3 * min(times):>9.2f}{ratio:>7.2f}{min_ratio:>8.2f}{spread:>13}"
-                  f"{TARGETS[level]:>8.2f}{MSPROBE_111[level]:>8.1f}{f'{run.steps_dumped}/{run.steps_expected}':>8}"
+            print(f"{level:<20}{median_ms(times):>10.2f}{1e3 * min(times):>9.2f}{ratio:>7.2f}{min_ratio:>8.2f}{spread:>13}"
+                  f"{(f'{target:.2f}' if target else '-'):>8}{f'{run.steps_dumped}/{run.steps_expected}':>8}"
                   f"{rec:>8}{kb:>8}  {'identical' if same else 'DIFFER'}")
             entry.update({"median_ms": median_ms(times), "min_ms": 1e3 * min(times), "ratio": ratio,
-                          "min_ratio": min_ratio,
-                          "ratio_per_round": per_round, "target": TARGETS[level],
+                          "min_ratio": min_ratio, "ratio_per_round": per_round, "target": target,
                           "steps_dumped": run.steps_dumped, "steps_expected": run.steps_expected,
                           "records_per_step": statistics.median(run.records) if run.records else None,
                           "dump_bytes_per_step": statistics.median(run.dump_bytes) if run.dump_bytes else None,
@@ -300,11 +277,12 @@ def main() -> int:
             if not same:
                 failed = True
                 print(f"  {level}: losses differ from the baseline's: the dump changed a value")
-            if run.steps_dumped != run.steps_expected and extra.get("task", "statistics") != "overflow_check":
+            expect_dumps = CONFIGS[level][0] != "overflow_check" and extra.get("task", "statistics") != "overflow_check"
+            if expect_dumps and run.steps_dumped != run.steps_expected:
                 failed = True
                 print(f"  {level}: {run.steps_dumped} of {run.steps_expected} steps dumped")
         else:
-            print(f"{level:<9}{'failed':>10}")
+            print(f"{level:<20}{'failed':>10}")
         if run.leftover_hooks:
             failed = True
             print(f"  {level}: torch functions still wrapped after the debugger's last step: later segments "
@@ -313,15 +291,75 @@ def main() -> int:
             failed = True
             print(f"  {level}: {run.error}")
         results["configs"][level] = entry
-    if Debugger is None:
-        print("\n(baseline only: msprobe_cpp not usable)")
-
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
     if args.keep:
         print(f"kept {tmp}")
     else:
         shutil.rmtree(tmp, ignore_errors=True)
+    return results, failed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--configs", default=",".join(CONFIGS),
+                    help=f"comma-separated configurations measured besides the baseline ({', '.join(CONFIGS)})")
+    ap.add_argument("--models", default="gpt,convnet", help=f"comma-separated models ({', '.join(MODELS)})")
+    ap.add_argument("--steps", type=int, default=30, help="timed steps per configuration, all rounds together")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds the timed steps are split over")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps at the start of every segment")
+    ap.add_argument("--extra", default="{}", help="JSON merged into every debugger's config.json")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--allow-reference-blas", action="store_true",
+                    help="report even on the reference BLAS (the ratios then understate the overhead)")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dirs (the config files)")
+    ap.add_argument("--json", type=pathlib.Path, help="also write the results to this file")
+    args = ap.parse_args()
+
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    for c in configs:
+        if c not in CONFIGS:
+            ap.error(f"--configs: unknown configuration {c!r}: expected some of {', '.join(CONFIGS)}")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    for m in models:
+        if m not in MODELS:
+            ap.error(f"--models: unknown model {m!r}: expected some of {', '.join(MODELS)}")
+    try:
+        extra = json.loads(args.extra)
+    except ValueError as e:
+        ap.error(f"--extra: not JSON: {e}")
+    if not isinstance(extra, dict):
+        ap.error("--extra: expected a JSON object")
+    if args.steps < 1 or args.rounds < 1 or args.warmup < 1:
+        ap.error("--steps, --rounds and --warmup must be >= 1 (the first warm-up step installs the hooks)")
+    rounds = min(args.rounds, args.steps)
+    # Split --steps over the rounds as evenly as possible.
+    seg_steps = [args.steps // rounds + (1 if r < args.steps % rounds else 0) for r in range(rounds)]
+
+    torch.set_num_threads(args.threads)
+    mm = matmul_ms()
+    print(f"torch {torch.__version__}, BLAS {blas_info()} (256x256 float32 matmul {mm:.2f} ms), "
+          f"{torch.get_num_threads()} thread(s), batch {args.batch}, device {args.device}; {args.steps} timed steps "
+          f"per configuration in {rounds} rounds, {args.warmup} warm-up step(s) per segment")
+    if args.device == "cpu" and mm > 1.0 and not args.allow_reference_blas:
+        print("REFUSED: this torch runs on the reference BLAS, which hides the hooks' cost in a slow step. "
+              "apt-get install libopenblas0-pthread, and run with OPENBLAS_NUM_THREADS=1.")
+        return 2
+    Debugger = import_debugger()
+    if Debugger is None:
+        configs = []
+
+    results: Dict[str, Any] = {"torch": torch.__version__, "blas": blas_info(), "matmul_ms": mm,
+                               "threads": torch.get_num_threads(), "batch": args.batch, "steps": args.steps,
+                               "rounds": rounds, "warmup": args.warmup, "extra": extra, "models": {}}
+    failed = False
+    for m in models:
+        results["models"][m], model_failed = measure_model(m, configs, args, extra, Debugger, rounds, seg_steps)
+        failed = failed or model_failed
+    if Debugger is None:
+        print("\n(baseline only: msprobe_cpp not usable)")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
     return 1 if failed else 0
 
 
