@@ -1,6 +1,7 @@
 #include "torch/describe_options.h"
 
 #include "core/crc32.h"
+#include "torch/stats_cache.h"
 #include "torch/tensor_saver.h"
 #include "torch/tensor_stats.h"
 
@@ -22,9 +23,19 @@ bool has_plain_bytes(const at::Tensor& t) {
 
 Entry describe_tensor_for(const at::Tensor& t, const DescribeOptions& options,
                           const std::string& stem) {
-  Entry e = describe_tensor(t);
+  std::optional<DataStats> cached;
+  if (options.cache && t.defined()) cached = options.cache->find(t);
+  Entry e = cached ? describe_tensor_layout(t) : describe_tensor(t);
+  if (cached) {
+    e.max = std::move(cached->max);
+    e.min = std::move(cached->min);
+    e.mean = std::move(cached->mean);
+    e.norm = std::move(cached->norm);
+    e.md5 = std::move(cached->md5);
+  }
   if (e.kind != Entry::Kind::Object || !has_plain_bytes(t)) return e;
-  if (options.md5) e.md5 = tensor_crc(t);
+  if (options.md5 && !cached) e.md5 = tensor_crc(t);
+  if (options.cache && !cached) options.cache->put(t, DataStats{e.max, e.min, e.mean, e.norm, e.md5});
   if (options.saver) {
     e.data_name = stem + ".pt";
     options.saver->save(t, options.tensor_dir + "/" + e.data_name);

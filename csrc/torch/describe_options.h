@@ -11,11 +11,13 @@
 namespace msprobe {
 
 class TensorSaver;
+class StatsCache;
 
 struct DescribeOptions {
   bool md5 = false;
   TensorSaver* saver = nullptr;  // task tensor; null otherwise
   std::string tensor_dir;        // where the saver writes
+  StatsCache* cache = nullptr;   // the session's, cleared at each step
 };
 
 // Statistics (and md5) of `t`; when saving, also queues the tensor as `<stem>.pt` and records

@@ -19,6 +19,7 @@
 #include "torch/call_stack.h"
 #include "torch/describe_options.h"
 #include "torch/model_tensors.h"
+#include "torch/stats_cache.h"
 #include "torch/overflow_watch.h"
 #include "torch/tensor_saver.h"
 
@@ -78,6 +79,7 @@ class Session {
   int rank() const { return rank_; }
   Selection& selection() { return selection_; }
   const DescribeOptions& describe_options() const { return options_; }
+  const StatsCache& stats_cache() const { return stats_cache_; }
 
   // Task overflow_check. GIL required for all of these.
   void set_python_side(std::unique_ptr<PythonSide> side);
@@ -122,6 +124,7 @@ class Session {
   Selection selection_;
   std::string library_dir_;
   std::unique_ptr<TensorSaver> saver_;  // tasks tensor and overflow_check
+  StatsCache stats_cache_;
   DescribeOptions options_;
   bool reported_write_error_ = false;
   bool collected_this_step_ = false;

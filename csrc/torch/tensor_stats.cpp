@@ -298,7 +298,7 @@ void force_generic_statistics(bool on) {
   g_force_generic = on;
 }
 
-Entry describe_tensor(const at::Tensor& t) {
+Entry describe_tensor_layout(const at::Tensor& t) {
   Entry e;
   if (!t.defined()) return e;
   e.kind = Entry::Kind::Object;
@@ -307,6 +307,12 @@ Entry describe_tensor(const at::Tensor& t) {
   e.has_shape = true;
   e.shape.assign(t.sizes().begin(), t.sizes().end());
   e.requires_grad = Scalar::of_bool(t.requires_grad());
+  return e;
+}
+
+Entry describe_tensor(const at::Tensor& t) {
+  Entry e = describe_tensor_layout(t);
+  if (!t.defined()) return e;
   if (!has_statistics(t)) {
     e.max = e.min = e.mean = e.norm = Scalar::null();
     return e;

@@ -12,6 +12,8 @@ namespace msprobe {
 // Mean and Norm are accumulated in float64 (and rescaled when even that overflows), so a tensor
 // whose elements are all finite never gets an infinite Mean or Norm.
 Entry describe_tensor(const at::Tensor& t);
+// The same entry without Max/Min/Mean/Norm (left absent): for statistics known already.
+Entry describe_tensor_layout(const at::Tensor& t);
 
 // Tests only: route CPU tensors through the reductions used on other devices (CUDA, NPU), so a
 // machine without them still exercises that code.
