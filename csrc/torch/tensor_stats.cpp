@@ -63,19 +63,22 @@ struct Moments {
   double sumsq = 0.0;
 };
 
-typedef double v4d __attribute__((vector_size(32)));
-typedef float v4f __attribute__((vector_size(16)));
+typedef double v8d __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Eight lanes of partial results.
+// Lanes of partial results, folded into one Moments.
+template <int N>
 struct Lanes {
-  double sum[8], sumsq[8], max[8], min[8];
+  double sum[N], sumsq[N], max[N], min[N];
 };
 
-Moments fold(const Lanes& l) {
+template <int N>
+Moments fold(const Lanes<N>& l) {
   Moments m;
-  for (int k = 0; k < 8; ++k) {
+  for (int k = 0; k < N; ++k) {
     m.sum += l.sum[k];
     m.sumsq += l.sumsq[k];
     m.max = std::max(m.max, l.max[k]);
@@ -84,50 +87,9 @@ Moments fold(const Lanes& l) {
   return m;
 }
 
-// By reference: vectors passed by value would change calling convention between the clones.
-Moments fold(const v4d& s0, const v4d& s1, const v4d& q0, const v4d& q1, const v4d& hi0,
-             const v4d& hi1, const v4d& lo0, const v4d& lo1) {
-  Lanes l;
-  std::memcpy(l.sum, &s0, 32), std::memcpy(l.sum + 4, &s1, 32);
-  std::memcpy(l.sumsq, &q0, 32), std::memcpy(l.sumsq + 4, &q1, 32);
-  std::memcpy(l.max, &hi0, 32), std::memcpy(l.max + 4, &hi1, 32);
-  std::memcpy(l.min, &lo0, 32), std::memcpy(l.min + 4, &lo1, 32);
-  return fold(l);
-}
-
-// Four elements widened to float64, through a reference: inlined into each clone below, and a
-// vector passed by value would change calling convention between the clones.
-__attribute__((always_inline)) inline void load4(const float* p, v4d& out) {
-  v4f f;
-  std::memcpy(&f, p, sizeof(f));
-  out = __builtin_convertvector(f, v4d);
-}
-__attribute__((always_inline)) inline void load4(const double* p, v4d& out) {
-  std::memcpy(&out, p, sizeof(out));
-}
-
-// One pass in float64 over eight elements at a time. Branch-free: NaN fails the min/max
-// comparisons and shows up in the sum instead, which summarize() checks.
+// The scalar tail, in float64 like the vectors.
 template <typename T>
-__attribute__((always_inline)) inline Moments scan_vectors(const T* p, int64_t n) {
-  v4d s0 = {0, 0, 0, 0}, s1 = s0, q0 = s0, q1 = s0;
-  v4d hi0 = {-kInf, -kInf, -kInf, -kInf}, hi1 = hi0;
-  v4d lo0 = {kInf, kInf, kInf, kInf}, lo1 = lo0;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    v4d a, b;
-    load4(p + i, a);
-    load4(p + i + 4, b);
-    s0 += a;
-    s1 += b;
-    q0 += a * a;
-    q1 += b * b;
-    hi0 = a > hi0 ? a : hi0;
-    hi1 = b > hi1 ? b : hi1;
-    lo0 = a < lo0 ? a : lo0;
-    lo1 = b < lo1 ? b : lo1;
-  }
-  Moments m = fold(s0, s1, q0, q1, hi0, hi1, lo0, lo1);
+__attribute__((always_inline)) inline void scan_tail(const T* p, int64_t i, int64_t n, Moments& m) {
   for (; i < n; ++i) {
     const double v = p[i];
     m.sum += v;
@@ -135,15 +97,79 @@ __attribute__((always_inline)) inline Moments scan_vectors(const T* p, int64_t n
     m.max = v > m.max ? v : m.max;
     m.min = v < m.min ? v : m.min;
   }
+}
+
+// float32, sixteen elements at a time: Max and Min in float32 (exact, and half the work), sums of
+// values and squares in float64 (exact enough for rtol 1e-6, and finite for any finite float32).
+// Branch-free: NaN fails the min/max comparisons and shows up in the sum instead, which
+// summarize() checks. Vectors go through references: by value they would change calling
+// convention between the clones.
+__attribute__((always_inline)) inline Moments scan_floats(const float* p, int64_t n) {
+  const v8d zero = {0, 0, 0, 0, 0, 0, 0, 0};
+  v8d s0 = zero, s1 = zero, q0 = zero, q1 = zero;
+  const float finf = std::numeric_limits<float>::infinity();
+  v16f hi, lo;
+  for (int k = 0; k < 16; ++k) hi[k] = -finf, lo[k] = finf;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    v16f f;
+    std::memcpy(&f, p + i, sizeof(f));
+    hi = f > hi ? f : hi;
+    lo = f < lo ? f : lo;
+    v8f a, b;
+    std::memcpy(&a, p + i, sizeof(a));
+    std::memcpy(&b, p + i + 8, sizeof(b));
+    const v8d da = __builtin_convertvector(a, v8d);
+    const v8d db = __builtin_convertvector(b, v8d);
+    s0 += da;
+    s1 += db;
+    q0 += da * da;
+    q1 += db * db;
+  }
+  Lanes<16> l;
+  for (int k = 0; k < 8; ++k) {
+    l.sum[k] = s0[k], l.sum[k + 8] = s1[k];
+    l.sumsq[k] = q0[k], l.sumsq[k + 8] = q1[k];
+  }
+  for (int k = 0; k < 16; ++k) l.max[k] = hi[k], l.min[k] = lo[k];
+  Moments m = fold(l);
+  scan_tail(p, i, n, m);
   return m;
 }
 
-// The AVX2 clones are picked at load time where the CPU has AVX2.
-__attribute__((target_clones("avx2", "default"))) Moments scan_f32(const float* p, int64_t n) {
-  return scan_vectors(p, n);
+__attribute__((always_inline)) inline Moments scan_doubles(const double* p, int64_t n) {
+  const v8d zero = {0, 0, 0, 0, 0, 0, 0, 0};
+  v8d s = zero, q = zero, hi, lo;
+  for (int k = 0; k < 8; ++k) hi[k] = -kInf, lo[k] = kInf;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8d a;
+    std::memcpy(&a, p + i, sizeof(a));
+    s += a;
+    q += a * a;
+    hi = a > hi ? a : hi;
+    lo = a < lo ? a : lo;
+  }
+  Lanes<8> l;
+  for (int k = 0; k < 8; ++k) l.sum[k] = s[k], l.sumsq[k] = q[k], l.max[k] = hi[k], l.min[k] = lo[k];
+  Moments m = fold(l);
+  scan_tail(p, i, n, m);
+  return m;
 }
-__attribute__((target_clones("avx2", "default"))) Moments scan_f64(const double* p, int64_t n) {
-  return scan_vectors(p, n);
+
+// Clones for AVX-512 and AVX2 (with FMA) are picked at load time where the CPU has them; other
+// architectures (aarch64 Ascend hosts) get the portable vector code.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MSPROBE_SCAN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MSPROBE_SCAN_CLONES
+#endif
+
+MSPROBE_SCAN_CLONES Moments scan_f32(const float* p, int64_t n) {
+  return scan_floats(p, n);
+}
+MSPROBE_SCAN_CLONES Moments scan_f64(const double* p, int64_t n) {
+  return scan_doubles(p, n);
 }
 
 // Half and bfloat16 are widened to float a block at a time and scanned like float.
