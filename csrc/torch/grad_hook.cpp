@@ -1,27 +1,100 @@
 #include "torch/grad_hook.h"
 
 #include <pybind11/pybind11.h>
-#include <torch/csrc/autograd/python_cpp_function.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/function_hook.h>
 
 #include "torch/call_submit.h"
+#include "torch/live_tensors.h"
+#include "torch/overflow_raise.h"
+#include "torch/tensor_stats.h"
 
 namespace py = pybind11;
 
 namespace msprobe {
 
+namespace {
+
+using torch::autograd::variable_list;
+
+std::vector<Entry> describe_grads(const variable_list& grads, const DescribeOptions& options,
+                                  const std::string& stem) {
+  std::vector<Entry> out;
+  out.reserve(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    out.push_back(grads[i].defined()
+                      ? describe_tensor_for(grads[i], options, stem + "." + std::to_string(i))
+                      : Entry::null_entry());
+  }
+  return out;
+}
+
+std::vector<LiveArg> live_grads(const variable_list& grads) {
+  std::vector<LiveArg> out;
+  out.reserve(grads.size());
+  for (const at::Tensor& g : grads) out.push_back(LiveArg{g, {}});
+  return out;
+}
+
+class BackwardRecorder : public torch::autograd::FunctionPostHook {
+ public:
+  BackwardRecorder(std::weak_ptr<Session> session, std::string name, StackPtr stack, Selected parts,
+                   std::optional<std::string> module)
+      : session_(std::move(session)),
+        name_(std::move(name)),
+        stack_(std::move(stack)),
+        parts_(parts),
+        module_(std::move(module)) {}
+
+  // The node's inputs are the gradients flowing into the call, its outputs those flowing out.
+  variable_list operator()(const variable_list& outputs, const variable_list& inputs) override {
+    std::shared_ptr<Session> s = session_.lock();
+    if (!s || !s->collecting()) return outputs;
+    const DescribeOptions& options = s->describe_options();
+    StoredCall call;
+    call.record.name = name_;
+    call.record.uses_input_key = true;
+    call.record.has_inputs = parts_.inputs;
+    call.record.has_outputs = parts_.outputs;
+    if (parts_.inputs) call.record.inputs = describe_grads(inputs, options, name_ + ".input");
+    if (parts_.outputs) call.record.outputs = describe_grads(outputs, options, name_ + ".output");
+    call.stack = stack_;
+    call.module_hint = module_;
+    if (!s->watching()) {
+      s->add(std::move(call));
+      return outputs;
+    }
+    const LiveTensors live{live_grads(inputs), {}, live_grads(outputs)};
+    if (auto event = s->add(std::move(call), &live)) {
+      py::gil_scoped_acquire gil;
+      try {
+        handle_overflow_event(*s, *event);
+      } catch (py::error_already_set& e) {
+        // Handed to the engine as torch's own Python error, so loss.backward() raises it as is.
+        e.restore();
+        python_error err;
+        err.persist();
+        throw err;
+      }
+    }
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<Session> session_;
+  std::string name_;
+  StackPtr stack_;
+  Selected parts_;
+  std::optional<std::string> module_;
+};
+
+}  // namespace
+
 void add_backward_recorder(const std::shared_ptr<torch::autograd::Node>& node,
                            const std::shared_ptr<Session>& session, std::string name,
                            StackPtr stack, Selected parts, std::optional<std::string> module) {
-  std::weak_ptr<Session> weak = session;
-  auto hook = [weak, name = std::move(name), stack = std::move(stack), parts,
-               module = std::move(module)](py::handle grad_inputs, py::handle grad_outputs) {
-    std::shared_ptr<Session> s = weak.lock();
-    if (!s || !s->collecting()) return;
-    // The node's inputs are the gradients flowing into the call, its outputs those flowing out.
-    submit_backward(*s, name, grad_outputs, grad_inputs, parts, stack, module);
-  };
-  py::object fn = py::reinterpret_steal<py::object>(torch::autograd::functionToPyObject(node));
-  fn.attr("register_hook")(py::cpp_function(hook));
+  node->add_post_hook(std::make_unique<BackwardRecorder>(session, std::move(name), std::move(stack),
+                                                         parts, std::move(module)));
 }
 
 }  // namespace msprobe

@@ -248,3 +248,19 @@ def test_the_summary_keeps_leads_apart_from_expected_findings(tmp_path, capfd):
     assert len(leads) == 1 and leads[0].endswith(": Tensor.__mul__.0.forward")
     assert len(expected) == 1 and "Tensor.masked_fill.0.forward" in expected[0]
     assert "Tensor.__mul__" not in expected[0]
+
+
+def test_a_backward_stop_by_level_leaves_backward_with_its_type(tmp_path):
+    """No origin stops (stop_on []), stop_level medium: the first backward call downstream of
+    sqrt's inf gradient (ReLU's, which masks it) stops the run from inside the backward pass."""
+    torch.manual_seed(0)
+    model = SqrtReluNet()
+    dbg = debugger(tmp_path, stop_on=[], stop_level="medium")
+    dbg.start(model)
+    loss = F.cross_entropy(model(torch.randn(16, 8)), torch.randint(0, 4, (16,)))
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        loss.backward()
+    e = info.value
+    assert (e.call, e.level, e.origin) == ("Functional.relu.0.backward", "medium", None)
+    assert e.input_args_anomaly_indices == [0] and e.tensors[0]["position"] == "input[0]"
+    assert steps_on_disk(tmp_path) == ["step0"]
