@@ -21,7 +21,7 @@ bool iequals(std::string_view a, std::string_view b) {
 // Some writers put non-finite statistics in strings ("inf", "NaN"); they mean numbers.
 Scalar numeric_string(Scalar s) {
   if (s.kind != Scalar::Kind::String) return s;
-  const std::string& t = s.text;
+  const std::string& t = s.text();
   constexpr double inf = std::numeric_limits<double>::infinity();
   if (iequals(t, "nan") || iequals(t, "-nan") || iequals(t, "+nan")) {
     return Scalar::of_float(std::numeric_limits<double>::quiet_NaN());

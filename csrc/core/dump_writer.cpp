@@ -18,14 +18,14 @@ void write_scalar(JsonWriter& w, const Scalar& s) {
       w.value_float(s.number);
       return;
     case Scalar::Kind::String:
-      w.value_string(s.text);
+      w.value_string(s.text());
       return;
     case Scalar::Kind::Raw:
-      w.value_raw(s.text);
+      w.value_raw(s.text());
       return;
     case Scalar::Kind::List:
       w.begin_array();
-      for (const Scalar& item : s.items) write_scalar(w, item);
+      for (const Scalar& item : s.items()) write_scalar(w, item);
       w.end_array();
       return;
   }

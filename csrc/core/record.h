@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,15 +13,26 @@
 namespace msprobe {
 
 // A JSON scalar as msprobe writes it: statistics fields and the `value` of non-tensor arguments.
-// Int and Float are kept apart because Python writes 3 and 3.0 differently.
+// Int and Float are kept apart because Python writes 3 and 3.0 differently. Strings and lists are
+// rare (a tensor entry holds six scalars, all numbers), so they live behind a pointer and a
+// scalar stays 32 bytes.
 struct Scalar {
   enum class Kind : uint8_t { Absent, Null, Bool, Int, Float, String, Raw, List };
   Kind kind = Kind::Absent;
   bool boolean = false;
   int64_t integer = 0;
   double number = 0.0;
-  std::string text;           // String: the string; Raw: JSON text of a list or object value
-  std::vector<Scalar> items;  // List: torch.Size and slice values we record ourselves
+
+  Scalar() = default;
+  Scalar(const Scalar& o) : kind(o.kind), boolean(o.boolean), integer(o.integer), number(o.number) {
+    if (o.extra_) extra_ = std::make_unique<Extra>(*o.extra_);
+  }
+  Scalar(Scalar&&) noexcept = default;
+  Scalar& operator=(const Scalar& o) {
+    if (this != &o) *this = Scalar(o);
+    return *this;
+  }
+  Scalar& operator=(Scalar&&) noexcept = default;
 
   static Scalar null() { return make(Kind::Null); }
   static Scalar of_bool(bool b) {
@@ -40,17 +52,17 @@ struct Scalar {
   }
   static Scalar of_string(std::string t) {
     Scalar s = make(Kind::String);
-    s.text = std::move(t);
+    s.extra_ = std::make_unique<Extra>(Extra{std::move(t), {}});
     return s;
   }
   static Scalar of_list(std::vector<Scalar> items) {
     Scalar s = make(Kind::List);
-    s.items = std::move(items);
+    s.extra_ = std::make_unique<Extra>(Extra{{}, std::move(items)});
     return s;
   }
   static Scalar of_raw(std::string json) {
     Scalar s = make(Kind::Raw);
-    s.text = std::move(json);
+    s.extra_ = std::make_unique<Extra>(Extra{std::move(json), {}});
     return s;
   }
 
@@ -58,13 +70,26 @@ struct Scalar {
   bool is_number() const { return kind == Kind::Int || kind == Kind::Float; }
   double as_double() const { return kind == Kind::Int ? static_cast<double>(integer) : number; }
   bool non_finite() const { return kind == Kind::Float && !std::isfinite(number); }
+  // String: the string; Raw: JSON text of a list or object value. Empty otherwise.
+  const std::string& text() const { return extra_ ? extra_->text : empty().text; }
+  // List: torch.Size and slice values we record ourselves. Empty otherwise.
+  const std::vector<Scalar>& items() const { return extra_ ? extra_->items : empty().items; }
 
  private:
+  struct Extra {
+    std::string text;
+    std::vector<Scalar> items;
+  };
+  static const Extra& empty() {
+    static const Extra e;
+    return e;
+  }
   static Scalar make(Kind k) {
     Scalar s;
     s.kind = k;
     return s;
   }
+  std::unique_ptr<Extra> extra_;
 };
 
 // One argument entry: a tensor's statistics, a scalar, null, or a nested list.

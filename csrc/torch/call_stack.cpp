@@ -2,6 +2,7 @@
 
 #include <frameobject.h>
 
+#include <algorithm>
 #include <fstream>
 
 namespace msprobe {
@@ -39,25 +40,45 @@ CodeRegistry::~CodeRegistry() {
 }
 
 StackPtr CodeRegistry::capture() {
-  auto stack = std::make_shared<CallStack>();
+  // The frames go to a reused buffer first: a training loop calls from the same few places every
+  // step, so most stacks are found among those seen before and nothing is allocated.
+  thread_local CallStack frames;
+  frames.clear();
+  size_t hash = 0;
   PyFrameObject* f = PyEval_GetFrame();
   Py_XINCREF(f);
-  while (f && stack->size() < kMaxFrames) {
+  while (f && frames.size() < kMaxFrames) {
     PyCodeObject* code = PyFrame_GetCode(f);
     PyObject* c = reinterpret_cast<PyObject*>(code);
-    if (codes_.insert(c).second) Py_INCREF(c);
 #if PY_VERSION_HEX >= 0x030B0000
     // The line table is decoded only when the step is written.
-    stack->push_back({c, PyFrame_GetLasti(f)});
+    const int offset = PyFrame_GetLasti(f);
 #else
-    stack->push_back({c, PyFrame_GetLineNumber(f)});
+    const int offset = PyFrame_GetLineNumber(f);
 #endif
-    Py_DECREF(code);
+    frames.push_back({c, offset});
+    hash = hash * 1000003u ^ (reinterpret_cast<size_t>(c) + static_cast<size_t>(offset));
+    Py_DECREF(code);  // registered below when the stack is new
     PyFrameObject* back = PyFrame_GetBack(f);
     Py_DECREF(f);
     f = back;
   }
   Py_XDECREF(f);
+  auto [first, last] = interned_.equal_range(hash);
+  for (auto it = first; it != last; ++it) {
+    const CallStack& known = *it->second;
+    if (known.size() == frames.size() &&
+        std::equal(known.begin(), known.end(), frames.begin(), [](const Frame& a, const Frame& b) {
+          return a.code == b.code && a.offset == b.offset;
+        })) {
+      return it->second;
+    }
+  }
+  for (const Frame& frame : frames) {
+    if (codes_.insert(frame.code).second) Py_INCREF(frame.code);
+  }
+  auto stack = std::make_shared<const CallStack>(frames);
+  if (interned_.size() < kMaxInterned) interned_.emplace(hash, stack);
   return stack;
 }
 

@@ -25,7 +25,7 @@ using StackPtr = std::shared_ptr<const CallStack>;
 class CodeRegistry {
  public:
   ~CodeRegistry();     // needs the GIL, or a finalized interpreter
-  StackPtr capture();  // innermost frame first; GIL required
+  StackPtr capture();  // innermost frame first; equal stacks share one object; GIL required
 
   // "File <path>, line <n>, in <func>, \n <source line>" for each frame outside `skip_prefix`.
   // GIL required.
@@ -46,6 +46,10 @@ class CodeRegistry {
   const std::string& source_line(const std::string& file, int line);
 
   std::unordered_set<PyObject*> codes_;
+  // Stacks seen before, by a hash of their frames; bounded so a program that never repeats a
+  // stack cannot grow it without end.
+  std::unordered_multimap<size_t, StackPtr> interned_;
+  static constexpr size_t kMaxInterned = 1 << 16;
   std::unordered_map<PyObject*, CodeInfo> infos_;
   std::unordered_map<std::string, std::vector<std::string>> source_lines_;
 };

@@ -99,9 +99,9 @@ TEST(DumpReader, TensorFieldsAndScalarKinds) {
   EXPECT_TRUE(r.inputs[1].has_shape);
   EXPECT_TRUE(r.inputs[1].shape.empty());
   EXPECT_EQ(r.inputs[2].value.kind, Scalar::Kind::Raw);
-  EXPECT_EQ(r.inputs[2].value.text, "[2, 3]");
+  EXPECT_EQ(r.inputs[2].value.text(), "[2, 3]");
   EXPECT_EQ(r.inputs[3].value.kind, Scalar::Kind::String);
-  EXPECT_EQ(r.inputs[3].value.text, "mean");
+  EXPECT_EQ(r.inputs[3].value.text(), "mean");
   EXPECT_EQ(r.inputs[4].kind, Entry::Kind::Null);
   ASSERT_EQ(r.inputs[5].kind, Entry::Kind::List);
   EXPECT_EQ(r.inputs[5].items.size(), 2u);
