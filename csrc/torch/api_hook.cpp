@@ -19,7 +19,8 @@ namespace {
 
 void collect_grad_fns(PyObject* obj, std::vector<const torch::autograd::Node*>& out, int depth) {
   if (THPVariable_Check(obj)) {
-    out.push_back(THPVariable_Unpack(obj).grad_fn().get());
+    const torch::autograd::Node* fn = THPVariable_Unpack(obj).grad_fn().get();
+    if (fn) out.push_back(fn);
   } else if ((PyTuple_Check(obj) || PyList_Check(obj)) && depth < 4) {
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj); ++i) {
       collect_grad_fns(PySequence_Fast_GET_ITEM(obj, i), out, depth + 1);
@@ -92,11 +93,11 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
     for (py::handle a : args) collect_grad_fns(a.ptr(), grad_fns_before, 0);
   }
   if (sel.forward && sel.inputs) {
-    call.record.inputs = describe_items(args.ptr(), options, name + ".input");
+    call.record.inputs = describe_items(args.ptr(), options, options.stem(name, "input"));
     for (auto kv : kwargs) {
       const std::string key = py::str(kv.first);
       call.record.kwargs.emplace_back(
-          key, describe_value(kv.second.ptr(), options, name + "." + key + ".0"));
+          key, describe_value(kv.second.ptr(), options, options.kwarg_stem(name, key)));
     }
   }
   call.stack = session->capture_stack();
@@ -111,7 +112,7 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
     }
   }
   if (sel.forward) {
-    if (sel.outputs) call.record.outputs = describe_items(result.ptr(), options, name + ".output");
+    if (sel.outputs) call.record.outputs = describe_items(result.ptr(), options, options.stem(name, "output"));
     submit(*session, std::move(call), [&] {
       return LiveTensors{live_args_of(args.ptr()), kwarg_tensors(kwargs),
                          live_args_of(result.ptr())};

@@ -18,6 +18,18 @@ struct DescribeOptions {
   TensorSaver* saver = nullptr;  // task tensor; null otherwise
   std::string tensor_dir;        // where the saver writes
   StatsCache* cache = nullptr;   // the session's, cleared at each step
+
+  // Stems of saved tensors' file names (SPEC §3): "<call>.input", "<call>.output" (items add
+  // ".<i>") and "<call>.<kwarg>.0". Empty when nothing is saved: then no call pays for them.
+  std::string stem(const std::string& call, const char* side) const {
+    return saver ? call + "." + side : std::string();
+  }
+  std::string kwarg_stem(const std::string& call, const std::string& key) const {
+    return saver ? call + "." + key + ".0" : std::string();
+  }
+  std::string item_stem(const std::string& stem, size_t i) const {
+    return saver ? stem + "." + std::to_string(i) : std::string();
+  }
 };
 
 // Statistics (and md5) of `t`; when saving, also queues the tensor as `<stem>.pt` and records

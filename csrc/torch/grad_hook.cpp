@@ -23,7 +23,7 @@ std::vector<Entry> describe_grads(const variable_list& grads, const DescribeOpti
   out.reserve(grads.size());
   for (size_t i = 0; i < grads.size(); ++i) {
     out.push_back(grads[i].defined()
-                      ? describe_tensor_for(grads[i], options, stem + "." + std::to_string(i))
+                      ? describe_tensor_for(grads[i], options, options.item_stem(stem, i))
                       : Entry::null_entry());
   }
   return out;
@@ -56,8 +56,8 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
     call.record.uses_input_key = true;
     call.record.has_inputs = parts_.inputs;
     call.record.has_outputs = parts_.outputs;
-    if (parts_.inputs) call.record.inputs = describe_grads(inputs, options, name_ + ".input");
-    if (parts_.outputs) call.record.outputs = describe_grads(outputs, options, name_ + ".output");
+    if (parts_.inputs) call.record.inputs = describe_grads(inputs, options, options.stem(name_, "input"));
+    if (parts_.outputs) call.record.outputs = describe_grads(outputs, options, options.stem(name_, "output"));
     call.stack = stack_;
     call.module_hint = module_;
     if (!s->watching()) {

@@ -34,12 +34,12 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     if (open.selected.forward) {
       const DescribeOptions& options = s->describe_options();
       if (open.selected.inputs) {
-        open.inputs = describe_items(inputs.ptr(), options, open.name + ".input");
+        open.inputs = describe_items(inputs.ptr(), options, options.stem(open.name, "input"));
         if (PyDict_Check(kwargs.ptr())) {
           for (auto kv : py::reinterpret_borrow<py::dict>(kwargs)) {
             const std::string key = py::str(kv.first);
             open.kwargs.emplace_back(
-                key, describe_value(kv.second.ptr(), options, open.name + "." + key + ".0"));
+                key, describe_value(kv.second.ptr(), options, options.kwarg_stem(open.name, key)));
           }
         }
       }
@@ -67,7 +67,8 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     call.record.kwargs = std::move(open.kwargs);
     if (open.selected.outputs) {
       call.record.outputs =
-          describe_items(output.ptr(), s->describe_options(), call.record.name + ".output");
+          describe_items(output.ptr(), s->describe_options(),
+                         s->describe_options().stem(call.record.name, "output"));
     }
     call.stack = std::move(open.stack);
     call.parent = std::move(open.parent);

@@ -70,7 +70,7 @@ Entry describe(PyObject* obj, const DescribeOptions& options, const std::string&
     items.reserve(static_cast<size_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
       items.push_back(describe(PySequence_Fast_GET_ITEM(seq, i), options,
-                               stem + "." + std::to_string(i), depth + 1));
+                               options.item_stem(stem, static_cast<size_t>(i)), depth + 1));
     }
     return Entry::list(std::move(items));
   }
@@ -103,7 +103,7 @@ std::vector<Entry> describe_items(PyObject* seq, const DescribeOptions& options,
   if ((PyTuple_Check(seq) && !THPSize_Check(seq)) || PyList_Check(seq)) {
     return describe(seq, options, stem, 0).items;
   }
-  return {describe(seq, options, stem + ".0", 0)};
+  return {describe(seq, options, options.item_stem(stem, 0), 0)};
 }
 
 }  // namespace msprobe

@@ -105,33 +105,40 @@ __attribute__((always_inline)) inline void scan_tail(const T* p, int64_t i, int6
 // summarize() checks. Vectors go through references: by value they would change calling
 // convention between the clones.
 __attribute__((always_inline)) inline Moments scan_floats(const float* p, int64_t n) {
+  // Four independent float64 accumulators per sum, so the adds' latency does not bound the loop.
+  constexpr int kAcc = 4;
   const v8d zero = {0, 0, 0, 0, 0, 0, 0, 0};
-  v8d s0 = zero, s1 = zero, q0 = zero, q1 = zero;
+  v8d s[kAcc], q[kAcc];
+  for (int a = 0; a < kAcc; ++a) s[a] = zero, q[a] = zero;
   const float finf = std::numeric_limits<float>::infinity();
-  v16f hi, lo;
-  for (int k = 0; k < 16; ++k) hi[k] = -finf, lo[k] = finf;
+  v16f hi0, lo0;
+  for (int k = 0; k < 16; ++k) hi0[k] = -finf, lo0[k] = finf;
+  v16f hi1 = hi0, lo1 = lo0;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    v16f f;
-    std::memcpy(&f, p + i, sizeof(f));
-    hi = f > hi ? f : hi;
-    lo = f < lo ? f : lo;
-    v8f a, b;
-    std::memcpy(&a, p + i, sizeof(a));
-    std::memcpy(&b, p + i + 8, sizeof(b));
-    const v8d da = __builtin_convertvector(a, v8d);
-    const v8d db = __builtin_convertvector(b, v8d);
-    s0 += da;
-    s1 += db;
-    q0 += da * da;
-    q1 += db * db;
+  for (; i + 8 * kAcc <= n; i += 8 * kAcc) {
+    v16f f0, f1;
+    std::memcpy(&f0, p + i, sizeof(f0));
+    std::memcpy(&f1, p + i + 16, sizeof(f1));
+    hi0 = f0 > hi0 ? f0 : hi0;
+    lo0 = f0 < lo0 ? f0 : lo0;
+    hi1 = f1 > hi1 ? f1 : hi1;
+    lo1 = f1 < lo1 ? f1 : lo1;
+    for (int a = 0; a < kAcc; ++a) {
+      v8f h;
+      std::memcpy(&h, p + i + 8 * a, sizeof(h));
+      const v8d d = __builtin_convertvector(h, v8d);
+      s[a] += d;
+      q[a] += d * d;
+    }
   }
   Lanes<16> l;
   for (int k = 0; k < 8; ++k) {
-    l.sum[k] = s0[k], l.sum[k + 8] = s1[k];
-    l.sumsq[k] = q0[k], l.sumsq[k + 8] = q1[k];
+    l.sum[k] = s[0][k] + s[2][k], l.sum[k + 8] = s[1][k] + s[3][k];
+    l.sumsq[k] = q[0][k] + q[2][k], l.sumsq[k + 8] = q[1][k] + q[3][k];
   }
-  for (int k = 0; k < 16; ++k) l.max[k] = hi[k], l.min[k] = lo[k];
+  for (int k = 0; k < 16; ++k) {
+    l.max[k] = std::max(hi0[k], hi1[k]), l.min[k] = std::min(lo0[k], lo1[k]);
+  }
   Moments m = fold(l);
   scan_tail(p, i, n, m);
   return m;
