@@ -65,6 +65,18 @@ py::object ApiHook::call_original(const py::args& args, const py::kwargs& kwargs
   return py::reinterpret_steal<py::object>(result);
 }
 
+int64_t ApiHook::next_index(const Session& session) {
+  const uint64_t epoch = session.epoch();
+  if (epoch_.load(std::memory_order_acquire) != epoch) {
+    std::lock_guard<std::mutex> lock(reset_mu_);
+    if (epoch_.load(std::memory_order_relaxed) != epoch) {
+      count_.store(0, std::memory_order_relaxed);
+      epoch_.store(epoch, std::memory_order_release);
+    }
+  }
+  return count_.fetch_add(1, std::memory_order_relaxed);
+}
+
 py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   std::shared_ptr<Session> session = current_session();
   if (!session || !session->collecting() || ReentryGuard::inside()) {
@@ -73,10 +85,12 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   ReentryGuard guard;
   // Named first, so that scope, list and data_mode are decided before any statistics: a call
   // that is filtered out costs a counter and a few string compares.
-  const std::string prefix = api_ + "." + std::to_string(session->next_index(api_)) + ".";
+  const std::string prefix = api_ + "." + std::to_string(next_index(*session)) + ".";
   const std::string name = prefix + "forward";
   Selection& selection = session->selection();
-  const Selected sel = selection.begin(name, prefix + "backward", inside_listed_module());
+  // The backward name matters to the selection only through `list`.
+  const Selected sel = selection.begin(
+      name, selection.has_list() ? prefix + "backward" : std::string(), inside_listed_module());
   if (!sel.any()) {
     py::object result = call_original(args, kwargs);
     selection.end(name);

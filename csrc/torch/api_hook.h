@@ -5,9 +5,14 @@
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
+#include <cstdint>
+#include <mutex>
 #include <string>
 
 namespace msprobe {
+
+class Session;
 
 class ApiHook {
  public:
@@ -15,6 +20,9 @@ class ApiHook {
       : api_(std::move(api)), original_(std::move(original)) {}
 
   pybind11::object call(pybind11::args args, pybind11::kwargs kwargs);
+  // n of this API's next call within the session's step: a counter of the hook's own, reset when
+  // the step changes, so naming a call takes no lock and no lookup.
+  int64_t next_index(const Session& session);
   pybind11::object call_original(const pybind11::args& args, const pybind11::kwargs& kwargs) const;
   const pybind11::object& original() const { return original_; }
   const std::string& api() const { return api_; }
@@ -22,6 +30,9 @@ class ApiHook {
  private:
   std::string api_;  // "Functional.linear"
   pybind11::object original_;
+  std::atomic<uint64_t> epoch_{0};  // Session::epoch() the count belongs to
+  std::atomic<int64_t> count_{0};
+  std::mutex reset_mu_;
 };
 
 }  // namespace msprobe

@@ -17,6 +17,7 @@ namespace msprobe {
 namespace {
 
 std::shared_ptr<Session> g_session;  // accessed with std::atomic_load/store
+std::atomic<uint64_t> g_epochs{0};
 
 }  // namespace
 
@@ -61,6 +62,7 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
       package_dir_(std::move(package_dir)),
       selection_(config_.collect(), config_.level, section_name(config_, source)),
       library_dir_(std::move(library_dir)) {
+  epoch_ = ++g_epochs;
   options_.md5 =
       config_.task == Task::Statistics && config_.statistics.summary_mode == SummaryMode::Md5;
   options_.cache = &stats_cache_;
@@ -181,6 +183,7 @@ void Session::advance() {
   step_dumped_ = false;
   collected_this_step_ = false;
   ++step_;
+  epoch_ = ++g_epochs;
 }
 
 int64_t Session::next_index(const std::string& key) {

@@ -71,6 +71,8 @@ class Session {
   // Hot path.
   bool collecting() const { return collecting_.load(std::memory_order_relaxed); }
   int64_t next_index(const std::string& key);  // n of `key` within the step
+  // Unique among all sessions' steps: API hooks reset their own call counters when it changes.
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   // Stores a call; with task overflow_check judges it first (`live`: its tensors) and says what
   // the hook must do about it.
   std::optional<OverflowEvent> add(StoredCall&& call, const LiveTensors* live = nullptr);
@@ -116,6 +118,7 @@ class Session {
   int rank_ = -1;
   bool dirty_ = false;  // collected since the last write
   std::atomic<bool> collecting_{false};
+  std::atomic<uint64_t> epoch_;
 
   std::mutex mu_;  // guards counters_ and calls_ (backward hooks run on autograd threads)
   std::unordered_map<std::string, int64_t> counters_;
