@@ -106,8 +106,9 @@ void write_record(JsonWriter& w, const CallRecord& rec) {
   w.end_object();
 }
 
-std::string dump_json(const DumpHead& head, const std::vector<const CallRecord*>& records) {
-  JsonWriter w(1);
+std::string dump_json(const DumpHead& head, const std::vector<const CallRecord*>& records,
+                      std::string buffer) {
+  JsonWriter w(1, std::move(buffer));
   w.begin_object();
   w.key("task");
   w.value_string(head.task);

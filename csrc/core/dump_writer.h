@@ -23,7 +23,8 @@ struct DumpHead {
   std::optional<std::string> dump_data_dir;
 };
 
-// The whole dump.json text for `records` in order.
-std::string dump_json(const DumpHead& head, const std::vector<const CallRecord*>& records);
+// The whole dump.json text for `records` in order; `buffer` is reused for it when given.
+std::string dump_json(const DumpHead& head, const std::vector<const CallRecord*>& records,
+                      std::string buffer = {});
 
 }  // namespace msprobe

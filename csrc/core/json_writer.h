@@ -18,6 +18,11 @@ void append_json_string(std::string& out, std::string_view s);
 class JsonWriter {
  public:
   explicit JsonWriter(int indent = 1) : indent_(indent) {}
+  // Writes into `buffer` (cleared first), keeping its capacity: a writer that runs every step
+  // hands the same buffer back and forth instead of growing a new one each time.
+  JsonWriter(int indent, std::string&& buffer) : out_(std::move(buffer)), indent_(indent) {
+    out_.clear();
+  }
 
   void begin_object();
   void end_object();

@@ -78,7 +78,10 @@ StackPtr CodeRegistry::capture() {
     if (codes_.insert(frame.code).second) Py_INCREF(frame.code);
   }
   auto stack = std::make_shared<const CallStack>(frames);
-  if (interned_.size() < kMaxInterned) interned_.emplace(hash, stack);
+  if (interned_.size() < kMaxInterned) {
+    interned_.emplace(hash, stack);
+    interned_ptrs_.insert(stack.get());
+  }
   return stack;
 }
 
@@ -120,6 +123,17 @@ std::vector<std::string> CodeRegistry::format(const CallStack& stack,
                   ", \n " + source_line(ci.filename, line));
   }
   return out;
+}
+
+const std::vector<std::string>& CodeRegistry::format_once(const StackPtr& stack,
+                                                          const std::string& skip_prefix) {
+  if (auto it = formatted_.find(stack.get()); it != formatted_.end()) return it->second;
+  // Interned stacks live as long as the registry, so their address names them for good.
+  if (!interned_ptrs_.count(stack.get())) {
+    scratch_ = format(*stack, skip_prefix);
+    return scratch_;
+  }
+  return formatted_.emplace(stack.get(), format(*stack, skip_prefix)).first->second;
 }
 
 std::optional<std::string> CodeRegistry::first_frame_outside(const CallStack& stack,

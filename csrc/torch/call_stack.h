@@ -30,6 +30,9 @@ class CodeRegistry {
   // "File <path>, line <n>, in <func>, \n <source line>" for each frame outside `skip_prefix`.
   // GIL required.
   std::vector<std::string> format(const CallStack& stack, const std::string& skip_prefix);
+  // The same, formatted once per interned stack (`skip_prefix` must be the same every time):
+  // a training loop writes the same stacks every step. GIL required.
+  const std::vector<std::string>& format_once(const StackPtr& stack, const std::string& skip_prefix);
 
   // "<path>:<line>: <source line>" of the innermost frame outside every prefix of `skip`.
   // GIL required.
@@ -50,6 +53,9 @@ class CodeRegistry {
   // stack cannot grow it without end.
   std::unordered_multimap<size_t, StackPtr> interned_;
   static constexpr size_t kMaxInterned = 1 << 16;
+  std::unordered_set<const CallStack*> interned_ptrs_;
+  std::unordered_map<const CallStack*, std::vector<std::string>> formatted_;  // interned only
+  std::vector<std::string> scratch_;
   std::unordered_map<PyObject*, CodeInfo> infos_;
   std::unordered_map<std::string, std::vector<std::string>> source_lines_;
 };

@@ -273,23 +273,25 @@ void Session::write_step() {
       reported_write_error_ = true;
     }
   }
-  write_file_atomic(dir + "/dump.json", dump_json(head, records));
+  json_buffer_ = dump_json(head, records, std::move(json_buffer_));
+  write_file_atomic(dir + "/dump.json", json_buffer_);
 
-  JsonWriter stack(1);
+  JsonWriter stack(1, std::move(json_buffer_));
   stack.begin_object();
   for (const StoredCall& c : calls_) {
     stack.key(c.record.name);
     stack.begin_array();
     if (c.stack) {
-      for (const std::string& line : codes_.format(*c.stack, package_dir_))
+      for (const std::string& line : codes_.format_once(c.stack, package_dir_))
         stack.value_string(line);
     }
     stack.end_array();
   }
   stack.end_object();
-  write_file_atomic(dir + "/stack.json", stack.take());
+  json_buffer_ = stack.take();
+  write_file_atomic(dir + "/stack.json", json_buffer_);
 
-  JsonWriter construct(1);
+  JsonWriter construct(1, std::move(json_buffer_));
   construct.begin_object();
   // At L1 the overflow guard keeps a module stack of the started model: it names the parents too.
   if (config_.level != Level::L1 || (watch_ && !models_.empty())) {
@@ -303,7 +305,8 @@ void Session::write_step() {
     }
   }
   construct.end_object();
-  write_file_atomic(dir + "/construct.json", construct.take());
+  json_buffer_ = construct.take();
+  write_file_atomic(dir + "/construct.json", json_buffer_);
   if (watch_) write_overflow_files(dir);
   dirty_ = false;
 }

@@ -130,6 +130,7 @@ class Session {
   StatsCache stats_cache_;
   DescribeOptions options_;
   bool reported_write_error_ = false;
+  std::string json_buffer_;  // the files' text, its capacity kept from step to step
   bool collected_this_step_ = false;
   bool step_began_ = false;  // start() was called in this step
   std::set<std::string> warned_;
