@@ -1,5 +1,7 @@
 #include "torch/session.h"
 
+#include <pybind11/pybind11.h>
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -192,8 +194,9 @@ int64_t Session::next_index(const std::string& key) {
 }
 
 std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* live) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::optional<OverflowEvent> event;
+  StackPtr stack;
   if (watch_) {
     static const LiveTensors kNone;
     const LiveTensors& tensors = live ? *live : kNone;
@@ -213,13 +216,32 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
     const bool first_backward = v.end_of_backward && !pending_backward_;
     if (e.notify || e.raise || first_backward) {
       e.facts = describe_overflow(call, v, tensors);
+      stack = call.stack;
       if (first_backward) pending_backward_ = e.facts;
       if (e.notify) step_overflow_ = e.facts;
     }
     if (e.notify || e.raise || e.queue_end_of_backward) event = std::move(e);
+    if (!event) stack.reset();
   }
   calls_.push_back(std::move(call));
   dirty_ = true;
+  lock.unlock();
+  // The source line needs the GIL, which must never be waited for while holding mu_: a thread
+  // holding the GIL may be waiting for mu_ (backward recorders run without the GIL).
+  if (stack) {
+    std::optional<std::string> source;
+    {
+      pybind11::gil_scoped_acquire gil;
+      source = codes_.first_frame_outside(*stack, {package_dir_, library_dir_});
+    }
+    event->facts.source = source;
+    lock.lock();
+    for (auto* stored : {&pending_backward_, &step_overflow_}) {
+      if (*stored && !(*stored)->source && (*stored)->finding.call == event->facts.finding.call) {
+        (*stored)->source = source;
+      }
+    }
+  }
   return event;
 }
 

@@ -4,8 +4,6 @@
 #include <cmath>
 #include <cstdio>
 
-#include <pybind11/pybind11.h>
-
 #include "core/anomaly.h"
 #include "core/json_writer.h"
 #include "core/output_files.h"
@@ -153,11 +151,7 @@ OverflowFacts Session::describe_overflow(const StoredCall& call, const Verdict& 
   facts.step = step_;
   facts.rank = folder_rank();
   if (dump_budget_left()) facts.dump_dir = step_dir();
-  if (call.stack) {
-    // Backward recorders run without the GIL; the source line needs it (a rare moment).
-    pybind11::gil_scoped_acquire gil;
-    facts.source = codes_.first_frame_outside(*call.stack, {package_dir_, library_dir_});
-  }
+  // The source line is added by add(), outside the lock (it needs the GIL).
   const CallRecord& rec = call.record;
   const bool compat = config_.overflow_check.compat;
   const std::string in = rec.uses_input_key ? "input" : "input_args";
