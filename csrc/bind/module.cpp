@@ -79,10 +79,10 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("watching", &Session::watching)
       .def_property_readonly("folder_rank", &Session::folder_rank)
       .def_property_readonly("step_flagged", &Session::step_flagged)
-      .def_property_readonly(
-          "stats_cache_hits", [](const Session& s) { return s.stats_cache().hits(); })
-      .def_property_readonly(
-          "stats_cache_misses", [](const Session& s) { return s.stats_cache().misses(); })
+      .def_property_readonly("stats_cache_hits",
+                             [](const Session& s) { return s.stats_cache().hits(); })
+      .def_property_readonly("stats_cache_misses",
+                             [](const Session& s) { return s.stats_cache().misses(); })
       .def(
           "set_python_side",
           [](Session& s, py::object overflow_type, py::object error_type, py::object on_flagged,

@@ -126,7 +126,8 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
     }
   }
   if (sel.forward) {
-    if (sel.outputs) call.record.outputs = describe_items(result.ptr(), options, options.stem(name, "output"));
+    if (sel.outputs)
+      call.record.outputs = describe_items(result.ptr(), options, options.stem(name, "output"));
     submit(*session, std::move(call), [&] {
       return LiveTensors{live_args_of(args.ptr()), kwarg_tensors(kwargs),
                          live_args_of(result.ptr())};

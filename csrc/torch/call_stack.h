@@ -32,7 +32,8 @@ class CodeRegistry {
   std::vector<std::string> format(const CallStack& stack, const std::string& skip_prefix);
   // The same, formatted once per interned stack (`skip_prefix` must be the same every time):
   // a training loop writes the same stacks every step. GIL required.
-  const std::vector<std::string>& format_once(const StackPtr& stack, const std::string& skip_prefix);
+  const std::vector<std::string>& format_once(const StackPtr& stack,
+                                              const std::string& skip_prefix);
 
   // "<path>:<line>: <source line>" of the innermost frame outside every prefix of `skip`.
   // GIL required.

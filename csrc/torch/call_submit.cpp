@@ -14,7 +14,8 @@ void submit_backward(Session& session, const std::string& name, pybind11::handle
   call.record.uses_input_key = true;
   call.record.has_inputs = parts.inputs;
   call.record.has_outputs = parts.outputs;
-  if (parts.inputs) call.record.inputs = describe_items(grads_in.ptr(), options, options.stem(name, "input"));
+  if (parts.inputs)
+    call.record.inputs = describe_items(grads_in.ptr(), options, options.stem(name, "input"));
   if (parts.outputs)
     call.record.outputs = describe_items(grads_out.ptr(), options, options.stem(name, "output"));
   call.stack = std::move(stack);

@@ -35,7 +35,8 @@ Entry describe_tensor_for(const at::Tensor& t, const DescribeOptions& options,
   }
   if (e.kind != Entry::Kind::Object || !has_plain_bytes(t)) return e;
   if (options.md5 && !cached) e.md5 = tensor_crc(t);
-  if (options.cache && !cached) options.cache->put(t, DataStats{e.max, e.min, e.mean, e.norm, e.md5});
+  if (options.cache && !cached)
+    options.cache->put(t, DataStats{e.max, e.min, e.mean, e.norm, e.md5});
   if (options.saver) {
     e.data_name = stem + ".pt";
     options.saver->save(t, options.tensor_dir + "/" + e.data_name);

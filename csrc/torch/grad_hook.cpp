@@ -56,8 +56,10 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
     call.record.uses_input_key = true;
     call.record.has_inputs = parts_.inputs;
     call.record.has_outputs = parts_.outputs;
-    if (parts_.inputs) call.record.inputs = describe_grads(inputs, options, options.stem(name_, "input"));
-    if (parts_.outputs) call.record.outputs = describe_grads(outputs, options, options.stem(name_, "output"));
+    if (parts_.inputs)
+      call.record.inputs = describe_grads(inputs, options, options.stem(name_, "input"));
+    if (parts_.outputs)
+      call.record.outputs = describe_grads(outputs, options, options.stem(name_, "output"));
     call.stack = stack_;
     call.module_hint = module_;
     if (!s->watching()) {

@@ -66,9 +66,8 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     call.record.inputs = std::move(open.inputs);
     call.record.kwargs = std::move(open.kwargs);
     if (open.selected.outputs) {
-      call.record.outputs =
-          describe_items(output.ptr(), s->describe_options(),
-                         s->describe_options().stem(call.record.name, "output"));
+      call.record.outputs = describe_items(output.ptr(), s->describe_options(),
+                                           s->describe_options().stem(call.record.name, "output"));
     }
     call.stack = std::move(open.stack);
     call.parent = std::move(open.parent);

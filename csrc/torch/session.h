@@ -19,8 +19,8 @@
 #include "torch/call_stack.h"
 #include "torch/describe_options.h"
 #include "torch/model_tensors.h"
-#include "torch/stats_cache.h"
 #include "torch/overflow_watch.h"
+#include "torch/stats_cache.h"
 #include "torch/tensor_saver.h"
 
 namespace msprobe {

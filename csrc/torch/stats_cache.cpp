@@ -6,8 +6,8 @@ namespace {
 
 // Inference tensors have no version counter: never cached.
 bool cacheable(const at::Tensor& t) {
-  return t.numel() >= StatsCache::kMinElements && t.layout() == at::kStrided &&
-         !t.is_inference() && t.has_storage();
+  return t.numel() >= StatsCache::kMinElements && t.layout() == at::kStrided && !t.is_inference() &&
+         t.has_storage();
 }
 
 }  // namespace

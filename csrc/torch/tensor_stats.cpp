@@ -158,7 +158,8 @@ __attribute__((always_inline)) inline Moments scan_doubles(const double* p, int6
     lo = a < lo ? a : lo;
   }
   Lanes<8> l;
-  for (int k = 0; k < 8; ++k) l.sum[k] = s[k], l.sumsq[k] = q[k], l.max[k] = hi[k], l.min[k] = lo[k];
+  for (int k = 0; k < 8; ++k)
+    l.sum[k] = s[k], l.sumsq[k] = q[k], l.max[k] = hi[k], l.min[k] = lo[k];
   Moments m = fold(l);
   scan_tail(p, i, n, m);
   return m;
@@ -167,7 +168,8 @@ __attribute__((always_inline)) inline Moments scan_doubles(const double* p, int6
 // Clones for AVX-512 and AVX2 (with FMA) are picked at load time where the CPU has them; other
 // architectures (aarch64 Ascend hosts) get the portable vector code.
 #if defined(__x86_64__) && defined(__GNUC__)
-#define MSPROBE_SCAN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define MSPROBE_SCAN_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MSPROBE_SCAN_CLONES
 #endif
