@@ -5,21 +5,27 @@
 
 namespace msprobe {
 
-void submit_backward(Session& session, const std::string& name, pybind11::handle grads_in,
-                     pybind11::handle grads_out, Selected parts, StackPtr stack,
-                     std::optional<std::string> module_hint) {
-  const DescribeOptions& options = session.describe_options();
+StoredCall backward_call(const std::string& name, Selected parts, StackPtr stack,
+                         std::optional<std::string> module_hint) {
   StoredCall call;
   call.record.name = name;
   call.record.uses_input_key = true;
   call.record.has_inputs = parts.inputs;
   call.record.has_outputs = parts.outputs;
+  call.stack = std::move(stack);
+  call.module_hint = std::move(module_hint);
+  return call;
+}
+
+void submit_backward(Session& session, const std::string& name, pybind11::handle grads_in,
+                     pybind11::handle grads_out, Selected parts, StackPtr stack,
+                     std::optional<std::string> module_hint) {
+  const DescribeOptions& options = session.describe_options();
+  StoredCall call = backward_call(name, parts, std::move(stack), std::move(module_hint));
   if (parts.inputs)
     call.record.inputs = describe_items(grads_in.ptr(), options, options.stem(name, "input"));
   if (parts.outputs)
     call.record.outputs = describe_items(grads_out.ptr(), options, options.stem(name, "output"));
-  call.stack = std::move(stack);
-  call.module_hint = std::move(module_hint);
   submit(session, std::move(call), [&] {
     return LiveTensors{live_args_of(grads_in.ptr()), {}, live_args_of(grads_out.ptr())};
   });

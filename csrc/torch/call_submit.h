@@ -25,6 +25,11 @@ void submit(Session& session, StoredCall&& call, MakeLive&& make_live) {
   if (auto event = session.add(std::move(call), &live)) handle_overflow_event(session, *event);
 }
 
+// A backward record without its entries: named, marked as using msprobe's `input` key, with the
+// parts data_mode keeps, the forward's stack and module.
+StoredCall backward_call(const std::string& name, Selected parts, StackPtr stack,
+                         std::optional<std::string> module_hint);
+
 // A backward record: `grads_in` flow into the call (its `input`), `grads_out` flow out of it
 // (its `output`); either may be a tuple of tensors and None, or one value. Submitted as above.
 void submit_backward(Session& session, const std::string& name, pybind11::handle grads_in,

@@ -51,17 +51,11 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
     std::shared_ptr<Session> s = session_.lock();
     if (!s || !s->collecting()) return outputs;
     const DescribeOptions& options = s->describe_options();
-    StoredCall call;
-    call.record.name = name_;
-    call.record.uses_input_key = true;
-    call.record.has_inputs = parts_.inputs;
-    call.record.has_outputs = parts_.outputs;
+    StoredCall call = backward_call(name_, parts_, stack_, module_);
     if (parts_.inputs)
       call.record.inputs = describe_grads(inputs, options, options.stem(name_, "input"));
     if (parts_.outputs)
       call.record.outputs = describe_grads(outputs, options, options.stem(name_, "output"));
-    call.stack = stack_;
-    call.module_hint = module_;
     if (!s->watching()) {
       s->add(std::move(call));
       return outputs;
