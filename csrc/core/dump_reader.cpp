@@ -126,6 +126,10 @@ class RecordParser {
         e.mean = numeric_string(scalar_field(field, "Mean"));
       } else if (key == "Norm") {
         e.norm = numeric_string(scalar_field(field, "Norm"));
+      } else if (key == "Max_except_inf_nan") {
+        e.max_except = numeric_string(scalar_field(field, "Max_except_inf_nan"));
+      } else if (key == "Min_except_inf_nan") {
+        e.min_except = numeric_string(scalar_field(field, "Min_except_inf_nan"));
       } else if (key == "requires_grad") {
         e.requires_grad = scalar_field(field, "requires_grad");
       } else if (key == "value") {

@@ -6,10 +6,10 @@ namespace msprobe {
 
 namespace {
 
-// Position of the dot-separated segment "backward": last for API names, second to last for
-// module names (whose counter comes last). Any other place is part of a user's module name.
-size_t backward_segment(const std::string& name) {
-  static const std::string kSeg = "backward";
+// Position of the dot-separated segment `kSeg` ("backward" or "forward"): last for API names,
+// second to last for module names (whose counter comes last). Any other place is part of a user's
+// module name.
+size_t segment(const std::string& name, const std::string& kSeg) {
   const size_t last_dot = name.rfind('.');
   if (last_dot == std::string::npos) return std::string::npos;
   if (name.compare(last_dot + 1, std::string::npos, kSeg) == 0) return last_dot + 1;
@@ -17,6 +17,11 @@ size_t backward_segment(const std::string& name) {
   const size_t start = last_dot - kSeg.size();
   if (name.compare(start, kSeg.size(), kSeg) == 0 && name[start - 1] == '.') return start;
   return std::string::npos;
+}
+
+size_t backward_segment(const std::string& name) {
+  static const std::string kSeg = "backward";
+  return segment(name, kSeg);
 }
 
 }  // namespace
@@ -30,6 +35,15 @@ std::string forward_name_of(const std::string& call_name) {
   if (at == std::string::npos) return "";
   std::string out = call_name;
   out.replace(at, 8, "forward");
+  return out;
+}
+
+std::string backward_name_of(const std::string& call_name) {
+  static const std::string kSeg = "forward";
+  const size_t at = segment(call_name, kSeg);
+  if (at == std::string::npos) return "";
+  std::string out = call_name;
+  out.replace(at, kSeg.size(), "backward");
   return out;
 }
 

@@ -103,6 +103,9 @@ struct Entry {
   std::vector<int64_t> shape;
   bool has_shape = false;
   Scalar max, min, mean, norm;
+  // msprobe's Max_except_inf_nan / Min_except_inf_nan: the extreme over the finite elements (NaN
+  // when there is none), present only where Max / Min itself is NaN or ±inf.
+  Scalar max_except, min_except;
   Scalar requires_grad;
   Scalar value;  // non-tensor objects
   std::string md5;
@@ -147,6 +150,9 @@ bool is_backward_name(const std::string& call_name);
 
 // The forward call whose backward `call_name` is, or "" when `call_name` is not a backward name.
 std::string forward_name_of(const std::string& call_name);
+
+// The backward call of forward call `call_name`, or "" when it is no forward name.
+std::string backward_name_of(const std::string& call_name);
 
 // The seed's torch API name: the first two dot-separated parts, lower-cased.
 std::string torch_api_name(const std::string& call_name);

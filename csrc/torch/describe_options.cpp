@@ -9,9 +9,11 @@ namespace msprobe {
 
 namespace {
 
-// msprobe's "md5" is a CRC-32 of the tensor's bytes as laid out contiguously on the host.
+// msprobe's "md5" is a CRC-32 of the tensor's bytes as laid out contiguously on the host, taken
+// from numpy: bfloat16, which numpy lacks, goes through float32 first.
 std::string tensor_crc(const at::Tensor& t) {
-  const at::Tensor host = t.detach().to(at::kCPU).contiguous();
+  at::Tensor host = t.detach().to(at::kCPU).contiguous();
+  if (host.scalar_type() == at::kBFloat16) host = host.to(at::kFloat);
   return crc32_hex(crc32(host.data_ptr(), host.numel() * host.element_size()));
 }
 
@@ -20,6 +22,26 @@ bool has_plain_bytes(const at::Tensor& t) {
 }
 
 }  // namespace
+
+std::string file_stem(const std::string& call, const char* side) {
+  return call + "." + side;
+}
+std::string kwarg_file_stem(const std::string& call, const std::string& key) {
+  return call + ".kwargs." + key;
+}
+std::string item_file_stem(const std::string& stem, size_t i) {
+  return stem + "." + std::to_string(i);
+}
+
+std::string DescribeOptions::stem(const std::string& call, const char* side) const {
+  return saver ? file_stem(call, side) : std::string();
+}
+std::string DescribeOptions::kwarg_stem(const std::string& call, const std::string& key) const {
+  return saver ? kwarg_file_stem(call, key) : std::string();
+}
+std::string DescribeOptions::item_stem(const std::string& stem, size_t i) const {
+  return saver ? item_file_stem(stem, i) : std::string();
+}
 
 Entry describe_tensor_for(const at::Tensor& t, const DescribeOptions& options,
                           const std::string& stem) {
@@ -31,12 +53,15 @@ Entry describe_tensor_for(const at::Tensor& t, const DescribeOptions& options,
     e.min = std::move(cached->min);
     e.mean = std::move(cached->mean);
     e.norm = std::move(cached->norm);
+    e.max_except = std::move(cached->max_except);
+    e.min_except = std::move(cached->min_except);
     e.md5 = std::move(cached->md5);
   }
   if (e.kind != Entry::Kind::Object || !has_plain_bytes(t)) return e;
   if (options.md5 && !cached) e.md5 = tensor_crc(t);
   if (options.cache && !cached)
-    options.cache->put(t, DataStats{e.max, e.min, e.mean, e.norm, e.md5});
+    options.cache->put(t,
+                       DataStats{e.max, e.min, e.mean, e.norm, e.max_except, e.min_except, e.md5});
   if (options.saver) {
     e.data_name = stem + ".pt";
     options.saver->save(t, options.tensor_dir + "/" + e.data_name);

@@ -19,18 +19,18 @@ struct DescribeOptions {
   std::string tensor_dir;        // where the saver writes
   StatsCache* cache = nullptr;   // the session's, cleared at each step
 
-  // Stems of saved tensors' file names (SPEC §3): "<call>.input", "<call>.output" (items add
-  // ".<i>") and "<call>.<kwarg>.0". Empty when nothing is saved: then no call pays for them.
-  std::string stem(const std::string& call, const char* side) const {
-    return saver ? call + "." + side : std::string();
-  }
-  std::string kwarg_stem(const std::string& call, const std::string& key) const {
-    return saver ? call + "." + key + ".0" : std::string();
-  }
-  std::string item_stem(const std::string& stem, size_t i) const {
-    return saver ? stem + "." + std::to_string(i) : std::string();
-  }
+  // The stems below, or empty when nothing is saved: then no call pays for them.
+  std::string stem(const std::string& call, const char* side) const;
+  std::string kwarg_stem(const std::string& call, const std::string& key) const;
+  std::string item_stem(const std::string& stem, size_t i) const;
 };
+
+// Saved tensors' file names without ".pt", as msprobe 1.1.1 builds them (its compare matches
+// rows by them): "<call>.input.<i>", "<call>.output.<i>" (backward records too), list items add
+// ".<j>", and a keyword argument is "<call>.kwargs.<name>".
+std::string file_stem(const std::string& call, const char* side);  // "<call>.input"
+std::string kwarg_file_stem(const std::string& call, const std::string& key);
+std::string item_file_stem(const std::string& stem, size_t i);
 
 // Statistics (and md5) of `t`; when saving, also queues the tensor as `<stem>.pt` and records
 // that file name as the entry's data_name.

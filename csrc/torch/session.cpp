@@ -301,6 +301,9 @@ void Session::write_step() {
   JsonWriter stack(1, std::move(json_buffer_));
   stack.begin_object();
   for (const StoredCall& c : calls_) {
+    // msprobe writes no stack for backward records: the engine runs them, not a Python line. (We
+    // keep the forward's stack in memory, for the source line an overflow stop names.)
+    if (is_backward_name(c.record.name)) continue;
     stack.key(c.record.name);
     stack.begin_array();
     if (c.stack) {
@@ -317,10 +320,20 @@ void Session::write_step() {
   construct.begin_object();
   // At L1 the overflow guard keeps a module stack of the started model: it names the parents too.
   if (config_.level != Level::L1 || (watch_ && !models_.empty())) {
+    // A module's backward record has, as msprobe writes it, the backward of the module call that
+    // enclosed its forward; API backward records have none.
+    std::unordered_map<std::string, const std::string*> forward_parents;
     for (const StoredCall& c : calls_) {
-      construct.key(c.record.name);
-      if (c.parent) {
-        construct.value_string(*c.parent);
+      const std::string& name = c.record.name;
+      std::optional<std::string> parent = c.parent;
+      if (!parent && name.rfind("Module.", 0) == 0 && is_backward_name(name)) {
+        auto it = forward_parents.find(forward_name_of(name));
+        if (it != forward_parents.end() && it->second) parent = backward_name_of(*it->second);
+      }
+      if (!is_backward_name(name)) forward_parents[name] = c.parent ? &*c.parent : nullptr;
+      construct.key(name);
+      if (parent) {
+        construct.value_string(*parent);
       } else {
         construct.value_null();
       }

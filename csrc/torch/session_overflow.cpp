@@ -121,21 +121,22 @@ bool Session::step_flagged() const {
 
 void Session::keep_tensors(StoredCall& call, const LiveTensors& live) {
   CallRecord& rec = call.record;
-  const std::string stem = rec.name + ".input.";
+  const std::string in = file_stem(rec.name, "input");
+  const std::string out = file_stem(rec.name, "output");
   auto keep = [&](Entry& e, const at::Tensor* t, const std::string& name) {
     if (!t || !e.is_tensor() || t->is_meta() || t->layout() != at::kStrided) return;
     e.data_name = name + ".pt";
     call.tensors.emplace_back(t->detach().clone(), e.data_name);
   };
   for (size_t i = 0; i < rec.inputs.size(); ++i) {
-    keep(rec.inputs[i], tensor_at(live.inputs, i), stem + std::to_string(i));
+    keep(rec.inputs[i], tensor_at(live.inputs, i), item_file_stem(in, i));
   }
   for (size_t j = 0; j < rec.kwargs.size(); ++j) {
     keep(rec.kwargs[j].second, tensor_at(live.kwargs, j),
-         rec.name + "." + rec.kwargs[j].first + ".0");
+         kwarg_file_stem(rec.name, rec.kwargs[j].first));
   }
   for (size_t i = 0; i < rec.outputs.size(); ++i) {
-    keep(rec.outputs[i], tensor_at(live.outputs, i), rec.name + ".output." + std::to_string(i));
+    keep(rec.outputs[i], tensor_at(live.outputs, i), item_file_stem(out, i));
   }
 }
 

@@ -20,7 +20,7 @@ namespace msprobe {
 
 // The part of a tensor's entry that depends on its data alone.
 struct DataStats {
-  Scalar max, min, mean, norm;
+  Scalar max, min, mean, norm, max_except, min_except;
   std::string md5;
 };
 

@@ -366,6 +366,19 @@ Entry describe_tensor(const at::Tensor& t) {
   e.min = Scalar::of_float(s.min);
   e.mean = Scalar::of_float(s.mean);
   e.norm = Scalar::of_float(s.norm);
+  if (!std::isfinite(s.max) || !std::isfinite(s.min)) {
+    // Only anomalous tensors get here, so one more pass (and a sync) is affordable.
+    const at::Tensor x = t.detach();
+    const at::Tensor finite = x.masked_select(at::isfinite(x)).to(at::kDouble);
+    double hi = kNaN, lo = kNaN;
+    if (finite.numel() > 0) {
+      const at::Tensor packed = at::stack({finite.max(), finite.min()}).cpu();
+      hi = packed[0].item<double>();
+      lo = packed[1].item<double>();
+    }
+    if (!std::isfinite(s.max)) e.max_except = Scalar::of_float(hi);
+    if (!std::isfinite(s.min)) e.min_except = Scalar::of_float(lo);
+  }
   return e;
 }
 

@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
 #include "core/dump_reader.h"
+#include "core/dump_writer.h"
 #include "test_util.h"
 
 using namespace msprobe;
@@ -236,4 +238,30 @@ TEST(DumpReader, FixtureL1CallSequence) {
                                              "Tensor.add_.4.forward",
                                              "Tensor.add_.5.forward"};
   EXPECT_EQ(names, expected);
+}
+
+TEST(DumpReader, ExceptInfNanFieldsRoundTripInMsprobesPlace) {
+  // msprobe 1.1.1 (block_stat_mix, Tensor.masked_fill.0.forward's output): the key comes right
+  // after requires_grad, and only for the extreme that is not finite.
+  const std::string entry =
+      R"({"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": 0.5, )"
+      R"("Min": -Infinity, "Mean": -Infinity, "Norm": Infinity, "requires_grad": true, )"
+      R"("Min_except_inf_nan": -0.25, "md5": "50ce5efd"})";
+  auto recs = read_all(R"({"task": "statistics", "level": "L1", "dump_data_dir": null, "data": {)"
+                       R"("Tensor.masked_fill.0.forward": {"input_args": [], "input_kwargs": {},)"
+                       R"( "output": [)" +
+                       entry + "]}}}");
+  ASSERT_EQ(recs.size(), 1u);
+  const Entry& e = recs[0].outputs.at(0);
+  EXPECT_FALSE(e.max_except.present());
+  ASSERT_TRUE(e.min_except.present());
+  EXPECT_EQ(e.min_except.number, -0.25);
+  JsonWriter w(0);
+  write_entry(w, e);
+  std::string compact = w.take();
+  compact.erase(std::remove(compact.begin(), compact.end(), '\n'), compact.end());
+  EXPECT_NE(compact.find(R"("requires_grad": true,"Min_except_inf_nan": -0.25,"md5": "50ce5efd")"),
+            std::string::npos)
+      << compact;
+  EXPECT_EQ(compact.find("Max_except_inf_nan"), std::string::npos);
 }

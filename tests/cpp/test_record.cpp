@@ -28,3 +28,13 @@ TEST(CallNames, SeedTorchApiName) {
   EXPECT_EQ(torch_api_name("   "), "");
   EXPECT_EQ(torch_api_name(""), "");
 }
+
+TEST(Record, BackwardNameOfAForwardCall) {
+  EXPECT_EQ(backward_name_of("Functional.linear.0.forward"), "Functional.linear.0.backward");
+  EXPECT_EQ(backward_name_of("Module.mlp.Sequential.forward.0"),
+            "Module.mlp.Sequential.backward.0");
+  EXPECT_EQ(backward_name_of("Module.forward.Linear.forward.3"),
+            "Module.forward.Linear.backward.3");
+  EXPECT_EQ(backward_name_of("Torch.a.0.backward"), "");
+  EXPECT_EQ(forward_name_of(backward_name_of("Module.a.B.forward.7")), "Module.a.B.forward.7");
+}

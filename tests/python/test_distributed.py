@@ -136,7 +136,8 @@ def test_each_rank_dumps_its_own_folder_with_its_own_statistics(tmp_path):
         assert "Distributed.all_reduce.1.forward" in data, names
         assert "Distributed.all_reduce.2.forward" not in data, names
         assert names.index("Distributed.all_reduce.0.forward") > names.index("Functional.linear.0.backward")
-        assert set(load(folder, "stack.json")) == set(data)
+        # As msprobe writes it: a stack for every forward record, none for backward records.
+        assert set(load(folder, "stack.json")) == {n for n in data if not n.endswith(".backward")}
         assert load(folder, "construct.json") == {}  # no modules at L1, as msprobe writes it
 
         x = data["Functional.linear.0.forward"]["input_args"][0]
