@@ -147,3 +147,49 @@ def test_except_inf_nan_values(tmp_path, device):
     assert (e["Max_except_inf_nan"], e["Min_except_inf_nan"]) == (1.0, -2.0)
     e = data["Torch.clone.1.forward"]["input_args"][0]
     assert e["Max_except_inf_nan"] != e["Max_except_inf_nan"] and e["Min_except_inf_nan"] != e["Min_except_inf_nan"]
+
+
+def test_statistics_agree_with_msprobes_within_rtol(tmp_path):
+    """Same keys and value kinds in every entry; Max/Min/Norm within rtol 1e-5 (our sums are float64,
+    msprobe's float32, and the BLAS differs; a 16-bit tensor's within its dtype's epsilon, since
+    msprobe computes them in that dtype); Mean too unless it is near zero, where float32
+    accumulation is noise; the inputs of in-place calls aside (we record them before the call)."""
+    folder = run(tmp_path, "statistics", "L1")
+    ours = load(folder, "dump.json")["data"]
+    theirs = load(FIXTURES / "block_stat_L1", "dump.json")["data"]
+    checked = 0
+
+    def compare(a: Any, b: Any, where: str, in_place_input: bool) -> None:
+        nonlocal checked
+        if isinstance(a, list):
+            assert isinstance(b, list) and len(a) == len(b), where
+            for i, (x, y) in enumerate(zip(a, b)):
+                compare(x, y, f"{where}[{i}]", in_place_input)
+            return
+        if not isinstance(a, dict):
+            assert a == b, where
+            return
+        assert list(a) == list(b), where  # the same keys, in the same order
+        for key, x in a.items():
+            y = b[key]
+            assert type(x) is type(y) or {type(x), type(y)} <= {int, float}, (where, key)
+            if key in ("Max", "Min", "Norm", "Mean", "Max_except_inf_nan", "Min_except_inf_nan") \
+                    and isinstance(x, float) and not in_place_input:
+                scale = max(abs(a.get("Max") or 0.0), abs(a.get("Min") or 0.0))
+                # msprobe's statistics of a 16-bit tensor are 16-bit numbers: rounded to its epsilon.
+                rtol = {"torch.bfloat16": 2.0 ** -7, "torch.float16": 2.0 ** -10}.get(a.get("dtype"), 1e-5)
+                slack = rtol * abs(x) + (1e-6 * scale if key == "Mean" else 0.0)
+                if x == x and abs(x) != float("inf"):
+                    assert abs(x - y) <= slack, (where, key, x, y)
+                    checked += 1
+            elif key not in ("Max", "Min", "Norm", "Mean", "Max_except_inf_nan", "Min_except_inf_nan"):
+                if not isinstance(x, (dict, list)):
+                    assert x == y or (x != x and y != y), (where, key)
+                else:
+                    compare(x, y, f"{where}.{key}", in_place_input)
+
+    for name in both(ours, theirs):
+        in_place = name.split(".")[1].endswith("_") and not name.split(".")[1].endswith("__")
+        for side, entries in theirs[name].items():
+            compare(entries, ours[name][side], f"{name}.{side}", in_place and side == "input_args")
+    assert checked > 500
