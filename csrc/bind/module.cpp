@@ -25,7 +25,13 @@ std::shared_ptr<Session> make_session(const std::string& config_path,
                                       const std::string& overrides_json,
                                       const std::string& package_dir,
                                       const std::string& library_dir) {
-  nlohmann::json overrides = nlohmann::json::parse(overrides_json);
+  nlohmann::json overrides;
+  try {
+    overrides = nlohmann::json::parse(overrides_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(std::string("PrecisionDebugger: keyword arguments are not valid JSON: ") +
+                      e.what());
+  }
   const std::string source = config_path.empty() ? "PrecisionDebugger" : config_path;
   Config config = config_path.empty() ? parse_config(nlohmann::json::object(), source, overrides)
                                       : load_config_file(config_path, overrides);

@@ -47,8 +47,40 @@ std::optional<std::string> suggest(const std::string& key, const std::vector<std
 }  // namespace
 
 // The value as JSON on one line, shortened so a huge list cannot flood the message.
+namespace {
+
+// The JSON text of `value`, nesting cut at a fixed depth: a config may hold a list 100 000 deep,
+// and the message about it must not recurse that deep (nlohmann's dump() would).
+constexpr int kMaxShownDepth = 16;
+
+void show_into(const json& value, int depth, std::string& out) {
+  if (out.size() > kMaxShownChars) return;
+  if (value.is_array() || value.is_object()) {
+    if (depth >= kMaxShownDepth) {
+      out += value.is_array() ? "[...]" : "{...}";
+      return;
+    }
+    out += value.is_array() ? '[' : '{';
+    bool first = true;
+    for (auto it = value.begin(); it != value.end() && out.size() <= kMaxShownChars; ++it) {
+      if (!first) out += ",";
+      first = false;
+      if (value.is_object()) {
+        out += json(it.key()).dump(-1, ' ', false, json::error_handler_t::replace) + ":";
+      }
+      show_into(*it, depth + 1, out);
+    }
+    out += value.is_array() ? ']' : '}';
+    return;
+  }
+  out += value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace
+
 std::string show(const json& value) {
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string text;
+  show_into(value, 0, text);
   if (text.size() <= kMaxShownChars) return text;
   size_t cut = kMaxShownChars - 3;
   while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;

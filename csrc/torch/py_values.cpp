@@ -1,5 +1,7 @@
 #include "torch/py_values.h"
 
+#include <limits>
+
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Layout.h>
@@ -20,7 +22,15 @@ Scalar py_scalar(PyObject* v) {
     int overflow = 0;
     const long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (overflow == 0) return Scalar::of_int(i);
-    return Scalar::of_float(PyLong_AsDouble(v));
+    const double d = PyLong_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred()) {
+      // Beyond a double's range: recorded as the infinity of its sign, and no Python error left
+      // set for whatever C-API call comes next.
+      PyErr_Clear();
+      return Scalar::of_float(overflow > 0 ? std::numeric_limits<double>::infinity()
+                                           : -std::numeric_limits<double>::infinity());
+    }
+    return Scalar::of_float(d);
   }
   if (PyFloat_Check(v)) return Scalar::of_float(PyFloat_AS_DOUBLE(v));
   return Scalar::null();

@@ -70,7 +70,12 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
   options_.cache = &stats_cache_;
   if (config_.task != Task::Statistics) saver_ = std::make_unique<TensorSaver>();
   if (config_.task == Task::OverflowCheck) {
-    watch_ = std::make_unique<OverflowWatch>(config_, models_);
+    try {
+      watch_ = std::make_unique<OverflowWatch>(config_, models_);
+    } catch (const RulesError& e) {
+      // A rules file the config names is part of the config: its error names both.
+      throw ConfigError(source + ": overflow_check.rules: " + e.what());
+    }
   }
   std::error_code ec;
   const auto abs = std::filesystem::absolute(config_.dump_path, ec);

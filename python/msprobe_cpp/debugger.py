@@ -1,6 +1,7 @@
 """PrecisionDebugger: msprobe's entry point, backed by the C++ session."""
 import json
 import operator
+import reprlib
 import os
 import sys
 import weakref
@@ -52,9 +53,12 @@ def _keyword_value(name: str, value: Any) -> Any:
         if name == "rules":
             value = [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value]
     try:
-        json.dumps(value, allow_nan=True)
-    except (TypeError, ValueError):
-        raise _C.ConfigError(f"PrecisionDebugger({name}=...): expected a JSON-like value, got {value!r}") from None
+        # No NaN or infinity, no lone surrogate, nothing nested past what a config can mean.
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError, UnicodeError):
+        shown = reprlib.repr(value)  # bounded in depth and length
+        raise _C.ConfigError(f"PrecisionDebugger({name}=...): expected a JSON-like value (numbers, strings, "
+                             f"lists; no NaN or infinity), got {shown}") from None
     return value
 
 

@@ -474,3 +474,25 @@ TEST(ConfigTest, OriginNames) {
 
 }  // namespace
 }  // namespace msprobe
+
+namespace msprobe {
+namespace {
+
+TEST(ConfigTest, DeeplyNestedValueIsAMessageNotACrash) {
+  // 100 000 levels under a checked key: the message shows a few and cuts the rest.
+  std::string text = R"({"dump_path": "d", "task": )";
+  for (int i = 0; i < 100000; ++i) text += '[';
+  for (int i = 0; i < 100000; ++i) text += ']';
+  text += "}";
+  const std::string message = config_error(text);
+  EXPECT_EQ(message.rfind("config.json: task: expected one of statistics, tensor, overflow_check, "
+                          "got [[[[[[[[[[[[[[[[[...]",
+                          0),
+            0u)
+      << message;
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "task": [1, {"a": [2]}]})"),
+            R"(config.json: task: expected one of statistics, tensor, overflow_check, got [1,{"a":[2]}])");
+}
+
+}  // namespace
+}  // namespace msprobe
