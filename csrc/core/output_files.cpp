@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 namespace msprobe {
 
@@ -25,7 +27,11 @@ void make_dirs(const std::string& path) {
     pos = path.find('/', pos + 1);
     partial = path.substr(0, pos);
     if (partial.empty()) continue;
-    if (mkdir(partial.c_str(), 0750) != 0 && errno != EEXIST) fail(partial, "cannot create folder");
+    if (mkdir(partial.c_str(), 0750) == 0) {
+      chmod(partial.c_str(), 0750);  // whatever the umask: the folders a dump is allowed
+    } else if (errno != EEXIST) {
+      fail(partial, "cannot create folder");
+    }
   }
   struct stat st {};
   if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -35,8 +41,10 @@ void make_dirs(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  // A unique name created exclusively (mkstemp: O_CREAT | O_EXCL), so nothing planted under a
+  // predictable name, a symlink say, is ever opened or followed.
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) fail(tmp, "cannot write");
   fchmod(fd, 0640);  // the umask must not widen or narrow what a dump is allowed
   size_t done = 0;
@@ -62,6 +70,33 @@ void write_file_atomic(const std::string& path, const std::string& text) {
     errno = saved;
     fail(path, "cannot write");
   }
+}
+
+bool is_temporary_name(const std::string& name) {
+  const size_t at = name.rfind(".tmp.");
+  if (at == std::string::npos || at == 0) return false;
+  const std::string suffix = name.substr(at + 5);
+  bool alnum = !suffix.empty(), digits = !suffix.empty();
+  for (char c : suffix) {
+    alnum = alnum && std::isalnum(static_cast<unsigned char>(c));
+    digits = digits && std::isdigit(static_cast<unsigned char>(c));
+  }
+  return (alnum && suffix.size() == 6) || (digits && suffix.size() <= 10);
+}
+
+size_t remove_stale_temporaries(const std::string& root) {
+  namespace fs = std::filesystem;
+  size_t removed = 0;
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(root, ec))) return 0;
+  // Not following links: a folder a link points to is not ours to clean.
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    const fs::file_status st = it->symlink_status(ec);
+    if (ec || fs::is_directory(st)) continue;
+    if (is_temporary_name(it->path().filename().string()) && fs::remove(it->path(), ec)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace msprobe

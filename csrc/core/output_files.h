@@ -18,4 +18,10 @@ void make_dirs(const std::string& path);
 // Writes `text` to `path` via a temporary file in the same folder, then renames it into place.
 void write_file_atomic(const std::string& path, const std::string& text);
 
+// The temporaries write_file_atomic leaves when a run is killed mid-write: "<file>.tmp.<6 letters
+// and digits>" (mkstemp's), or "<file>.tmp.<pid>" of older versions.
+bool is_temporary_name(const std::string& file_name);
+// Removes such files anywhere under `root` (links are not followed); returns how many.
+size_t remove_stale_temporaries(const std::string& root);
+
 }  // namespace msprobe

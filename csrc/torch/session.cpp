@@ -121,6 +121,17 @@ void Session::start(int rank) {
   // calls open on this thread.
   open_module_calls().clear();
   ended_by_raise_ = false;
+  if (!cleaned_temporaries_) {
+    // What a run killed mid-write left in this rank's folders (other ranks may be writing theirs).
+    cleaned_temporaries_ = true;
+    const std::string rank_dir = rank < 0 ? "rank" : "rank" + std::to_string(rank);
+    std::error_code ec;
+    for (const auto& step : std::filesystem::directory_iterator(dump_root_, ec)) {
+      if (step.is_directory(ec) && !step.is_symlink(ec)) {
+        remove_stale_temporaries((step.path() / rank_dir).string());
+      }
+    }
+  }
   if (!step_began_) {
     step_began_ = true;
     if (watch_) models_.new_step();  // what "written before this step began" compares with
@@ -300,9 +311,8 @@ void Session::write_step() {
       reported_write_error_ = true;
     }
   }
-  json_buffer_ = dump_json(head, records, std::move(json_buffer_));
-  write_file_atomic(dir + "/dump.json", json_buffer_);
-
+  // Written last: a step folder that has a dump.json has everything else too (tensors first,
+  // then stack.json, construct.json and the overflow report), even after a kill.
   JsonWriter stack(1, std::move(json_buffer_));
   stack.begin_object();
   for (const StoredCall& c : calls_) {
@@ -348,6 +358,8 @@ void Session::write_step() {
   json_buffer_ = construct.take();
   write_file_atomic(dir + "/construct.json", json_buffer_);
   if (watch_) write_overflow_files(dir);
+  json_buffer_ = dump_json(head, records, std::move(json_buffer_));
+  write_file_atomic(dir + "/dump.json", json_buffer_);
   dirty_ = false;
 }
 

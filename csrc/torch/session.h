@@ -133,6 +133,7 @@ class Session {
   std::string json_buffer_;  // the files' text, its capacity kept from step to step
   bool collected_this_step_ = false;
   bool step_began_ = false;  // start() was called in this step
+  bool cleaned_temporaries_ = false;
   std::set<std::string> warned_;
 
   // Task overflow_check.

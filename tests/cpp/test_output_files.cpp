@@ -1,0 +1,91 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/output_files.h"
+
+using namespace msprobe;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path p =
+      fs::temp_directory_path() / ("msprobe_output_files_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST(OutputFiles, TemporaryNames) {
+  EXPECT_TRUE(is_temporary_name("dump.json.tmp.a1B2c3"));
+  EXPECT_TRUE(is_temporary_name("dump.json.tmp.12345"));  // an older version's pid
+  EXPECT_TRUE(is_temporary_name("Torch.a.0.forward.input.0.pt.tmp.Zz9Yy8"));
+  EXPECT_FALSE(is_temporary_name("dump.json"));
+  EXPECT_FALSE(is_temporary_name("Module.x.tmp.pt"));  // a module named tmp
+  EXPECT_FALSE(is_temporary_name("Module.tmp.Linear.forward.0.input.0.pt"));
+  EXPECT_FALSE(is_temporary_name(".tmp.abcdef"));
+}
+
+TEST(OutputFiles, AtomicWriteNeverFollowsAPlantedLinkAndLeavesNoTemporary) {
+  const fs::path dir = fresh_dir("link");
+  const fs::path victim = dir / "victim";
+  std::ofstream(victim) << "precious";
+  // The name older versions used: a link there must not be written through.
+  fs::create_symlink(victim, dir / ("dump.json.tmp." + std::to_string(getpid())));
+  write_file_atomic((dir / "dump.json").string(), "{}");
+  EXPECT_EQ(read(victim), "precious");
+  EXPECT_EQ(read(dir / "dump.json"), "{}");
+  struct stat st {};
+  ASSERT_EQ(stat((dir / "dump.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  size_t temporaries = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    temporaries += e.path().filename().string().rfind("dump.json.tmp.", 0) == 0 &&
+                   !fs::is_symlink(e.symlink_status());
+  }
+  EXPECT_EQ(temporaries, 0u);
+  fs::remove_all(dir);
+}
+
+TEST(OutputFiles, StaleTemporariesAreRemovedLinksAreNotFollowed) {
+  const fs::path dir = fresh_dir("stale");
+  const fs::path elsewhere = fresh_dir("elsewhere");
+  fs::create_directories(dir / "dump_tensor_data");
+  std::ofstream(dir / "dump.json.tmp.Ab12Cd") << "half";
+  std::ofstream(dir / "dump_tensor_data" / "x.input.0.pt.tmp.4242") << "half";
+  std::ofstream(dir / "dump.json") << "{}";
+  std::ofstream(elsewhere / "keep.json.tmp.Ab12Cd") << "not ours";
+  fs::create_directory_symlink(elsewhere, dir / "link");
+  EXPECT_EQ(remove_stale_temporaries(dir.string()), 2u);
+  EXPECT_TRUE(fs::exists(dir / "dump.json"));
+  EXPECT_FALSE(fs::exists(dir / "dump.json.tmp.Ab12Cd"));
+  EXPECT_TRUE(fs::exists(elsewhere / "keep.json.tmp.Ab12Cd"));
+  EXPECT_EQ(remove_stale_temporaries((dir / "missing").string()), 0u);
+  fs::remove_all(dir);
+  fs::remove_all(elsewhere);
+}
+
+TEST(OutputFiles, FoldersAre0750WhateverTheUmask) {
+  const fs::path dir = fresh_dir("umask");
+  const mode_t old = umask(077);
+  make_dirs((dir / "step0" / "rank").string());
+  umask(old);
+  struct stat st {};
+  ASSERT_EQ(stat((dir / "step0" / "rank").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0750u);
+  fs::remove_all(dir);
+}
