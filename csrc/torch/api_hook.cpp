@@ -91,10 +91,15 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   // The backward name matters to the selection only through `list`.
   const Selected sel = selection.begin(
       name, selection.has_list() ? prefix + "backward" : std::string(), inside_listed_module());
+  // The call ends for the selection also when it raises: a scope that ends at it must close.
+  struct EndOnExit {
+    Selection& selection;
+    const std::string& name;
+    ~EndOnExit() { selection.end(name); }
+  };
   if (!sel.any()) {
-    py::object result = call_original(args, kwargs);
-    selection.end(name);
-    return result;
+    EndOnExit end{selection, name};
+    return call_original(args, kwargs);
   }
 
   const DescribeOptions& options = session->describe_options();
@@ -117,8 +122,11 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   call.stack = session->capture_stack();
   call.parent = enclosing_module();
 
-  py::object result = call_original(args, kwargs);
-  selection.end(name);
+  py::object result;
+  {
+    EndOnExit end{selection, name};
+    result = call_original(args, kwargs);
+  }
 
   if (sel.backward) {
     if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {

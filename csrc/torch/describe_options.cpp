@@ -1,5 +1,8 @@
 #include "torch/describe_options.h"
 
+#include <atomic>
+#include <cstdio>
+
 #include "core/crc32.h"
 #include "torch/stats_cache.h"
 #include "torch/tensor_saver.h"
@@ -15,6 +18,12 @@ std::string tensor_crc(const at::Tensor& t) {
   at::Tensor host = t.detach().to(at::kCPU).contiguous();
   if (host.scalar_type() == at::kBFloat16) host = host.to(at::kFloat);
   return crc32_hex(crc32(host.data_ptr(), host.numel() * host.element_size()));
+}
+
+std::string first_line(const char* what) {
+  std::string s(what ? what : "");
+  const size_t nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
 bool has_plain_bytes(const at::Tensor& t) {
@@ -45,6 +54,36 @@ std::string DescribeOptions::item_stem(const std::string& stem, size_t i) const 
 
 Entry describe_tensor_for(const at::Tensor& t, const DescribeOptions& options,
                           const std::string& stem) {
+  try {
+    return describe_tensor_unguarded(t, options, stem);
+  } catch (const std::exception& err) {
+    // The tool's own failure (a tensor without storage, memory for the float64 copy) must not
+    // reach the training script: the entry says "not computed" (null statistics), once said.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      std::fprintf(stderr,
+                   "msprobe_cpp: warning: statistics of a tensor could not be computed, recorded "
+                   "as null (said once): %s\n",
+                   first_line(err.what()).c_str());
+    }
+    Entry e;
+    e.kind = Entry::Kind::Object;
+    e.type = "torch.Tensor";
+    e.max = e.min = e.mean = e.norm = Scalar::null();
+    try {
+      e.dtype = dtype_name(t.scalar_type());
+      e.has_shape = true;
+      e.shape.assign(t.sizes().begin(), t.sizes().end());
+      e.requires_grad = Scalar::of_bool(t.requires_grad());
+    } catch (const std::exception&) {
+      e.has_shape = false;
+    }
+    return e;
+  }
+}
+
+Entry describe_tensor_unguarded(const at::Tensor& t, const DescribeOptions& options,
+                                const std::string& stem) {
   std::optional<DataStats> cached;
   if (options.cache && t.defined()) cached = options.cache->find(t);
   Entry e = cached ? describe_tensor_layout(t) : describe_tensor(t);

@@ -33,8 +33,12 @@ std::string kwarg_file_stem(const std::string& call, const std::string& key);
 std::string item_file_stem(const std::string& stem, size_t i);
 
 // Statistics (and md5) of `t`; when saving, also queues the tensor as `<stem>.pt` and records
-// that file name as the entry's data_name.
+// that file name as the entry's data_name. Never throws: a tensor whose statistics cannot be
+// computed gets null ones (and one warning per process).
 Entry describe_tensor_for(const at::Tensor& t, const DescribeOptions& options,
                           const std::string& stem);
+// The same, letting the failure through.
+Entry describe_tensor_unguarded(const at::Tensor& t, const DescribeOptions& options,
+                                const std::string& stem);
 
 }  // namespace msprobe

@@ -35,6 +35,9 @@ class ReentryGuard {
 // A module forward in progress: its name and inputs, captured by the pre-hook.
 struct OpenModuleCall {
   PyObject* module;  // identity only
+  // The frame of the module's call (torch's _call_impl), one reference held (push/pop below): while
+  // it is on the Python stack the call is open; a forward that raised has left it.
+  PyObject* frame = nullptr;
   std::string name;
   Selected selected;
   bool listed = false;  // named in `list`: everything inside it is collected (level mix)
@@ -45,7 +48,14 @@ struct OpenModuleCall {
   std::optional<std::string> parent;
 };
 
-std::vector<OpenModuleCall>& open_module_calls();  // this thread's
+std::vector<OpenModuleCall>& open_module_calls();  // this thread's; read only through these:
+// Opens a module call made from the current Python frame. GIL required.
+void push_module_call(OpenModuleCall&& call);
+// Closes the innermost open call of `module` and those opened inside it (they raised: their post
+// hooks never ran); false when `module` has none open. GIL required.
+bool pop_module_call(PyObject* module, OpenModuleCall& out);
+// Forgets every open call (a new step: a forward cut short by an exception). GIL required.
+void clear_module_calls();
 
 // Name of the innermost module call in progress on this thread, if any.
 std::optional<std::string> enclosing_module();

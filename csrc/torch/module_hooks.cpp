@@ -1,5 +1,7 @@
 #include "torch/module_hooks.h"
 
+#include <algorithm>
+
 #include "torch/call_submit.h"
 #include "torch/hook_scope.h"
 #include "torch/live_tensors.h"
@@ -25,7 +27,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     open.module = module.ptr();
     open.name = forward_key + "." + std::to_string(s->next_index(forward_key));
     if (!record) {
-      open_module_calls().push_back(std::move(open));
+      push_module_call(std::move(open));
       return;
     }
     open.selected = selection.begin(open.name, "", inside_listed_module());
@@ -46,15 +48,13 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
       open.stack = s->capture_stack();
       if (s->watching()) open.live_inputs = live_args_of(inputs.ptr());
     }
-    open_module_calls().push_back(std::move(open));
+    push_module_call(std::move(open));
   };
 
   auto post = [](py::handle module, py::handle /*inputs*/, py::handle output) {
-    auto& calls = open_module_calls();
+    OpenModuleCall open;
     // A forward that began before collection started has no open call: nothing to record.
-    if (calls.empty() || calls.back().module != module.ptr()) return;
-    OpenModuleCall open = std::move(calls.back());
-    calls.pop_back();
+    if (!pop_module_call(module.ptr(), open)) return;
     std::shared_ptr<Session> s = current_session();
     if (!s || !s->collecting()) return;
     s->selection().end(open.name);

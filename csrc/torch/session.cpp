@@ -119,7 +119,7 @@ std::string Session::step_dir() const {
 void Session::start(int rank) {
   // A forward that an exception cut short (an overflow stop, a user's error) left its module
   // calls open on this thread.
-  open_module_calls().clear();
+  clear_module_calls();
   ended_by_raise_ = false;
   if (!cleaned_temporaries_) {
     // What a run killed mid-write left in this rank's folders (other ranks may be writing theirs).

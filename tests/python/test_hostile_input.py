@@ -62,3 +62,82 @@ def test_huge_python_ints_are_recorded_without_leaving_an_error_set(tmp_path):
     index = data["Tensor.__getitem__.0.forward"]["input_args"][1]
     assert index == {"type": "slice", "value": [1, math.inf, None]}
     assert "Torch.add.0.forward" in data and torch.equal(z, x + 1) and torch.equal(head, x[1:])
+
+
+class NoStorage(torch.Tensor):
+    """A wrapper tensor without storage (what functorch and tensor subclasses make): its data
+    pointer cannot be read, so its statistics cannot be computed."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        unwrap = lambda x: x.elem if isinstance(x, NoStorage) else x  # noqa: E731
+        return func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in (kwargs or {}).items()})
+
+
+def test_the_tools_own_failure_never_reaches_the_training_script(tmp_path, capfd):
+    x = NoStorage(torch.tensor([1.0, -2.0, 3.0]))
+    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), step=[0])
+    dbg.start()
+    y = torch.tanh(x)  # raised a RuntimeError out of the hook before
+    z = torch.tanh(torch.ones(2))
+    dbg.stop()
+    assert torch.allclose(y, torch.tanh(torch.tensor([1.0, -2.0, 3.0])))
+    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    entry = data["Torch.tanh.0.forward"]["input_args"][0]
+    assert entry["type"] == "torch.Tensor" and entry["shape"] == [3] and entry["Max"] is None
+    assert data["Torch.tanh.1.forward"]["output"][0]["Max"] == pytest.approx(torch.tanh(torch.ones(1)).item())
+    err = capfd.readouterr().err
+    assert err.count("statistics of a tensor could not be computed") <= 1
+
+
+def test_a_scope_that_ends_at_a_call_that_raises_closes(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"dump_path": str(tmp_path / "d"), "step": [0],
+                                "statistics": {"scope": ["Torch.tanh.0.forward", "Torch.reshape.0.forward"]}}))
+    dbg = msprobe_cpp.PrecisionDebugger(config_path=str(path))
+    dbg.start()
+    x = torch.ones(4)
+    torch.tanh(x)
+    with pytest.raises(RuntimeError):
+        torch.reshape(x, (3,))  # the scope's last call raises
+    torch.sigmoid(x)  # after the scope: not collected
+    dbg.stop()
+    data = json.loads((tmp_path / "d" / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert list(data) == ["Torch.tanh.0.forward"]
+
+
+def test_a_module_whose_forward_raised_is_no_longer_the_parent(tmp_path):
+    class Fails(torch.nn.Module):
+        def forward(self, x):
+            torch.relu(x)
+            raise ValueError("bad input")
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Fails()
+
+        def forward(self, x):
+            try:
+                self.inner(x)
+            except ValueError:
+                pass
+            return torch.tanh(x)  # inside Net only: inner's forward is over
+
+    model = torch.nn.Sequential(Net())  # the root given to start() is not itself hooked
+    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), level="mix", step=[0])
+    dbg.start(model)
+    model(torch.ones(2))
+    dbg.stop()
+    construct = json.loads((tmp_path / "step0" / "rank" / "construct.json").read_text())
+    assert construct["Torch.relu.0.forward"] == "Module.0.inner.Fails.forward.0"
+    assert construct["Torch.tanh.0.forward"] == "Module.0.Net.forward.0"
