@@ -490,8 +490,9 @@ TEST(ConfigTest, DeeplyNestedValueIsAMessageNotACrash) {
                           0),
             0u)
       << message;
-  EXPECT_EQ(config_error(R"({"dump_path": "d", "task": [1, {"a": [2]}]})"),
-            R"(config.json: task: expected one of statistics, tensor, overflow_check, got [1,{"a":[2]}])");
+  EXPECT_EQ(
+      config_error(R"({"dump_path": "d", "task": [1, {"a": [2]}]})"),
+      R"(config.json: task: expected one of statistics, tensor, overflow_check, got [1,{"a":[2]}])");
 }
 
 }  // namespace
