@@ -245,3 +245,29 @@ def test_bad_arguments(cli, args, message):
 def test_unknown_command(cli):
     r = subprocess.run([str(cli), "dump"], capture_output=True, text=True)
     assert r.returncode == 2 and 'unknown command "dump"' in r.stderr
+
+
+def test_a_fifo_named_dump_json_is_refused_not_waited_on(cli, tmp_path):
+    import os
+    (tmp_path / "step0").mkdir()
+    os.mkfifo(tmp_path / "step0" / "dump.json")
+    for target in (tmp_path, tmp_path / "step0" / "dump.json"):
+        r = subprocess.run([str(cli), "check", str(target)], capture_output=True, text=True, timeout=20)
+        assert r.returncode == 2, r
+        assert "is a FIFO (named pipe), not a regular file" in r.stderr
+
+
+def test_pipes_are_read_to_their_end(cli, fixtures, tmp_path):
+    """`check /dev/stdin` and `--rules <(...)`: a pipe reports no size, its content counts."""
+    import os
+    text = (fixtures / "mlp_overflow_check_L1" / "dump.json").read_text()
+    r = subprocess.run([str(cli), "check", "/dev/stdin"], input=text, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 1 and "Tensor.__mul__.1.forward" in r.stdout, r.stderr
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"ignore_nan_inf:\n  - api_name: [broken\n")
+    os.close(write_end)
+    r = subprocess.run([str(cli), "check", str(fixtures / "mlp_overflow_check_L1" / "dump.json"),
+                        "--rules", f"/dev/fd/{read_end}"], capture_output=True, text=True, timeout=20,
+                       pass_fds=(read_end,))
+    os.close(read_end)
+    assert r.returncode == 2 and "invalid YAML" in r.stderr, r.stderr  # broken YAML is no longer taken for empty

@@ -141,3 +141,10 @@ def test_a_module_whose_forward_raised_is_no_longer_the_parent(tmp_path):
     construct = json.loads((tmp_path / "step0" / "rank" / "construct.json").read_text())
     assert construct["Torch.relu.0.forward"] == "Module.0.inner.Fails.forward.0"
     assert construct["Torch.tanh.0.forward"] == "Module.0.Net.forward.0"
+
+
+def test_a_fifo_config_is_refused_not_waited_on(tmp_path):
+    import os
+    os.mkfifo(tmp_path / "config.json")
+    with pytest.raises(msprobe_cpp.ConfigError, match=r"config.json: cannot read config file: is a FIFO \(named pipe\)"):
+        msprobe_cpp.PrecisionDebugger(config_path=str(tmp_path / "config.json"))
