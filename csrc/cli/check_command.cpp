@@ -25,6 +25,8 @@ class InputError : public std::runtime_error {
 std::vector<std::string> dump_files(const std::string& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    throw InputError(path + ": " + ec.message());
   if (ec || !fs::exists(st)) throw InputError(path + ": no such file or directory");
   if (!fs::is_directory(st)) return {path};
   std::vector<std::string> files;
@@ -32,7 +34,8 @@ std::vector<std::string> dump_files(const std::string& path) {
   if (ec) throw InputError(path + ": cannot list directory: " + ec.message());
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) throw InputError(path + ": cannot list directory: " + ec.message());
-    if (it->path().filename() == "dump.json" && !it->is_directory()) {
+    // Not throwing: a link loop named dump.json is found here and refused by the reader.
+    if (it->path().filename() == "dump.json" && !it->is_directory(ec)) {
       files.push_back(it->path().string());
     }
   }

@@ -28,6 +28,8 @@ int usage_error(const std::string& what) {
 }
 
 bool parse_threshold(const std::string& text, double& out) {
+  // A plain decimal number: strtod alone would also take " 5", "0x10" and "infinity".
+  if (text.empty() || text.find_first_not_of("0123456789.eE+-") != std::string::npos) return false;
   char* end = nullptr;
   out = std::strtod(text.c_str(), &end);
   return !text.empty() && end == text.c_str() + text.size() && std::isfinite(out) && out > 0;

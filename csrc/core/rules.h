@@ -19,9 +19,18 @@
 namespace msprobe {
 
 // A rules file that cannot be used: "rules.yaml:4:7: ignore_nan_inf[0].output_ignore: ...".
+// One line always: yaml-cpp's own messages can hold newlines, which are made spaces here.
 class RulesError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit RulesError(const std::string& message) : std::runtime_error(one_line(message)) {}
+
+ private:
+  static std::string one_line(std::string s) {
+    for (char& c : s) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    return s;
+  }
 };
 
 struct IgnoreRule {

@@ -271,3 +271,26 @@ def test_pipes_are_read_to_their_end(cli, fixtures, tmp_path):
                        pass_fds=(read_end,))
     os.close(read_end)
     assert r.returncode == 2 and "invalid YAML" in r.stderr, r.stderr  # broken YAML is no longer taken for empty
+
+
+@pytest.mark.parametrize("value", ["0x10", " 5", "5 ", "infinity", "1e5x"])
+def test_threshold_must_be_a_plain_number(cli, fixtures, value):
+    r = run(cli, fixtures / "mlp_overflow_check_L1" / "dump.json", "--threshold", value)
+    assert r.returncode == 2 and "--threshold: expected a number > 0" in r.stderr, (value, r.stderr)
+
+
+def test_a_dump_json_link_loop_is_a_clear_error(cli, tmp_path):
+    import os
+    os.symlink(tmp_path / "dump.json", tmp_path / "dump.json")  # points at itself
+    for target in (tmp_path, tmp_path / "dump.json"):
+        r = run(cli, target)
+        assert r.returncode == 2, r
+        assert "filesystem error" not in r.stderr and "dump.json" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_rules_errors_are_one_line(cli, fixtures, tmp_path):
+    rules = tmp_path / "r.yaml"
+    rules.write_text('ignore_nan_inf:\n  - api_name: "x"\n    "bad\\nkey": 1\n')  # a key holding a newline
+    r = run(cli, fixtures / "mlp_overflow_check_L1" / "dump.json", "--rules", rules)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
