@@ -345,9 +345,28 @@ Entry describe_tensor_layout(const at::Tensor& t) {
   return e;
 }
 
+// What the statistics of `t` are taken over, when not its own elements: the magnitudes of a
+// complex tensor (NaN or inf in either part shows in them), the stored values of a sparse one.
+at::Tensor statistics_source(const at::Tensor& t) {
+  at::Tensor x = t.detach();
+  if (x.is_sparse()) x = x.coalesce().values();
+  if (x.is_complex()) x = at::abs(x);
+  return x;
+}
+
 Entry describe_tensor(const at::Tensor& t) {
   Entry e = describe_tensor_layout(t);
   if (!t.defined()) return e;
+  if ((t.is_complex() || t.is_sparse()) && !t.is_meta() && !t.is_quantized()) {
+    const Entry inner = describe_tensor(statistics_source(t));
+    e.max = inner.max;
+    e.min = inner.min;
+    e.mean = inner.mean;
+    e.norm = inner.norm;
+    e.max_except = inner.max_except;
+    e.min_except = inner.min_except;
+    return e;
+  }
   if (!has_statistics(t)) {
     e.max = e.min = e.mean = e.norm = Scalar::null();
     return e;

@@ -148,3 +148,24 @@ def test_a_fifo_config_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / "config.json")
     with pytest.raises(msprobe_cpp.ConfigError, match=r"config.json: cannot read config file: is a FIFO \(named pipe\)"):
         msprobe_cpp.PrecisionDebugger(config_path=str(tmp_path / "config.json"))
+
+
+def test_complex_and_sparse_overflows_are_judged(tmp_path):
+    """A complex tensor is judged on its magnitudes, a sparse one on its stored values: an inf in
+    either stops the run at the call that made it."""
+    z = torch.tensor([1 + 1j, 2 - 1j], dtype=torch.complex64)
+    dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "c"))
+    dbg.start()
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        torch.mul(z, 1e38 * 1e1)  # clean input, an inf in the product's parts
+    assert info.value.call == "Torch.mul.0.forward" and info.value.origin == "op"
+
+    s = torch.sparse_coo_tensor(torch.tensor([[0, 3]]), torch.tensor([2.0, 3.0]), (5,))
+    dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "s"))
+    dbg.start()
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        torch.mul(s, 1e38 * 1e1)
+    assert info.value.call == "Torch.mul.0.forward"
+    data = json.loads((tmp_path / "s" / "step0" / "rank" / "dump.json").read_text())["data"]
+    entry = data["Torch.mul.0.forward"]["input_args"][0]
+    assert (entry["Max"], entry["Min"], entry["Mean"]) == (3.0, 2.0, 2.5)  # over the stored values

@@ -177,7 +177,9 @@ def test_special_tensors(tmp_path, device):
     assert (entries[0]["Max"], entries[0]["Min"], entries[0]["Mean"], entries[0]["Norm"]) == (True, False, None, None)
     assert [entries[1][k] for k in ("Max", "Min", "Mean", "Norm")] == [None] * 4
     assert entries[1]["shape"] == [0, 3]
-    assert entries[2]["dtype"] == "torch.complex64" and entries[2]["Max"] is None
+    # Complex tensors: the statistics of the magnitudes (README).
+    assert entries[2]["dtype"] == "torch.complex64"
+    assert_stats({**entries[2], "dtype": "torch.float32"}, cplx.abs())
     assert all(v != v for v in (entries[3][k] for k in ("Max", "Min", "Mean", "Norm")))
     assert (entries[4]["Max"], entries[4]["Min"], entries[4]["Mean"], entries[4]["Norm"]) == (
         float("inf"), -3.0, float("inf"), float("inf"))
