@@ -424,6 +424,12 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   if (auto f = top.get("task")) config.task = parse_task(*f->value, f->at);
   if (auto f = top.get("dump_path")) {
     config.dump_path = parse_nonempty_string(*f->value, f->at);
+    // The OS stops a path at its first NUL: "d\0/../x" would write to "d".
+    for (char c : config.dump_path) {
+      if (static_cast<unsigned char>(c) < 0x20) {
+        fail(f->at, "a path without NUL or control characters", *f->value);
+      }
+    }
   } else {
     fail_missing(root.child("dump_path"), "a non-empty string (required)");
   }

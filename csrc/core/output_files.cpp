@@ -1,5 +1,7 @@
 #include "core/output_files.h"
 
+#include "core/crc32.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,6 +72,35 @@ void write_file_atomic(const std::string& path, const std::string& text) {
     errno = saved;
     fail(path, "cannot write");
   }
+}
+
+std::string safe_file_stem(const std::string& stem) {
+  std::string out = stem;
+  for (char& c : out) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '/' || c == '\\' || u < 0x20 || u == 0x7f) c = '_';
+  }
+  if (out.empty() || out == "." || out == "..") out = "_" + out;
+  constexpr size_t kMax = 200;  // room for ".pt" and a temporary's suffix within NAME_MAX
+  if (out.size() > kMax) {
+    size_t cut = kMax - 9;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;  // UTF-8
+    out = out.substr(0, cut) + "~" + crc32_hex(crc32(stem.data(), stem.size()));
+  }
+  return out;
+}
+
+std::string FileNames::claim(const std::string& stem) {
+  const std::string safe = safe_file_stem(stem);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string name = safe;
+  for (int n = 2; !used_.insert(name).second; ++n) name = safe + "~" + std::to_string(n);
+  return name;
+}
+
+void FileNames::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  used_.clear();
 }
 
 bool is_temporary_name(const std::string& name) {

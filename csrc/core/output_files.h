@@ -2,8 +2,10 @@
 // truncated dump.json, with permissions fit for model data (folders 0750, files 0640).
 #pragma once
 
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 
 namespace msprobe {
 
@@ -17,6 +19,24 @@ void make_dirs(const std::string& path);
 
 // Writes `text` to `path` via a temporary file in the same folder, then renames it into place.
 void write_file_atomic(const std::string& path, const std::string& text);
+
+// A file name made from call and module names (which a user's `setattr(model, "../x", m)` or a
+// NUL can reach), safe as one component of a path: '/', '\\', NUL and control characters become
+// '_', and a name over 200 bytes is cut and given a checksum of the whole, so two long names stay
+// apart.
+std::string safe_file_stem(const std::string& stem);
+
+// The file stems given out in one step: a stem already given (two names that became the same
+// when made safe) gets "~2", "~3", ... so no file overwrites another. Thread-safe.
+class FileNames {
+ public:
+  std::string claim(const std::string& stem);  // safe_file_stem(stem), made unique
+  void clear();
+
+ private:
+  std::mutex mu_;
+  std::unordered_set<std::string> used_;
+};
 
 // The temporaries write_file_atomic leaves when a run is killed mid-write: "<file>.tmp.<6 letters
 // and digits>" (mkstemp's), or "<file>.tmp.<pid>" of older versions.

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/crc32.h"
+#include "core/output_files.h"
 #include "torch/stats_cache.h"
 #include "torch/tensor_saver.h"
 #include "torch/tensor_stats.h"
@@ -102,7 +103,10 @@ Entry describe_tensor_unguarded(const at::Tensor& t, const DescribeOptions& opti
     options.cache->put(t,
                        DataStats{e.max, e.min, e.mean, e.norm, e.max_except, e.min_except, e.md5});
   if (options.saver) {
-    e.data_name = stem + ".pt";
+    // Made safe and unique: a module name may hold '/' or NUL, and data_name names the file as
+    // it is written.
+    e.data_name =
+        (options.file_names ? options.file_names->claim(stem) : safe_file_stem(stem)) + ".pt";
     options.saver->save(t, options.tensor_dir + "/" + e.data_name);
   }
   return e;

@@ -12,12 +12,14 @@ namespace msprobe {
 
 class TensorSaver;
 class StatsCache;
+class FileNames;
 
 struct DescribeOptions {
   bool md5 = false;
-  TensorSaver* saver = nullptr;  // task tensor; null otherwise
-  std::string tensor_dir;        // where the saver writes
-  StatsCache* cache = nullptr;   // the session's, cleared at each step
+  TensorSaver* saver = nullptr;     // task tensor; null otherwise
+  std::string tensor_dir;           // where the saver writes
+  StatsCache* cache = nullptr;      // the session's, cleared at each step
+  FileNames* file_names = nullptr;  // the step's saved files, so none overwrites another
 
   // The stems below, or empty when nothing is saved: then no call pays for them.
   std::string stem(const std::string& call, const char* side) const;

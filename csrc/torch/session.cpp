@@ -68,6 +68,7 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
   options_.md5 =
       config_.task == Task::Statistics && config_.statistics.summary_mode == SummaryMode::Md5;
   options_.cache = &stats_cache_;
+  options_.file_names = &file_names_;
   if (config_.task != Task::Statistics) saver_ = std::make_unique<TensorSaver>();
   if (config_.task == Task::OverflowCheck) {
     try {
@@ -189,6 +190,7 @@ void Session::end_step_for_raise() {
 void Session::advance() {
   clear_step();
   stats_cache_.clear();
+  file_names_.clear();
   selection_.new_step();
   if (watch_) watch_->new_step();
   step_began_ = false;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/output_files.h"
 #include "core/overflow_facts.h"
 #include "core/record.h"
 #include "core/selection.h"
@@ -128,6 +129,7 @@ class Session {
   std::string library_dir_;
   std::unique_ptr<TensorSaver> saver_;  // tasks tensor and overflow_check
   StatsCache stats_cache_;
+  FileNames file_names_;  // the tensor files of the step
   DescribeOptions options_;
   bool reported_write_error_ = false;
   std::string json_buffer_;  // the files' text, its capacity kept from step to step

@@ -125,7 +125,7 @@ void Session::keep_tensors(StoredCall& call, const LiveTensors& live) {
   const std::string out = file_stem(rec.name, "output");
   auto keep = [&](Entry& e, const at::Tensor* t, const std::string& name) {
     if (!t || !e.is_tensor() || t->is_meta() || t->layout() != at::kStrided) return;
-    e.data_name = name + ".pt";
+    e.data_name = file_names_.claim(name) + ".pt";
     call.tensors.emplace_back(t->detach().clone(), e.data_name);
   };
   for (size_t i = 0; i < rec.inputs.size(); ++i) {

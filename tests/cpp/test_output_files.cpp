@@ -89,3 +89,25 @@ TEST(OutputFiles, FoldersAre0750WhateverTheUmask) {
   EXPECT_EQ(st.st_mode & 0777, 0750u);
   fs::remove_all(dir);
 }
+
+TEST(OutputFiles, SafeFileStems) {
+  EXPECT_EQ(safe_file_stem("Module./../../ESCAPED.Linear.forward.0.input.0"),
+            "Module._.._.._ESCAPED.Linear.forward.0.input.0");
+  EXPECT_EQ(safe_file_stem(std::string("Module.a\0b.L.forward.0", 22)), "Module.a_b.L.forward.0");
+  EXPECT_EQ(safe_file_stem("a\nb\\c"), "a_b_c");
+  EXPECT_EQ(safe_file_stem(".."), "_..");
+  const std::string long_a(300, 'a'), long_b = std::string(299, 'a') + "b";
+  EXPECT_LE(safe_file_stem(long_a).size(), 200u);
+  EXPECT_NE(safe_file_stem(long_a), safe_file_stem(long_b));
+  EXPECT_EQ(safe_file_stem("Functional.linear.0.forward.input.0"),
+            "Functional.linear.0.forward.input.0");
+}
+
+TEST(OutputFiles, CollidingNamesAreDisambiguated) {
+  FileNames names;
+  EXPECT_EQ(names.claim("Module.a/b.x"), "Module.a_b.x");
+  EXPECT_EQ(names.claim("Module.a_b.x"), "Module.a_b.x~2");
+  EXPECT_EQ(names.claim("Module.a\1b.x"), "Module.a_b.x~3");
+  names.clear();
+  EXPECT_EQ(names.claim("Module.a_b.x"), "Module.a_b.x");
+}

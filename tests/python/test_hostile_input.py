@@ -169,3 +169,36 @@ def test_complex_and_sparse_overflows_are_judged(tmp_path):
     data = json.loads((tmp_path / "s" / "step0" / "rank" / "dump.json").read_text())["data"]
     entry = data["Torch.mul.0.forward"]["input_args"][0]
     assert (entry["Max"], entry["Min"], entry["Mean"]) == (3.0, 2.0, 2.5)  # over the stored values
+
+
+def test_module_names_cannot_escape_the_dump_folder(tmp_path):
+    """torch lets `setattr(model, "/../../ESCAPED", m)` and NUL through; saved tensors stay inside
+    dump_tensor_data, none overwrites another, and every data_name names a file that exists."""
+    model = torch.nn.Sequential()
+    setattr(model, "/../../../ESCAPED", torch.nn.Linear(2, 2))
+    setattr(model, "a\0b", torch.nn.Linear(2, 2))
+    setattr(model, "a_b", torch.nn.Linear(2, 2))
+    dump = tmp_path / "inner" / "dump"
+    dbg = msprobe_cpp.PrecisionDebugger(task="tensor", dump_path=str(dump), level="L0", step=[0])
+    dbg.start(model)
+    model(torch.ones(1, 2)).sum().backward()
+    dbg.stop()
+    outside = [p for p in tmp_path.rglob("*.pt") if "dump_tensor_data" not in p.parts]
+    assert outside == []
+    folder = dump / "step0" / "rank"
+    data = json.loads((folder / "dump.json").read_text())["data"]
+    named = []
+    for record in data.values():
+        for side in ("input_args", "output", "input"):
+            for entry in record.get(side, []):
+                if isinstance(entry, dict) and "data_name" in entry:
+                    named.append(entry["data_name"])
+    assert len(named) == len(set(named)) and len(named) >= 9
+    on_disk = {p.name for p in (folder / "dump_tensor_data").iterdir()}
+    assert set(named) <= on_disk
+    assert all("/" not in n and "\0" not in n for n in named)
+
+
+def test_a_nul_in_dump_path_is_a_config_error(tmp_path):
+    with pytest.raises(msprobe_cpp.ConfigError, match=r"dump_path=\.\.\.\): expected a path without NUL"):
+        msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path) + "/d\0/../x")
