@@ -21,7 +21,7 @@ namespace {
 
 }  // namespace
 
-void make_dirs(const std::string& path) {
+void make_dirs(const std::string& path, const std::string& trusted_root) {
   if (path.empty()) return;
   std::string partial;
   size_t pos = 0;
@@ -29,6 +29,14 @@ void make_dirs(const std::string& path) {
     pos = path.find('/', pos + 1);
     partial = path.substr(0, pos);
     if (partial.empty()) continue;
+    struct stat link {};
+    if (!trusted_root.empty() && partial.size() > trusted_root.size() &&
+        partial.compare(0, trusted_root.size(), trusted_root) == 0 &&
+        lstat(partial.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+      // Where the dump makes a folder, a link someone planted would send it elsewhere.
+      throw WriteError(partial +
+                       ": is a symbolic link; refused (dump folders are made, not followed)");
+    }
     if (mkdir(partial.c_str(), 0750) == 0) {
       chmod(partial.c_str(), 0750);  // whatever the umask: the folders a dump is allowed
     } else if (errno != EEXIST) {

@@ -14,8 +14,9 @@ class WriteError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// mkdir -p with mode 0750 for the folders it creates.
-void make_dirs(const std::string& path);
+// mkdir -p with mode 0750 for the folders it creates. Below `trusted_root` (dump_path, which may
+// itself be a link the user made) a symbolic link is refused with a WriteError.
+void make_dirs(const std::string& path, const std::string& trusted_root = "");
 
 // Writes `text` to `path` via a temporary file in the same folder, then renames it into place.
 void write_file_atomic(const std::string& path, const std::string& text);

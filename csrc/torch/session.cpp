@@ -69,7 +69,7 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
       config_.task == Task::Statistics && config_.statistics.summary_mode == SummaryMode::Md5;
   options_.cache = &stats_cache_;
   options_.file_names = &file_names_;
-  if (config_.task != Task::Statistics) saver_ = std::make_unique<TensorSaver>();
+
   if (config_.task == Task::OverflowCheck) {
     try {
       watch_ = std::make_unique<OverflowWatch>(config_, models_);
@@ -83,6 +83,7 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
   dump_root_ = ec ? config_.dump_path : abs.lexically_normal().string();
   while (dump_root_.size() > 1 && dump_root_.back() == '/') dump_root_.pop_back();
   check_writable(dump_root_, source);
+  if (config_.task != Task::Statistics) saver_ = std::make_unique<TensorSaver>(dump_root_);
 }
 
 Session::~Session() {
@@ -297,7 +298,7 @@ void Session::write_step() {
   for (const StoredCall& c : calls_) records.push_back(&c.record);
 
   const std::string dir = step_dir();
-  make_dirs(dir);
+  make_dirs(dir, dump_root_);
   DumpHead head{to_string(config_.task), to_string(config_.level), std::nullopt};
   if (saver_) {
     head.dump_data_dir = options_.tensor_dir;

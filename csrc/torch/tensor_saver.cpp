@@ -6,8 +6,8 @@
 
 namespace msprobe {
 
-TensorSaver::TensorSaver(size_t max_pending_bytes)
-    : max_pending_bytes_(max_pending_bytes), thread_([this] { run(); }) {}
+TensorSaver::TensorSaver(std::string root, size_t max_pending_bytes)
+    : root_(std::move(root)), max_pending_bytes_(max_pending_bytes), thread_([this] { run(); }) {}
 
 TensorSaver::~TensorSaver() {
   {
@@ -53,7 +53,7 @@ void TensorSaver::run() {
       const size_t slash = job.path.rfind('/');
       const std::string dir = job.path.substr(0, slash);
       if (dir != made_dir_) {
-        make_dirs(dir);
+        make_dirs(dir, root_);
         made_dir_ = dir;
       }
       const std::vector<char> bytes = torch::jit::pickle_save(job.tensor.cpu());

@@ -15,7 +15,8 @@ namespace msprobe {
 
 class TensorSaver {
  public:
-  explicit TensorSaver(size_t max_pending_bytes = size_t{512} << 20);
+  // `root`: dump_path; below it the saver follows no symbolic link where it makes a folder.
+  explicit TensorSaver(std::string root = "", size_t max_pending_bytes = size_t{512} << 20);
   ~TensorSaver();  // writes what is pending, then stops the thread
   TensorSaver(const TensorSaver&) = delete;
   TensorSaver& operator=(const TensorSaver&) = delete;
@@ -34,6 +35,7 @@ class TensorSaver {
   };
   void run();
 
+  const std::string root_;
   const size_t max_pending_bytes_;
   std::mutex mu_;
   std::condition_variable changed_;

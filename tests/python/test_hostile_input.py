@@ -202,3 +202,23 @@ def test_module_names_cannot_escape_the_dump_folder(tmp_path):
 def test_a_nul_in_dump_path_is_a_config_error(tmp_path):
     with pytest.raises(msprobe_cpp.ConfigError, match=r"dump_path=\.\.\.\): expected a path without NUL"):
         msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path) + "/d\0/../x")
+
+
+def test_a_planted_link_is_refused_but_dump_path_may_be_one(tmp_path, capfd):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "dump").symlink_to(real)  # the user's own link: followed
+    (real / "step0").symlink_to(elsewhere)  # planted where the dump makes a folder: refused
+    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path / "dump"), step=[0, 1])
+    for _ in range(2):
+        dbg.start()
+        y = torch.tanh(torch.ones(2))
+        dbg.stop()
+        dbg.step()
+    assert torch.equal(y, torch.tanh(torch.ones(2)))  # training went on
+    assert list(elsewhere.iterdir()) == []
+    assert (real / "step1" / "rank" / "dump.json").exists()
+    err = capfd.readouterr().err
+    assert err.count("is a symbolic link; refused") == 1, err
