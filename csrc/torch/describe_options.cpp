@@ -53,36 +53,9 @@ std::string DescribeOptions::item_stem(const std::string& stem, size_t i) const 
   return saver ? item_file_stem(stem, i) : std::string();
 }
 
-Entry describe_tensor_for(const at::Tensor& t, const DescribeOptions& options,
-                          const std::string& stem) {
-  try {
-    return describe_tensor_unguarded(t, options, stem);
-  } catch (const std::exception& err) {
-    // The tool's own failure (a tensor without storage, memory for the float64 copy) must not
-    // reach the training script: the entry says "not computed" (null statistics), once said.
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true)) {
-      std::fprintf(stderr,
-                   "msprobe_cpp: warning: statistics of a tensor could not be computed, recorded "
-                   "as null (said once): %s\n",
-                   first_line(err.what()).c_str());
-    }
-    Entry e;
-    e.kind = Entry::Kind::Object;
-    e.type = "torch.Tensor";
-    e.max = e.min = e.mean = e.norm = Scalar::null();
-    try {
-      e.dtype = dtype_name(t.scalar_type());
-      e.has_shape = true;
-      e.shape.assign(t.sizes().begin(), t.sizes().end());
-      e.requires_grad = Scalar::of_bool(t.requires_grad());
-    } catch (const std::exception&) {
-      e.has_shape = false;
-    }
-    return e;
-  }
-}
+namespace {
 
+// The entry, letting a failure through.
 Entry describe_tensor_unguarded(const at::Tensor& t, const DescribeOptions& options,
                                 const std::string& stem) {
   std::optional<DataStats> cached;
@@ -110,6 +83,34 @@ Entry describe_tensor_unguarded(const at::Tensor& t, const DescribeOptions& opti
     options.saver->save(t, options.tensor_dir + "/" + e.data_name);
   }
   return e;
+}
+
+}  // namespace
+
+Entry describe_tensor_for(const at::Tensor& t, const DescribeOptions& options,
+                          const std::string& stem) {
+  try {
+    return describe_tensor_unguarded(t, options, stem);
+  } catch (const std::exception& err) {
+    // The tool's own failure (a tensor without storage, memory for the float64 copy) must not
+    // reach the training script: the entry says "not computed" (null statistics), once said.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      std::fprintf(stderr,
+                   "msprobe_cpp: warning: statistics of a tensor could not be computed, recorded "
+                   "as null (said once): %s\n",
+                   first_line(err.what()).c_str());
+    }
+    Entry e;
+    try {
+      e = describe_tensor_layout(t);
+    } catch (const std::exception&) {
+      e.kind = Entry::Kind::Object;  // not even the layout: type alone
+      e.type = "torch.Tensor";
+    }
+    e.max = e.min = e.mean = e.norm = Scalar::null();
+    return e;
+  }
 }
 
 }  // namespace msprobe

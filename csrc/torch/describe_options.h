@@ -39,8 +39,5 @@ std::string item_file_stem(const std::string& stem, size_t i);
 // computed gets null ones (and one warning per process).
 Entry describe_tensor_for(const at::Tensor& t, const DescribeOptions& options,
                           const std::string& stem);
-// The same, letting the failure through.
-Entry describe_tensor_unguarded(const at::Tensor& t, const DescribeOptions& options,
-                                const std::string& stem);
 
 }  // namespace msprobe
