@@ -4,7 +4,9 @@ Generates a dump of --calls records (default 120000, about 110 MB) written with 
 module as msprobe writes it, runs `check` on it --repeat times, and prints MB/s and peak RSS
 (ru_maxrss of the child) against the file size.
 
-    /usr/bin/python3 bench/check_throughput.py [--calls N] [--repeat R] [--bin build/bin/msprobe-cpp]
+    /usr/bin/python3 bench/check_throughput.py [--calls N] [--gb G] [--repeat R] [--bin build/bin/msprobe-cpp]
+
+With --gb 4 it shows that check streams: peak RSS stays flat while the file grows.
 """
 import argparse
 import json
@@ -47,23 +49,41 @@ def record(rng: random.Random, name: str, n: int, backward: bool) -> tuple:
                                    "output": [tensor(rng, anomalous)]}
 
 
-def generate(path: pathlib.Path, calls: int, seed: int = 0) -> None:
+def generate(path: pathlib.Path, calls: int, min_bytes: int = 0, seed: int = 0) -> int:
+    """Writes the dump one record at a time, so a dump of many GB costs no memory; beyond the first
+    5000 calls the record bodies are drawn again from those already made, with fresh names.
+    Returns the number of calls written."""
     rng = random.Random(seed)
     apis = ["Functional.linear", "Torch.matmul", "Tensor.__mul__", "Functional.gelu", "Functional.softmax",
             "Torch.add", "Functional.layer_norm", "Tensor.masked_fill", "Functional.dropout", "Torch.cat"]
     counters = {a: 0 for a in apis}
-    data = {}
-    while len(data) < calls:
-        api = rng.choice(apis)
-        n = counters[api]
-        counters[api] += 1
-        key, rec = record(rng, api, n, backward=False)
-        data[key] = rec
-        if rng.random() < 0.5 and len(data) < calls:
-            key, rec = record(rng, api, n, backward=True)
-            data[key] = rec
+    bodies = {"forward": [], "backward": []}
+    written = 0
     with open(path, "w") as f:
-        json.dump({"task": "statistics", "level": "L1", "dump_data_dir": None, "data": data}, f, indent=1)
+        f.write('{\n "task": "statistics",\n "level": "L1",\n "dump_data_dir": null,\n "data": {')
+
+        def emit(key: str, body: str) -> None:
+            nonlocal written
+            f.write((",\n  " if written else "\n  ") + json.dumps(key) + ": " + body)
+            written += 1
+
+        while written < calls or f.tell() < min_bytes:
+            api = rng.choice(apis)
+            n = counters[api]
+            counters[api] += 1
+            for backward in (False, True):
+                if backward and rng.random() >= 0.5:
+                    break
+                kind = "backward" if backward else "forward"
+                pool = bodies[kind]
+                if len(pool) < 2500:
+                    key, rec = record(rng, api, n, backward)
+                    pool.append(json.dumps(rec, indent=1).replace("\n", "\n  "))
+                    emit(key, pool[-1])
+                else:
+                    emit(f"{api}.{n}.{kind}", pool[rng.randrange(len(pool))])
+        f.write("\n }\n}")
+    return written
 
 
 def run_check(binary: str, path: pathlib.Path) -> tuple:
@@ -85,20 +105,23 @@ def run_check(binary: str, path: pathlib.Path) -> tuple:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=120000)
+    ap.add_argument("--gb", type=float, default=0.0, help="write calls until the file holds this many GB")
+    ap.add_argument("--keep", help="write the dump here and keep it (default: a temporary folder)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--bin", default=str(ROOT / "build" / "bin" / "msprobe-cpp"))
     ap.add_argument("--generate-to", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.generate_to:
-        generate(pathlib.Path(args.generate_to), args.calls)
+        print(generate(pathlib.Path(args.generate_to), args.calls, int(args.gb * 1e9)))
         return
     with tempfile.TemporaryDirectory() as tmp:
-        path = pathlib.Path(tmp) / "dump.json"
+        path = pathlib.Path(args.keep or tmp) / "dump.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "--calls", str(args.calls), "--generate-to", str(path)],
-                       check=True)
+        calls = subprocess.run([sys.executable, __file__, "--calls", str(args.calls), "--gb", str(args.gb),
+                                "--generate-to", str(path)], check=True, capture_output=True, text=True).stdout
         size = path.stat().st_size
-        print(f"generated {args.calls} calls, {size / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s")
+        print(f"generated {calls.strip()} calls, {size / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s")
         results = [run_check(args.bin, path) for _ in range(args.repeat)]
         best = min(r[0] for r in results)
         rss = max(r[1] for r in results)

@@ -194,8 +194,7 @@ std::string header_string(JsonCursor& cur, const char* key) {
 
 }  // namespace
 
-DumpHeader read_dump(std::string_view text, const std::string& source, const CallSink& on_call) {
-  JsonCursor cur(text);
+DumpHeader read_dump(JsonCursor& cur, const std::string& source, const CallSink& on_call) {
   DumpHeader header;
   try {
     if (cur.at_end()) cur.fail("empty file, expected a dump.json object");
@@ -220,21 +219,26 @@ DumpHeader read_dump(std::string_view text, const std::string& source, const Cal
     if (!cur.at_end()) cur.fail("unexpected content after the top-level object");
     if (!saw_data) cur.fail_at(0, "no \"data\" object: not a dump.json");
   } catch (const JsonSyntaxError& e) {
-    const TextPosition p = position_of(text, e.offset());
+    const TextPosition p = cur.position(e.offset());
     throw DumpError(source + ":" + std::to_string(p.line) + ":" + std::to_string(p.column) + ": " +
                     e.what());
   }
   return header;
 }
 
+DumpHeader read_dump(std::string_view text, const std::string& source, const CallSink& on_call) {
+  JsonCursor cur(text);
+  return read_dump(cur, source, on_call);
+}
+
 DumpHeader read_dump_file(const std::string& path, const CallSink& on_call) {
-  std::string text;
   try {
-    text = read_text_file(path);
+    InputFile file(path);
+    JsonCursor cur([&file](char* buf, size_t n) { return file.read(buf, n); });
+    return read_dump(cur, path, on_call);
   } catch (const FileError& e) {
     throw DumpError(e.what());
   }
-  return read_dump(text, path, on_call);
 }
 
 }  // namespace msprobe

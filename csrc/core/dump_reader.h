@@ -26,8 +26,12 @@ struct DumpHeader {
 
 using CallSink = std::function<void(CallRecord&&)>;
 
+class JsonCursor;
+
 // `source` names the text in error messages.
+DumpHeader read_dump(JsonCursor& cur, const std::string& source, const CallSink& on_call);
 DumpHeader read_dump(std::string_view text, const std::string& source, const CallSink& on_call);
+// Streams the file: memory stays bounded by the largest record, whatever the file's size.
 DumpHeader read_dump_file(const std::string& path, const CallSink& on_call);
 
 }  // namespace msprobe

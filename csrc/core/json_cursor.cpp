@@ -1,47 +1,83 @@
 #include "core/json_cursor.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
 
 namespace msprobe {
 
-TextPosition position_of(std::string_view text, size_t offset) {
-  TextPosition p;
-  const size_t end = offset < text.size() ? offset : text.size();
-  for (size_t i = 0; i < end; ++i) {
-    if (text[i] == '\n') {
+namespace {
+
+void advance(TextPosition& p, const char* first, const char* last) {
+  for (; first != last; ++first) {
+    if (*first == '\n') {
       ++p.line;
       p.column = 1;
     } else {
       ++p.column;
     }
   }
+}
+
+bool is_ws(char c) {
+  return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+}  // namespace
+
+TextPosition JsonCursor::position(size_t offset) const {
+  if (offset == 0 || offset < base_) return offset == 0 ? TextPosition{} : base_position_;
+  TextPosition p = base_position_;
+  advance(p, data_, data_ + (std::min(offset, end_) - base_));
   return p;
 }
 
+bool JsonCursor::fill(size_t at) {
+  if (!read_ || eof_) return false;
+  // Drop what no pending token needs; count its lines so that later errors still say where.
+  const size_t keep = std::min({pos_, pin_, end_});
+  if (keep > base_) {
+    advance(base_position_, data_, data_ + (keep - base_));
+    buf_.erase(0, keep - base_);
+    base_ = keep;
+  }
+  while (end_ <= at && !eof_) {
+    const size_t held = buf_.size();
+    buf_.resize(held + chunk_);
+    const size_t n = read_(buf_.data() + held, chunk_);
+    buf_.resize(held + n);
+    eof_ = n == 0;
+    data_ = buf_.data();
+    end_ = base_ + buf_.size();
+  }
+  return at < end_;
+}
+
 void JsonCursor::skip_ws() {
-  while (pos_ < text_.size()) {
-    const char c = text_[pos_];
-    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') break;
-    ++pos_;
+  for (;;) {
+    while (pos_ < end_) {
+      if (!is_ws(at(pos_))) return;
+      ++pos_;
+    }
+    if (!fill(pos_)) return;
   }
 }
 
 bool JsonCursor::at_end() {
   skip_ws();
-  return pos_ >= text_.size();
+  return !has(pos_);
 }
 
 char JsonCursor::peek() {
   skip_ws();
-  return pos_ < text_.size() ? text_[pos_] : '\0';
+  return has(pos_) ? at(pos_) : '\0';
 }
 
 void JsonCursor::expect(char c) {
   if (peek() != c) {
-    if (pos_ >= text_.size()) fail(std::string("expected '") + c + "', got end of file");
-    fail(std::string("expected '") + c + "', got '" + text_[pos_] + "'");
+    if (!has(pos_)) fail(std::string("expected '") + c + "', got end of file");
+    fail(std::string("expected '") + c + "', got '" + at(pos_) + "'");
   }
   ++pos_;
 }
@@ -52,25 +88,23 @@ bool JsonCursor::consume(char c) {
   return true;
 }
 
-bool JsonCursor::just_opened() const {
-  size_t i = pos_;
-  while (i > 0) {
-    const char c = text_[i - 1];
-    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return c == '{' || c == '[';
-    --i;
+// After an object's or array's first member, members are separated by ','.
+bool JsonCursor::separator(char close, const char* expected) {
+  if (consume(close)) {
+    --depth_;
+    fresh_ = false;
+    return false;
   }
-  return false;
+  if (!fresh_) {
+    if (!has(pos_)) fail(std::string("expected ") + expected + ", got end of file");
+    if (!consume(',')) fail(std::string("expected ") + expected + ", got '" + at(pos_) + "'");
+  }
+  fresh_ = false;
+  return true;
 }
 
 bool JsonCursor::next_key(std::string& key) {
-  if (consume('}')) {
-    --depth_;
-    return false;
-  }
-  if (!just_opened()) {
-    if (pos_ >= text_.size()) fail("expected ',' or '}', got end of file");
-    if (!consume(',')) fail(std::string("expected ',' or '}', got '") + text_[pos_] + "'");
-  }
+  if (!separator('}', "',' or '}'")) return false;
   if (peek() != '"') fail("expected a key string");
   key = read_string();
   expect(':');
@@ -78,14 +112,7 @@ bool JsonCursor::next_key(std::string& key) {
 }
 
 bool JsonCursor::next_item() {
-  if (consume(']')) {
-    --depth_;
-    return false;
-  }
-  if (!just_opened()) {
-    if (pos_ >= text_.size()) fail("expected ',' or ']', got end of file");
-    if (!consume(',')) fail(std::string("expected ',' or ']', got '") + text_[pos_] + "'");
-  }
+  if (!separator(']', "',' or ']'")) return false;
   if (peek() == ']') fail("expected a value after ','");
   return true;
 }
@@ -110,8 +137,8 @@ static void append_utf8(std::string& out, uint32_t cp) {
 
 void JsonCursor::append_escape(std::string& out) {
   // pos_ is on the character after the backslash.
-  if (pos_ >= text_.size()) fail("unterminated string");
-  const char c = text_[pos_++];
+  if (!has(pos_)) fail("unterminated string");
+  const char c = at(pos_++);
   switch (c) {
     case '"':
       out += '"';
@@ -143,10 +170,10 @@ void JsonCursor::append_escape(std::string& out) {
       fail_at(pos_ - 1, std::string("invalid escape '\\") + c + "'");
   }
   auto hex4 = [this]() -> uint32_t {
-    if (pos_ + 4 > text_.size()) fail("truncated \\u escape");
+    if (!has(pos_ + 3)) fail("truncated \\u escape");
     uint32_t v = 0;
     for (int i = 0; i < 4; ++i) {
-      const char h = text_[pos_++];
+      const char h = at(pos_++);
       v <<= 4;
       if (h >= '0' && h <= '9')
         v |= h - '0';
@@ -160,8 +187,7 @@ void JsonCursor::append_escape(std::string& out) {
     return v;
   };
   uint32_t cp = hex4();
-  if (cp >= 0xD800 && cp < 0xDC00 && pos_ + 1 < text_.size() && text_[pos_] == '\\' &&
-      text_[pos_ + 1] == 'u') {
+  if (cp >= 0xD800 && cp < 0xDC00 && has(pos_ + 1) && at(pos_) == '\\' && at(pos_ + 1) == 'u') {
     pos_ += 2;
     const uint32_t low = hex4();
     if (low >= 0xDC00 && low < 0xE000) {
@@ -176,19 +202,20 @@ void JsonCursor::append_escape(std::string& out) {
 
 std::string JsonCursor::read_string() {
   if (peek() != '"') fail("expected a string");
-  ++pos_;
+  const size_t open = pos_++;
+  Pin pin(*this, open);
   std::string out;
   size_t run = pos_;
   while (true) {
-    if (pos_ >= text_.size()) fail_at(run, "unterminated string");
-    const char c = text_[pos_];
+    if (!has(pos_)) fail_at(open + 1, "unterminated string");
+    const char c = at(pos_);
     if (c == '"') {
-      out.append(text_.data() + run, pos_ - run);
+      out.append(ptr(run), pos_ - run);
       ++pos_;
       return out;
     }
     if (c == '\\') {
-      out.append(text_.data() + run, pos_ - run);
+      out.append(ptr(run), pos_ - run);
       ++pos_;
       append_escape(out);
       run = pos_;
@@ -200,7 +227,9 @@ std::string JsonCursor::read_string() {
 }
 
 bool JsonCursor::match_word(std::string_view word) {
-  if (text_.compare(pos_, word.size(), word) != 0) return false;
+  for (size_t k = 0; k < word.size(); ++k) {
+    if (!has(pos_ + k) || at(pos_ + k) != word[k]) return false;
+  }
   pos_ += word.size();
   return true;
 }
@@ -208,30 +237,32 @@ bool JsonCursor::match_word(std::string_view word) {
 Scalar JsonCursor::read_number() {
   const size_t start = pos_;
   if (match_word("-Infinity")) return Scalar::of_float(-std::numeric_limits<double>::infinity());
+  Pin pin(*this, start);
+  auto digit = [this](size_t i) { return has(i) && at(i) >= '0' && at(i) <= '9'; };
   size_t i = pos_;
-  if (i < text_.size() && text_[i] == '-') ++i;
+  if (has(i) && at(i) == '-') ++i;
   const size_t digits = i;
-  while (i < text_.size() && text_[i] >= '0' && text_[i] <= '9') ++i;
+  while (digit(i)) ++i;
   if (i == digits) fail("invalid number");
-  if (text_[digits] == '0' && i - digits > 1) fail("invalid number: leading zero");
+  if (at(digits) == '0' && i - digits > 1) fail("invalid number: leading zero");
   bool integral = true;
-  if (i < text_.size() && text_[i] == '.') {
+  if (has(i) && at(i) == '.') {
     integral = false;
     const size_t frac = ++i;
-    while (i < text_.size() && text_[i] >= '0' && text_[i] <= '9') ++i;
+    while (digit(i)) ++i;
     if (i == frac) fail_at(i, "invalid number: digits expected after '.'");
   }
-  if (i < text_.size() && (text_[i] == 'e' || text_[i] == 'E')) {
+  if (has(i) && (at(i) == 'e' || at(i) == 'E')) {
     integral = false;
     ++i;
-    if (i < text_.size() && (text_[i] == '+' || text_[i] == '-')) ++i;
+    if (has(i) && (at(i) == '+' || at(i) == '-')) ++i;
     const size_t exp = i;
-    while (i < text_.size() && text_[i] >= '0' && text_[i] <= '9') ++i;
+    while (digit(i)) ++i;
     if (i == exp) fail_at(i, "invalid number: digits expected in exponent");
   }
   pos_ = i;
-  const char* first = text_.data() + start;
-  const char* last = text_.data() + i;
+  const char* first = ptr(start);
+  const char* last = ptr(i);
   if (integral) {
     int64_t v = 0;
     auto r = std::from_chars(first, last, v);
@@ -281,21 +312,25 @@ void JsonCursor::skip_value() {
     // Strings are skipped without building them.
     ++pos_;
     while (true) {
-      if (pos_ >= text_.size()) fail("unterminated string");
-      const char s = text_[pos_++];
+      if (!has(pos_)) fail("unterminated string");
+      const char s = at(pos_++);
       if (s == '"') break;
-      if (s == '\\') ++pos_;
+      if (s == '\\') {
+        if (!has(pos_)) fail("unterminated string");
+        ++pos_;
+      }
     }
   } else {
     read_scalar();
   }
 }
 
-std::string_view JsonCursor::raw_value() {
+std::string JsonCursor::raw_value() {
   peek();
   const size_t start = pos_;
+  Pin pin(*this, start);
   skip_value();
-  return text_.substr(start, pos_ - start);
+  return std::string(ptr(start), pos_ - start);
 }
 
 std::string describe_next(JsonCursor& cur) {

@@ -1,10 +1,12 @@
-// A forward-only JSON cursor over text in memory. It accepts what Python's json module writes,
-// including the bare tokens NaN, Infinity and -Infinity that nlohmann/json rejects, and it lets
-// the dump reader build records directly instead of a document tree (a 100 MB dump.json would
-// otherwise cost several times its size in memory).
+// A forward-only JSON cursor over text in memory or streamed from a reader. It accepts what
+// Python's json module writes, including the bare tokens NaN, Infinity and -Infinity that
+// nlohmann/json rejects, and it lets the dump reader build records directly instead of a document
+// tree. Streamed, it keeps only the unread chunk and the token being read, so a dump of many GB is
+// checked in the memory of its largest record.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -29,21 +31,29 @@ struct TextPosition {
   size_t line = 1;
   size_t column = 1;
 };
-TextPosition position_of(std::string_view text, size_t offset);
+
+// Fills a buffer with up to `n` bytes; returns 0 at the end of the input. Throws on read errors.
+using ReadFn = std::function<size_t(char* buf, size_t n)>;
 
 class JsonCursor {
  public:
-  explicit JsonCursor(std::string_view text) : text_(text) {}
+  explicit JsonCursor(std::string_view text) : data_(text.data()), end_(text.size()) {}
+  // `chunk` bytes are read at a time.
+  explicit JsonCursor(ReadFn read, size_t chunk = size_t{1} << 20)
+      : read_(std::move(read)), chunk_(chunk) {}
 
-  size_t offset() const { return pos_; }
-  bool at_end();                 // only whitespace left
-  char peek();                   // next non-whitespace character, '\0' at the end
-  void expect(char c);           // consume c or throw
-  bool consume(char c);          // consume c if it is next
-  std::string read_string();     // a JSON string; throws if the next value is not a string
-  Scalar read_scalar();          // string, number, true/false/null, NaN/Infinity; throws otherwise
-  void skip_value();             // any value
-  std::string_view raw_value();  // any value, returned as its JSON text
+  size_t offset() const { return pos_; }  // bytes from the start of the input
+  // Line and column of an offset; offsets already discarded by a streaming cursor report where
+  // the kept text begins, except offset 0.
+  TextPosition position(size_t offset) const;
+  bool at_end();              // only whitespace left
+  char peek();                // next non-whitespace character, '\0' at the end
+  void expect(char c);        // consume c or throw
+  bool consume(char c);       // consume c if it is next
+  std::string read_string();  // a JSON string; throws if the next value is not a string
+  Scalar read_scalar();       // string, number, true/false/null, NaN/Infinity; throws otherwise
+  void skip_value();          // any value
+  std::string raw_value();    // any value, returned as its JSON text
 
   // Object and array iteration: `begin_object()` then `next_key(key)` until it returns false.
   void begin_object() { expect('{'), enter(); }
@@ -57,20 +67,52 @@ class JsonCursor {
   }
 
  private:
+  // Keeps the text from `at` on in the buffer while a token that started there is read, so that
+  // offsets into it stay valid across refills.
+  class Pin {
+   public:
+    Pin(JsonCursor& cur, size_t at) : cur_(cur), saved_(cur.pin_) {
+      if (at < cur.pin_) cur.pin_ = at;
+    }
+    ~Pin() { cur_.pin_ = saved_; }
+
+   private:
+    JsonCursor& cur_;
+    size_t saved_;
+  };
+
+  // Whether the byte at offset `at` exists, reading more of a streamed input if needed.
+  bool has(size_t at) { return at < end_ || fill(at); }
+  char at(size_t offset) const { return data_[offset - base_]; }
+  const char* ptr(size_t offset) const { return data_ + (offset - base_); }
+  bool fill(size_t at);
+
   void skip_ws();
   bool match_word(std::string_view word);
   Scalar read_number();
   void append_escape(std::string& out);
-  bool just_opened() const;
+  bool separator(char close, const char* expected);
   // Nesting is bounded so that a hostile file cannot exhaust the stack.
   void enter() {
     if (++depth_ > kMaxDepth) fail("nesting deeper than 256 levels");
+    fresh_ = true;
   }
   static constexpr int kMaxDepth = 256;
-  int depth_ = 0;  // the previous non-blank character opens an object or array
+  int depth_ = 0;
+  bool fresh_ = false;  // an object or array was just opened: no ',' before its first member
 
-  std::string_view text_;
+  // The text held is [base_, end_) in input offsets, at data_.
+  const char* data_ = nullptr;
+  size_t base_ = 0;
+  size_t end_ = 0;
   size_t pos_ = 0;
+  size_t pin_ = static_cast<size_t>(-1);
+
+  ReadFn read_;  // empty for text in memory
+  size_t chunk_ = 0;
+  bool eof_ = false;
+  std::string buf_;
+  TextPosition base_position_;  // of base_, counted as text is discarded
 };
 
 // Short description of the value kind starting at the cursor, for "expected X, got Y" messages.

@@ -20,7 +20,7 @@ bool handed_over(const std::string& path) {
 
 }  // namespace
 
-std::string read_text_file(const std::string& path) {
+InputFile::InputFile(const std::string& path) : path_(path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) throw FileError(path, std::strerror(errno));
   if (S_ISDIR(st.st_mode)) throw FileError(path, "is a directory");
@@ -29,25 +29,31 @@ std::string read_text_file(const std::string& path) {
                           : S_ISSOCK(st.st_mode) ? "is a socket, not a regular file"
                                                  : "is a device, not a regular file");
   }
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw FileError(path, std::strerror(errno));
+  fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw FileError(path, std::strerror(errno));
+  if (S_ISREG(st.st_mode)) size_hint_ = static_cast<size_t>(st.st_size);
+}
+
+InputFile::~InputFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+size_t InputFile::read(char* buf, size_t n) {
+  for (;;) {
+    const ssize_t got = ::read(fd_, buf, n);
+    if (got >= 0) return static_cast<size_t>(got);
+    if (errno != EINTR) throw FileError(path_, std::strerror(errno));
+  }
+}
+
+std::string read_text_file(const std::string& path) {
+  InputFile file(path);
   // Read to the end rather than trusting the size stat() reported: a pipe reports none, and a
   // file may grow or shrink while it is read.
   std::string text;
-  if (S_ISREG(st.st_mode)) text.reserve(static_cast<size_t>(st.st_size));
+  text.reserve(file.size_hint());
   char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int saved = errno;
-      close(fd);
-      throw FileError(path, std::strerror(saved));
-    }
-    text.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
+  while (const size_t n = file.read(buf, sizeof(buf))) text.append(buf, n);
   return text;
 }
 

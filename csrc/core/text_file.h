@@ -16,7 +16,29 @@ class FileError : public std::runtime_error {
   std::string reason_;
 };
 
-// The whole file; a directory, a missing file or a read error is a FileError.
+// A file opened for reading from its start to its end. A directory, a missing file, or a FIFO,
+// socket or device found on disk (which would block forever or never end) is a FileError; a
+// pipe the shell handed over (`/dev/stdin`, `<(...)`) is read to its end.
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path);
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  // Up to `n` bytes; 0 at the end. A read error is a FileError.
+  size_t read(char* buf, size_t n);
+  // The size a regular file reported when opened; 0 for a pipe.
+  size_t size_hint() const { return size_hint_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  size_t size_hint_ = 0;
+};
+
+// The whole file, read as InputFile reads it.
 std::string read_text_file(const std::string& path);
 
 }  // namespace msprobe

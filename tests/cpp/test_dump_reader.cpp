@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 
 #include "core/dump_reader.h"
 #include "core/dump_writer.h"
+#include "core/json_cursor.h"
+#include "core/json_writer.h"
 #include "test_util.h"
 
 using namespace msprobe;
@@ -13,7 +16,44 @@ using namespace msprobe::testing;
 
 namespace {
 
+// What a reading produced, in a form two readings can be compared by.
+std::string outcome(const std::function<DumpHeader(const CallSink&)>& read) {
+  std::string out;
+  try {
+    DumpHeader h = read([&](CallRecord&& r) {
+      JsonWriter w(0);
+      write_record(w, r);
+      out += r.name + "=" + w.str() + "\n";
+    });
+    return h.task + "|" + h.level + "|" + h.dump_data_dir.value_or("(none)") + "\n" + out;
+  } catch (const DumpError& e) {
+    return std::string("error: ") + e.what();
+  }
+}
+
+// A streamed reading, `chunk` bytes at a time, must give what the in-memory reading gives.
+void expect_streaming_agrees(const std::string& text) {
+  const std::string whole = outcome(
+      [&](const CallSink& sink) { return read_dump(std::string_view(text), "dump.json", sink); });
+  for (size_t chunk : {size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{4096}}) {
+    const std::string streamed = outcome([&](const CallSink& sink) {
+      size_t at = 0;
+      JsonCursor cur(
+          [&](char* buf, size_t n) {
+            const size_t take = std::min(n, text.size() - at);
+            std::copy_n(text.data() + at, take, buf);
+            at += take;
+            return take;
+          },
+          chunk);
+      return read_dump(cur, "dump.json", sink);
+    });
+    ASSERT_EQ(streamed, whole) << "chunk " << chunk << " of: " << text.substr(0, 200);
+  }
+}
+
 std::vector<CallRecord> read_all(const std::string& text, DumpHeader* header = nullptr) {
+  expect_streaming_agrees(text);
   std::vector<CallRecord> out;
   DumpHeader h = read_dump(text, "dump.json", [&](CallRecord&& r) { out.push_back(std::move(r)); });
   if (header) *header = h;
@@ -209,6 +249,8 @@ TEST(DumpReader, ReadsEveryMsprobeFixture) {
                                   [&](CallRecord&& r) { recs.push_back(std::move(r)); });
     EXPECT_FALSE(recs.empty()) << dir;
     EXPECT_EQ(h.level, std::string(dir) == "mlp_statistics_mix" ? "mix" : "L1");
+    std::ifstream in(std::string(MSPROBE_FIXTURES_DIR) + "/" + dir + "/dump.json");
+    expect_streaming_agrees(std::string(std::istreambuf_iterator<char>(in), {}));
   }
 }
 

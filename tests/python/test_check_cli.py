@@ -1,7 +1,9 @@
 """`msprobe-cpp check` end to end: real msprobe dumps, hand-built dumps, and bad input."""
 import json
+import os
 import pathlib
 import subprocess
+import sys
 from typing import List
 
 import pytest
@@ -294,3 +296,23 @@ def test_rules_errors_are_one_line(cli, fixtures, tmp_path):
     rules.write_text('ignore_nan_inf:\n  - api_name: "x"\n    "bad\\nkey": 1\n')  # a key holding a newline
     r = run(cli, fixtures / "mlp_overflow_check_L1" / "dump.json", "--rules", rules)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_check_streams_a_dump_larger_than_its_memory_bound(cli, tmp_path):
+    # 150 MB of records through a 64 MB budget: reading the whole file first (as check once did,
+    # at 1.1x the file size) cannot pass; streaming holds only a chunk and one record. The last
+    # record is anomalous, so the whole file was read and judged.
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+    import check_throughput
+    path = tmp_path / "dump.json"
+    check_throughput.generate(path, calls=0, min_bytes=150_000_000)
+    with open(path, "r+b") as f:
+        f.seek(-len(b"\n }\n}"), os.SEEK_END)
+        f.write(b',\n  "Torch.last.0.forward": {"input_args": [], "input_kwargs": {}, "output": '
+                b'[{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [1], "Max": NaN, '
+                b'"Min": NaN, "Mean": NaN, "Norm": NaN}]}\n }\n}')
+    assert path.stat().st_size > 150_000_000
+    elapsed, peak_rss = check_throughput.run_check(str(cli), path)
+    assert peak_rss < 64_000_000, f"peak RSS {peak_rss / 1e6:.1f} MB"
+    report = json.loads(run(cli, path).stdout)
+    assert report["anomaly_details"][-1]["api_name"] == "Torch.last.0.forward"
