@@ -86,12 +86,12 @@ def generate(path: pathlib.Path, calls: int, min_bytes: int = 0, seed: int = 0) 
     return written
 
 
-def run_check(binary: str, path: pathlib.Path) -> tuple:
+def run_check(binary: str, path: pathlib.Path, *options: str) -> tuple:
     # This process stays small (the dump is generated in a child of its own), so the peak RSS
     # that the spawned check inherits before exec is negligible.
     devnull = os.open(os.devnull, os.O_WRONLY)
     start = time.perf_counter()
-    pid = os.posix_spawn(binary, [binary, "check", str(path)], os.environ,
+    pid = os.posix_spawn(binary, [binary, "check", *options, str(path)], os.environ,
                          file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1)])
     _, status, usage = os.wait4(pid, 0)
     elapsed = time.perf_counter() - start

@@ -2,8 +2,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <functional>
+
 #include "core/anomaly.h"
 #include "core/text_file.h"
+#include "core/yaml_tree.h"
 
 namespace msprobe {
 
@@ -13,117 +16,119 @@ class RulesReader {
  public:
   explicit RulesReader(std::string source) : source_(std::move(source)) {}
 
-  [[noreturn]] void fail(const YAML::Node& at, const std::string& path, const std::string& what) {
-    const YAML::Mark m = at.Mark();
+  [[noreturn]] void fail(const YamlNode& at, const std::string& path, const std::string& what) {
+    const YAML::Mark& m = at.mark;
     std::string where = source_;
     if (m.line >= 0) where += ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
     throw RulesError(where + ": " + path + ": " + what);
   }
 
-  std::string describe(const YAML::Node& n) {
-    switch (n.Type()) {
-      case YAML::NodeType::Map:
+  static std::string describe(const YamlNode& n) {
+    switch (n.kind) {
+      case YamlNode::Kind::Map:
         return "a mapping";
-      case YAML::NodeType::Sequence:
+      case YamlNode::Kind::Sequence:
         return "a list";
-      case YAML::NodeType::Null:
+      case YamlNode::Kind::Null:
         return "nothing";
-      case YAML::NodeType::Scalar:
-        return "\"" + n.Scalar() + "\"";
-      default:
-        return "an undefined value";
+      case YamlNode::Kind::Scalar:
+        break;
     }
+    return "\"" + n.scalar + "\"";
   }
 
-  std::string scalar_string(const YAML::Node& n, const std::string& path) {
-    if (!n.IsScalar()) fail(n, path, "expected a string, got " + describe(n));
-    return n.Scalar();
+  std::string scalar_string(const YamlNode& n, const std::string& path) {
+    if (n.kind != YamlNode::Kind::Scalar) fail(n, path, "expected a string, got " + describe(n));
+    return n.scalar;
   }
 
-  int64_t index(const YAML::Node& n, const std::string& path) {
+  int64_t index(const YamlNode& n, const std::string& path) {
     int64_t v = 0;
-    if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v) || v < 0) {
+    // yaml-cpp's own integer reading, so that 0x10 and 0o7 mean what they meant before.
+    if (n.kind != YamlNode::Kind::Scalar ||
+        !YAML::convert<int64_t>::decode(YAML::Node(n.scalar), v) || v < 0) {
       fail(n, path, "expected an integer >= 0, got " + describe(n));
     }
     return v;
   }
 
-  void check_keys(const YAML::Node& map, const std::string& path,
+  void check_keys(const YamlNode& map, const std::string& path,
                   std::initializer_list<const char*> allowed) {
-    for (const auto& kv : map) {
-      const std::string key = kv.first.Scalar();
+    for (size_t k = 0; k < map.items.size(); k += 2) {
+      const YamlNode& key = map.items[k];
       bool ok = false;
-      for (const char* a : allowed) ok = ok || key == a;
+      for (const char* a : allowed)
+        ok = ok || (key.kind == YamlNode::Kind::Scalar && key.scalar == a);
       if (!ok) {
         std::string list;
         for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
-        fail(kv.first, path, "unknown key \"" + key + "\"; allowed: " + list);
+        fail(key, path, "unknown key \"" + key.scalar + "\"; allowed: " + list);
       }
     }
   }
 
   // input_ignore / output_ignore: a list of {index: N} and {name: S} items.
-  void positions(const YAML::Node& seq, const std::string& path, bool names_allowed,
+  void positions(const YamlNode& seq, const std::string& path, bool names_allowed,
                  std::set<int64_t>& indices, std::set<std::string>* names) {
-    if (seq.IsNull()) return;
-    if (!seq.IsSequence()) fail(seq, path, "expected a list, got " + describe(seq));
-    for (size_t i = 0; i < seq.size(); ++i) {
-      const YAML::Node item = seq[i];
+    if (seq.kind == YamlNode::Kind::Null) return;
+    if (seq.kind != YamlNode::Kind::Sequence)
+      fail(seq, path, "expected a list, got " + describe(seq));
+    for (size_t i = 0; i < seq.items.size(); ++i) {
+      const YamlNode& item = seq.items[i];
       const std::string ipath = path + "[" + std::to_string(i) + "]";
-      if (!item.IsMap())
+      if (item.kind != YamlNode::Kind::Map)
         fail(item, ipath, "expected a mapping with index or name, got " + describe(item));
       if (names_allowed) {
         check_keys(item, ipath, {"index", "name"});
       } else {
         check_keys(item, ipath, {"index"});
       }
-      if (item["index"]) indices.insert(index(item["index"], ipath + ".index"));
-      if (names_allowed && item["name"])
-        names->insert(scalar_string(item["name"], ipath + ".name"));
+      if (const YamlNode* n = item.find("index")) indices.insert(index(*n, ipath + ".index"));
+      if (const YamlNode* n = names_allowed ? item.find("name") : nullptr)
+        names->insert(scalar_string(*n, ipath + ".name"));
     }
   }
 
-  std::vector<IgnoreRule> read(const std::string& text) {
-    YAML::Node root;
+  IgnoreRule rule(const YamlNode& item, size_t i) {
+    const std::string path = "ignore_nan_inf[" + std::to_string(i) + "]";
+    if (item.kind != YamlNode::Kind::Map)
+      fail(item, path, "expected a mapping, got " + describe(item));
+    check_keys(item, path, {"api_name", "description", "input_ignore", "output_ignore"});
+    IgnoreRule rule;
+    const YamlNode* n = item.find("api_name");
+    if (n && n->kind != YamlNode::Kind::Null) rule.api_name = scalar_string(*n, path + ".api_name");
+    n = item.find("description");
+    if (n && n->kind != YamlNode::Kind::Null)
+      rule.description = scalar_string(*n, path + ".description");
+    if ((n = item.find("input_ignore"))) {
+      positions(*n, path + ".input_ignore", true, rule.input_indices, &rule.input_names);
+    }
+    if ((n = item.find("output_ignore"))) {
+      positions(*n, path + ".output_ignore", false, rule.output_indices, nullptr);
+    }
+    return rule;
+  }
+
+  // Rules are handed to `on_rule` as the parser ends each one, so a file of many thousands of
+  // rules never exists as a whole tree.
+  void read(const std::string& text, const std::function<void(IgnoreRule&&)>& on_rule) {
+    YamlNode root;
     try {
-      root = YAML::Load(text);
+      root = parse_yaml(text, "ignore_nan_inf",
+                        [&](YamlNode&& item, size_t i) { on_rule(rule(item, i)); });
     } catch (const YAML::ParserException& e) {
       throw RulesError(source_ + ":" + std::to_string(e.mark.line + 1) + ":" +
                        std::to_string(e.mark.column + 1) + ": invalid YAML: " + e.msg);
     }
-    std::vector<IgnoreRule> out;
-    if (root.IsNull()) return out;
-    if (!root.IsMap())
+    if (root.kind == YamlNode::Kind::Null) return;
+    if (root.kind != YamlNode::Kind::Map)
       fail(root, "(top level)",
            "expected a mapping with key ignore_nan_inf, got " + describe(root));
     check_keys(root, "(top level)", {"ignore_nan_inf"});
-    const YAML::Node list = root["ignore_nan_inf"];
-    if (!list || list.IsNull()) return out;
-    if (!list.IsSequence())
-      fail(list, "ignore_nan_inf", "expected a list of rules, got " + describe(list));
-    for (size_t i = 0; i < list.size(); ++i) {
-      const YAML::Node item = list[i];
-      const std::string path = "ignore_nan_inf[" + std::to_string(i) + "]";
-      if (!item.IsMap()) fail(item, path, "expected a mapping, got " + describe(item));
-      check_keys(item, path, {"api_name", "description", "input_ignore", "output_ignore"});
-      IgnoreRule rule;
-      if (item["api_name"] && !item["api_name"].IsNull()) {
-        rule.api_name = scalar_string(item["api_name"], path + ".api_name");
-      }
-      if (item["description"] && !item["description"].IsNull()) {
-        rule.description = scalar_string(item["description"], path + ".description");
-      }
-      if (item["input_ignore"]) {
-        positions(item["input_ignore"], path + ".input_ignore", true, rule.input_indices,
-                  &rule.input_names);
-      }
-      if (item["output_ignore"]) {
-        positions(item["output_ignore"], path + ".output_ignore", false, rule.output_indices,
-                  nullptr);
-      }
-      out.push_back(std::move(rule));
-    }
-    return out;
+    const YamlNode* list = root.find("ignore_nan_inf");
+    if (!list || list->kind == YamlNode::Kind::Null) return;
+    if (list->kind != YamlNode::Kind::Sequence)
+      fail(*list, "ignore_nan_inf", "expected a list of rules, got " + describe(*list));
   }
 
  private:
@@ -156,14 +161,16 @@ bool IgnoreRule::covers(const CallRecord& rec, bool compat) const {
 }
 
 void RuleSet::add_yaml(const std::string& text, const std::string& source) {
-  RulesReader reader(source);
-  for (IgnoreRule& rule : reader.read(text)) {
-    if (rule.api_name.empty()) continue;
+  // A file's rules take effect only if the whole file is valid.
+  std::unordered_map<std::string, IgnoreRule> added;
+  RulesReader(source).read(text, [&](IgnoreRule&& rule) {
+    if (rule.api_name.empty()) return;
     if (rule.input_indices.empty() && rule.input_names.empty() && rule.output_indices.empty()) {
-      continue;
+      return;
     }
-    rules_.emplace(rule.api_name, std::move(rule));  // keeps the first rule of a name
-  }
+    if (!rules_.count(rule.api_name)) added.emplace(rule.api_name, std::move(rule));
+  });
+  rules_.merge(added);  // keeps the first rule of a name
 }
 
 void RuleSet::add_file(const std::string& path) {

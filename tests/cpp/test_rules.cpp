@@ -98,3 +98,71 @@ TEST(Rules, AddFileAndMissingFile) {
               path + ": cannot read: No such file or directory (rules file)");
   }
 }
+
+TEST(Rules, AliasesAreResolved) {
+  RuleSet set;
+  set.add_yaml(R"(ignore_nan_inf:
+  - api_name: torch.a
+    input_ignore: &first [{index: 0}, {name: tensor}]
+  - api_name: torch.b
+    input_ignore: *first
+)",
+               "x.yaml");
+  ASSERT_NE(set.find("torch.b"), nullptr);
+  EXPECT_EQ(set.find("torch.b")->input_indices, std::set<int64_t>{0});
+  EXPECT_EQ(set.find("torch.b")->input_names, std::set<std::string>{"tensor"});
+}
+
+TEST(Rules, AliasBombIsRefusedNotExpanded) {
+  // Nine levels of ten aliases each ask for a billion nodes, all within one rule.
+  std::string yaml = "ignore_nan_inf:\n  - api_name: torch.a\n    description:\n";
+  yaml += "      - &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int level = 1; level <= 9; ++level) {
+    yaml += "      - &l" + std::to_string(level) + " [";
+    for (int k = 0; k < 10; ++k) {
+      yaml += std::string(k ? ", " : "") + "*l" + std::to_string(level - 1);
+    }
+    yaml += "]\n";
+  }
+  EXPECT_NE(rules_error(yaml).find("aliases expand to more than a million nodes"),
+            std::string::npos)
+      << rules_error(yaml);
+}
+
+TEST(Rules, AnInvalidFileAddsNoRules) {
+  RuleSet set;
+  EXPECT_THROW(set.add_yaml(R"(ignore_nan_inf:
+  - api_name: torch.good
+    output_ignore: [{index: 0}]
+  - api_name: torch.bad
+    output_ignore: [{index: -1}]
+)",
+                            "x.yaml"),
+               RulesError);
+  EXPECT_EQ(set.size(), 0u);
+}
+
+TEST(Rules, FirstRuleOfANameWinsWithinAndAcrossFiles) {
+  RuleSet set;
+  set.add_yaml(
+      "ignore_nan_inf:\n  - {api_name: torch.a, output_ignore: [{index: 0}]}\n"
+      "  - {api_name: torch.a, output_ignore: [{index: 1}]}\n",
+      "one.yaml");
+  set.add_yaml("ignore_nan_inf:\n  - {api_name: torch.a, output_ignore: [{index: 2}]}\n",
+               "two.yaml");
+  EXPECT_EQ(set.find("torch.a")->output_indices, std::set<int64_t>{0});
+}
+
+TEST(Rules, TwentyThousandRulesThenAnError) {
+  std::string yaml = "ignore_nan_inf:\n";
+  for (int i = 0; i < 20000; ++i) {
+    yaml += "  - api_name: \"torch.op" + std::to_string(i) +
+            "\"\n    input_ignore:\n      - index: 0\n    output_ignore:\n      - index: 0\n";
+  }
+  RuleSet set;
+  set.add_yaml(yaml, "many.yaml");
+  EXPECT_EQ(set.size(), 20000u);
+  EXPECT_EQ(rules_error(yaml + "  - api_name: torch.last\n    output_ignore: [{index: x}]\n"),
+            "my_rules.yaml:100003:29: ignore_nan_inf[20000].output_ignore[0].index: expected an "
+            "integer >= 0, got \"x\"");
+}

@@ -316,3 +316,25 @@ def test_check_streams_a_dump_larger_than_its_memory_bound(cli, tmp_path):
     assert peak_rss < 64_000_000, f"peak RSS {peak_rss / 1e6:.1f} MB"
     report = json.loads(run(cli, path).stdout)
     assert report["anomaly_details"][-1]["api_name"] == "Torch.last.0.forward"
+
+
+def test_fifty_thousand_rules_cost_little_memory(cli, tmp_path, fixtures):
+    # yaml-cpp's node tree held such a file at ~55x its 8.5 MB (467 MB); rules are now built as the
+    # parser ends each one. The last rule is the one that filters the dump's finding.
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+    import check_throughput
+    rules = tmp_path / "rules.yaml"
+    with open(rules, "w") as f:
+        f.write("ignore_nan_inf:\n")
+        for i in range(49_999):
+            f.write(f'  - api_name: "torch.op{i}"\n    description: "rule {i}"\n'
+                    "    input_ignore:\n      - index: 0\n      - name: tensor\n"
+                    "    output_ignore:\n      - index: 0\n")
+        f.write('  - api_name: "tensor.__mul__"\n    input_ignore: [{index: 0}]\n'
+                "    output_ignore: [{index: 0}]\n")
+    dump = fixtures / "mlp_overflow_check_L1" / "dump.json"
+    assert run(cli, dump).returncode == 1
+    r = run(cli, "--rules", rules, dump)
+    assert r.returncode == 0, r.stdout + r.stderr
+    _, peak_rss = check_throughput.run_check(str(cli), dump, "--rules", str(rules))
+    assert peak_rss < 150_000_000, f"peak RSS {peak_rss / 1e6:.1f} MB"
