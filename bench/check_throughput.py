@@ -86,20 +86,27 @@ def generate(path: pathlib.Path, calls: int, min_bytes: int = 0, seed: int = 0) 
     return written
 
 
+# Runs the check from a fresh, small interpreter: a child spawned straight from a big process (a
+# test run that imported torch) starts with its parent's peak RSS as its own, and the figure would
+# measure the parent.
+_MEASURE = """
+import os, sys, time
+devnull = os.open(os.devnull, os.O_WRONLY)
+start = time.perf_counter()
+pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1)])
+_, status, usage = os.wait4(pid, 0)
+print(time.perf_counter() - start, os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
+
+
 def run_check(binary: str, path: pathlib.Path, *options: str) -> tuple:
-    # This process stays small (the dump is generated in a child of its own), so the peak RSS
-    # that the spawned check inherits before exec is negligible.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    start = time.perf_counter()
-    pid = os.posix_spawn(binary, [binary, "check", *options, str(path)], os.environ,
-                         file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1)])
-    _, status, usage = os.wait4(pid, 0)
-    elapsed = time.perf_counter() - start
-    os.close(devnull)
-    code = os.waitstatus_to_exitcode(status)
+    """(seconds, peak RSS in bytes) of one `check` run."""
+    out = subprocess.run([sys.executable, "-S", "-c", _MEASURE, binary, "check", *options, str(path)],
+                         check=True, capture_output=True, text=True).stdout.split()
+    elapsed, code, maxrss_kib = float(out[0]), int(out[1]), int(out[2])
     if code not in (0, 1):
         raise SystemExit(f"check failed with status {code}")
-    return elapsed, usage.ru_maxrss * 1024  # ru_maxrss is in KiB on Linux
+    return elapsed, maxrss_kib * 1024  # ru_maxrss is in KiB on Linux
 
 
 def main() -> None:

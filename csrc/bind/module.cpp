@@ -133,5 +133,6 @@ PYBIND11_MODULE(_C, m) {
     return fn();
   });
   m.def("_force_generic_statistics", &force_generic_statistics, py::arg("on"));
+  m.def("_set_write_budget", &set_write_budget_for_testing, py::arg("bytes"));
   m.def("load_wrap_ops", &load_wrap_ops, py::arg("path"));
 }

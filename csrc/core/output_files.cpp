@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -19,7 +20,31 @@ namespace {
   throw WriteError(path + ": " + what + ": " + std::strerror(errno));
 }
 
+std::atomic<long long> g_write_budget{-1};
+
+// Whether `n` more bytes may be written under the testing budget.
+bool within_write_budget(size_t n) {
+  long long left = g_write_budget.load();
+  while (left >= 0) {
+    if (static_cast<long long>(n) > left) return false;
+    if (g_write_budget.compare_exchange_weak(left, left - static_cast<long long>(n))) break;
+  }
+  return true;
+}
+
 }  // namespace
+
+void set_write_budget_for_testing(long long bytes) {
+  g_write_budget = bytes;
+}
+
+void remove_empty_folders(const std::string& folder, const std::string& root) {
+  std::string path = folder;
+  while (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+         path[root.size()] == '/' && rmdir(path.c_str()) == 0) {
+    path.erase(path.rfind('/'));
+  }
+}
 
 void make_dirs(const std::string& path, const std::string& trusted_root) {
   if (path.empty()) return;
@@ -59,7 +84,9 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   fchmod(fd, 0640);  // the umask must not widen or narrow what a dump is allowed
   size_t done = 0;
   while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    const ssize_t n = within_write_budget(text.size() - done)
+                          ? write(fd, text.data() + done, text.size() - done)
+                          : (errno = ENOSPC, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
       const int saved = errno;

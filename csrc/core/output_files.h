@@ -19,7 +19,16 @@ class WriteError : public std::runtime_error {
 void make_dirs(const std::string& path, const std::string& trusted_root = "");
 
 // Writes `text` to `path` via a temporary file in the same folder, then renames it into place.
+// On failure nothing is left: no temporary, no partial file.
 void write_file_atomic(const std::string& path, const std::string& text);
+
+// Removes `folder` and then each parent above it, up to but not including `root`, for as long as
+// they are empty: what a step that could not be written leaves behind.
+void remove_empty_folders(const std::string& folder, const std::string& root);
+
+// For tests of a full disk: write_file_atomic fails with ENOSPC once `bytes` more have been
+// written (by every thread together); a negative value lifts the limit.
+void set_write_budget_for_testing(long long bytes);
 
 // A file name made from call and module names (which a user's `setattr(model, "../x", m)` or a
 // NUL can reach), safe as one component of a path: '/', '\\', NUL and control characters become

@@ -145,6 +145,21 @@ struct CallRecord {
   bool has_outputs = true;
 };
 
+// Calls `f(Entry&)` for every entry of `rec`, list items included.
+template <typename F>
+void for_each_entry(CallRecord& rec, F&& f) {
+  struct Walk {
+    F& f;
+    void operator()(Entry& e) {
+      f(e);
+      for (Entry& item : e.items) (*this)(item);
+    }
+  } walk{f};
+  for (Entry& e : rec.inputs) walk(e);
+  for (auto& kv : rec.kwargs) walk(kv.second);
+  for (Entry& e : rec.outputs) walk(e);
+}
+
 // "Tensor.add_.0.backward" and "Module.fc1.Linear.backward.0" are backward calls.
 bool is_backward_name(const std::string& call_name);
 

@@ -1,9 +1,21 @@
 #include "torch/call_submit.h"
 
+#include <cstdio>
+
+#include "torch/describe_options.h"
 #include "torch/live_tensors.h"
 #include "torch/py_values.h"
 
 namespace msprobe {
+
+void warn_statistics_failure(Session& session, const std::string& call) {
+  const std::string why = take_statistics_failure();
+  if (why.empty() || !session.first_statistics_failure()) return;
+  std::fprintf(stderr,
+               "msprobe_cpp: warning: statistics of a tensor of %s could not be computed, "
+               "recorded as null (said once): %s\n",
+               call.c_str(), why.c_str());
+}
 
 StoredCall backward_call(const std::string& name, Selected parts, StackPtr stack,
                          std::optional<std::string> module_hint) {

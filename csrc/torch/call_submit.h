@@ -13,10 +13,15 @@
 
 namespace msprobe {
 
+// Says once per session that statistics of a tensor of `call` could not be computed, if that
+// happened while the hook described it.
+void warn_statistics_failure(Session& session, const std::string& call);
+
 // `make_live()` builds the call's LiveTensors; it runs only when the session watches for
 // overflows. GIL required when it does (a stop raises a Python exception).
 template <typename MakeLive>
 void submit(Session& session, StoredCall&& call, MakeLive&& make_live) {
+  warn_statistics_failure(session, call.record.name);
   if (!session.watching()) {
     session.add(std::move(call));
     return;

@@ -1,7 +1,7 @@
 #include "torch/describe_options.h"
 
-#include <atomic>
 #include <cstdio>
+#include <utility>
 
 #include "core/crc32.h"
 #include "core/output_files.h"
@@ -78,14 +78,22 @@ Entry describe_tensor_unguarded(const at::Tensor& t, const DescribeOptions& opti
   if (options.saver) {
     // Made safe and unique: a module name may hold '/' or NUL, and data_name names the file as
     // it is written.
-    e.data_name =
+    std::string name =
         (options.file_names ? options.file_names->claim(stem) : safe_file_stem(stem)) + ".pt";
-    options.saver->save(t, options.tensor_dir + "/" + e.data_name);
+    if (options.saver->save(t, options.tensor_dir + "/" + name)) e.data_name = std::move(name);
   }
   return e;
 }
 
 }  // namespace
+
+namespace {
+thread_local std::string pending_failure;
+}  // namespace
+
+std::string take_statistics_failure() {
+  return std::exchange(pending_failure, std::string());
+}
 
 Entry describe_tensor_for(const at::Tensor& t, const DescribeOptions& options,
                           const std::string& stem) {
@@ -93,14 +101,9 @@ Entry describe_tensor_for(const at::Tensor& t, const DescribeOptions& options,
     return describe_tensor_unguarded(t, options, stem);
   } catch (const std::exception& err) {
     // The tool's own failure (a tensor without storage, memory for the float64 copy) must not
-    // reach the training script: the entry says "not computed" (null statistics), once said.
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true)) {
-      std::fprintf(stderr,
-                   "msprobe_cpp: warning: statistics of a tensor could not be computed, recorded "
-                   "as null (said once): %s\n",
-                   first_line(err.what()).c_str());
-    }
+    // reach the training script: the entry says "not computed" (null statistics). The hook that
+    // submits the call names it in the warning.
+    if (pending_failure.empty()) pending_failure = first_line(err.what());
     Entry e;
     try {
       e = describe_tensor_layout(t);

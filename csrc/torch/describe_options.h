@@ -36,8 +36,12 @@ std::string item_file_stem(const std::string& stem, size_t i);
 
 // Statistics (and md5) of `t`; when saving, also queues the tensor as `<stem>.pt` and records
 // that file name as the entry's data_name. Never throws: a tensor whose statistics cannot be
-// computed gets null ones (and one warning per process).
+// computed gets null ones, and take_statistics_failure() then tells why.
 Entry describe_tensor_for(const at::Tensor& t, const DescribeOptions& options,
                           const std::string& stem);
+
+// Why this thread's first statistics failure since the last take happened, or empty; the hook
+// that submits the call takes it, so the warning can name the call.
+std::string take_statistics_failure();
 
 }  // namespace msprobe

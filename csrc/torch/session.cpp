@@ -298,10 +298,26 @@ void Session::write_step() {
   for (const StoredCall& c : calls_) records.push_back(&c.record);
 
   const std::string dir = step_dir();
+  // A step that cannot be completed (a full disk) leaves nothing: neither files that no
+  // dump.json names nor empty folders.
+  std::vector<std::string> written;
+  try {
+    write_step_files(dir, records, written);
+  } catch (const WriteError&) {
+    for (const std::string& f : written) unlink(f.c_str());
+    if (saver_) remove_empty_folders(options_.tensor_dir, dump_root_);
+    remove_empty_folders(dir, dump_root_);
+    throw;
+  }
+  dirty_ = false;
+}
+
+void Session::write_step_files(const std::string& dir,
+                               const std::vector<const CallRecord*>& records,
+                               std::vector<std::string>& written) {
   make_dirs(dir, dump_root_);
   DumpHead head{to_string(config_.task), to_string(config_.level), std::nullopt};
   if (saver_) {
-    head.dump_data_dir = options_.tensor_dir;
     for (StoredCall& c : calls_) {
       for (auto& [tensor, name] : c.tensors) saver_->save(tensor, options_.tensor_dir + "/" + name);
       c.tensors.clear();
@@ -309,9 +325,30 @@ void Session::write_step() {
     const std::string error = saver_->flush();
     if (!error.empty() && !reported_write_error_) {
       // Training goes on: a full disk must not kill the run being observed.
-      std::fprintf(stderr, "msprobe_cpp: saving tensors failed, the dump is incomplete: %s\n",
-                   error.c_str());
+      std::fprintf(stderr,
+                   "msprobe_cpp: saving tensors failed at step %lld: %s; tensor saving stops, and "
+                   "this step's dump keeps statistics only\n",
+                   static_cast<long long>(step_), error.c_str());
       reported_write_error_ = true;
+    }
+    if (saver_->stopped()) {
+      // A step's tensors are all saved or none: the files of a partial set are removed (which
+      // also gives the statistics room), and dump.json names no file.
+      for (StoredCall& c : calls_) {
+        for_each_entry(c.record, [&](Entry& e) {
+          if (e.data_name.empty()) return;
+          unlink((options_.tensor_dir + "/" + e.data_name).c_str());
+          e.data_name.clear();
+        });
+      }
+      remove_empty_folders(options_.tensor_dir, dir);
+    } else {
+      head.dump_data_dir = options_.tensor_dir;
+      for (StoredCall& c : calls_) {
+        for_each_entry(c.record, [&](Entry& e) {
+          if (!e.data_name.empty()) written.push_back(options_.tensor_dir + "/" + e.data_name);
+        });
+      }
     }
   }
   // Written last: a step folder that has a dump.json has everything else too (tensors first,
@@ -333,6 +370,7 @@ void Session::write_step() {
   stack.end_object();
   json_buffer_ = stack.take();
   write_file_atomic(dir + "/stack.json", json_buffer_);
+  written.push_back(dir + "/stack.json");
 
   JsonWriter construct(1, std::move(json_buffer_));
   construct.begin_object();
@@ -360,10 +398,10 @@ void Session::write_step() {
   construct.end_object();
   json_buffer_ = construct.take();
   write_file_atomic(dir + "/construct.json", json_buffer_);
-  if (watch_) write_overflow_files(dir);
+  written.push_back(dir + "/construct.json");
+  if (watch_) write_overflow_files(dir, written);
   json_buffer_ = dump_json(head, records, std::move(json_buffer_));
   write_file_atomic(dir + "/dump.json", json_buffer_);
-  dirty_ = false;
 }
 
 }  // namespace msprobe

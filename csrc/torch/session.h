@@ -98,6 +98,8 @@ class Session {
   // now. A stop to raise, or nothing.
   std::optional<OverflowEvent> judge_loss_scale(double before, double after);
   bool step_flagged() const;
+  // True the first time only: the tool's own statistics failures are said once per session.
+  bool first_statistics_failure() { return !said_statistics_failure_.exchange(true); }
 
  private:
   void advance();
@@ -105,7 +107,10 @@ class Session {
   void write_step();                // GIL required
   void write_step_or_report();
   void clear_step();
-  void write_overflow_files(const std::string& dir);
+  // The step's files, dump.json last; `written` collects the others, for removal on failure.
+  void write_step_files(const std::string& dir, const std::vector<const CallRecord*>& records,
+                        std::vector<std::string>& written);
+  void write_overflow_files(const std::string& dir, std::vector<std::string>& written);
   bool dump_budget_left() const;  // overflow_nums not reached (this step's dump counts as left)
   bool should_dump_step();        // task overflow_check: flagged, not skipped, within budget
   OverflowFacts describe_overflow(const StoredCall& call, const Verdict& v,
@@ -152,6 +157,7 @@ class Session {
   int64_t dumped_steps_ = 0;
   bool step_dumped_ = false;
   bool said_no_more_dumps_ = false;
+  std::atomic<bool> said_statistics_failure_{false};
 };
 
 std::shared_ptr<Session> current_session();

@@ -243,11 +243,12 @@ std::optional<OverflowEvent> Session::judge_loss_scale(double before, double aft
   return e;
 }
 
-void Session::write_overflow_files(const std::string& dir) {
+void Session::write_overflow_files(const std::string& dir, std::vector<std::string>& written) {
   Report report;
   report.findings = watch_->findings();
   report.first_anomaly = step_overflow_ ? step_overflow_ : reached_gradients_;
   write_file_atomic(dir + "/overflow_report.json", report.to_json(1));
+  written.push_back(dir + "/overflow_report.json");
 
   size_t counts[3] = {0, 0, 0};
   for (const Finding& f : report.findings) ++counts[static_cast<int>(f.severity)];

@@ -18,7 +18,8 @@ TensorSaver::~TensorSaver() {
   thread_.join();
 }
 
-void TensorSaver::save(const at::Tensor& t, std::string path) {
+bool TensorSaver::save(const at::Tensor& t, std::string path) {
+  if (stopped_) return false;
   // A compact copy on the tensor's own device: cheap next to the training step, and the only
   // work done on the calling thread.
   at::Tensor snapshot = t.detach().clone(at::MemoryFormat::Contiguous);
@@ -29,6 +30,7 @@ void TensorSaver::save(const at::Tensor& t, std::string path) {
   pending_bytes_ += bytes;
   queue_.push_back({std::move(snapshot), std::move(path), bytes});
   changed_.notify_all();
+  return true;
 }
 
 std::string TensorSaver::flush() {
@@ -65,7 +67,13 @@ void TensorSaver::run() {
     lock.lock();
     --in_flight_;
     pending_bytes_ -= job.bytes;
-    if (!failure.empty() && error_.empty()) error_ = failure;
+    if (!failure.empty()) {
+      if (error_.empty()) error_ = failure;
+      // What is queued would only fill the disk further, or fail the same way.
+      stopped_ = true;
+      for (const Job& dropped : queue_) pending_bytes_ -= dropped.bytes;
+      queue_.clear();
+    }
     changed_.notify_all();
   }
 }

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -21,8 +22,10 @@ class TensorSaver {
   TensorSaver(const TensorSaver&) = delete;
   TensorSaver& operator=(const TensorSaver&) = delete;
 
-  // Snapshots `t` now (so a later in-place change does not reach the file) and queues it.
-  void save(const at::Tensor& t, std::string path);
+  // Snapshots `t` now (so a later in-place change does not reach the file) and queues it. Once a
+  // write has failed (a full disk, most likely) saving stops: false, and nothing is queued.
+  bool save(const at::Tensor& t, std::string path);
+  bool stopped() const { return stopped_; }
   // Blocks until every queued tensor is on disk; returns the first error since the last flush
   // ("" when none), so it can be reported once without stopping the training.
   std::string flush();
@@ -43,6 +46,7 @@ class TensorSaver {
   size_t pending_bytes_ = 0;
   size_t in_flight_ = 0;
   bool stopping_ = false;
+  std::atomic<bool> stopped_{false};
   std::string error_;
   std::string made_dir_;  // writer thread only
   std::thread thread_;

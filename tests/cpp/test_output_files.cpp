@@ -111,3 +111,40 @@ TEST(OutputFiles, CollidingNamesAreDisambiguated) {
   names.clear();
   EXPECT_EQ(names.claim("Module.a_b.x"), "Module.a_b.x");
 }
+
+TEST(OutputFiles, EmptyFoldersAreRemovedUpToButNotIncludingTheRoot) {
+  const fs::path root = fresh_dir("remove_empty");
+  make_dirs((root / "step0" / "rank" / "dump_tensor_data").string());
+  make_dirs((root / "step1" / "rank").string());
+  std::ofstream(root / "step1" / "keep.txt") << "x";
+  remove_empty_folders((root / "step0" / "rank" / "dump_tensor_data").string(), root.string());
+  remove_empty_folders((root / "step1" / "rank").string(), root.string());
+  EXPECT_TRUE(fs::exists(root));
+  EXPECT_FALSE(fs::exists(root / "step0"));
+  EXPECT_FALSE(fs::exists(root / "step1" / "rank"));
+  EXPECT_TRUE(fs::exists(root / "step1" / "keep.txt"));
+  // A folder outside the root is never touched.
+  const fs::path outside = fresh_dir("remove_empty_outside");
+  remove_empty_folders(outside.string(), root.string());
+  EXPECT_TRUE(fs::exists(outside));
+  fs::remove_all(root);
+  fs::remove_all(outside);
+}
+
+TEST(OutputFiles, AFullDiskFailsTheWriteAndLeavesNothing) {
+  const fs::path dir = fresh_dir("full_disk");
+  set_write_budget_for_testing(10);
+  write_file_atomic((dir / "small").string(), "0123456789");
+  try {
+    write_file_atomic((dir / "big").string(), "x");
+    FAIL() << "the budget was spent";
+  } catch (const WriteError& e) {
+    EXPECT_NE(std::string(e.what()).find("No space left on device"), std::string::npos) << e.what();
+  }
+  set_write_budget_for_testing(-1);
+  EXPECT_EQ(read(dir / "small"), "0123456789");
+  size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) files += entry.is_regular_file();
+  EXPECT_EQ(files, 1u);  // no temporary, no partial "big"
+  fs::remove_all(dir);
+}

@@ -96,7 +96,8 @@ def test_the_tools_own_failure_never_reaches_the_training_script(tmp_path, capfd
     assert entry["type"] == "torch.Tensor" and entry["shape"] == [3] and entry["Max"] is None
     assert data["Torch.tanh.1.forward"]["output"][0]["Max"] == pytest.approx(torch.tanh(torch.ones(1)).item())
     err = capfd.readouterr().err
-    assert err.count("statistics of a tensor could not be computed") <= 1
+    assert err.count("could not be computed") == 1
+    assert "statistics of a tensor of Torch.tanh.0.forward could not be computed" in err
 
 
 def test_a_scope_that_ends_at_a_call_that_raises_closes(tmp_path):
@@ -141,6 +142,32 @@ def test_a_module_whose_forward_raised_is_no_longer_the_parent(tmp_path):
     construct = json.loads((tmp_path / "step0" / "rank" / "construct.json").read_text())
     assert construct["Torch.relu.0.forward"] == "Module.0.inner.Fails.forward.0"
     assert construct["Torch.tanh.0.forward"] == "Module.0.Net.forward.0"
+
+
+def test_an_exception_out_of_the_root_model_closes_every_module_call(tmp_path):
+    class Fails(torch.nn.Module):
+        def forward(self, x):
+            raise ValueError("bad input")
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Fails()
+
+        def forward(self, x):
+            torch.relu(x)
+            return self.inner(x)
+
+    model = torch.nn.Sequential(Net())
+    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), level="mix", step=[0])
+    dbg.start(model)
+    with pytest.raises(ValueError):
+        model(torch.ones(2))
+    torch.tanh(torch.ones(2))  # the training script's own call, outside every module
+    dbg.stop()
+    construct = json.loads((tmp_path / "step0" / "rank" / "construct.json").read_text())
+    assert construct["Torch.relu.0.forward"] == "Module.0.Net.forward.0"
+    assert construct["Torch.tanh.0.forward"] is None
 
 
 def test_a_fifo_config_is_refused_not_waited_on(tmp_path):
