@@ -97,6 +97,12 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
                     const nlohmann::json& overrides = nlohmann::json::object(),
                     const std::string& base_dir = "");
 
+// Parses and validates the text of a config file; bad JSON is a ConfigError naming `source` with
+// the line and column.
+Config parse_config_text(const std::string& text, const std::string& source,
+                         const nlohmann::json& overrides = nlohmann::json::object(),
+                         const std::string& base_dir = "");
+
 // Reads and validates a config file; a missing file or bad JSON is a ConfigError naming the file
 // (and line and column for JSON errors).
 Config load_config_file(const std::string& path,

@@ -109,8 +109,13 @@ Config load_config_file(const std::string& path, const nlohmann::json& overrides
   } catch (const FileError& e) {
     throw ConfigError(path + ": cannot read config file: " + e.reason());
   }
-  json doc = parse_json_text(text, path);
-  return parse_config(doc, path, overrides, config_dir(path));
+  return parse_config_text(text, path, overrides, config_dir(path));
+}
+
+Config parse_config_text(const std::string& text, const std::string& source,
+                         const nlohmann::json& overrides, const std::string& base_dir) {
+  json doc = parse_json_text(text, source);
+  return parse_config(doc, source, overrides, base_dir);
 }
 
 }  // namespace msprobe

@@ -420,6 +420,27 @@ TEST(ConfigFileTest, RootMustBeAnObject) {
   EXPECT_EQ(load_error(path), path + ": expected a JSON object, got []");
 }
 
+// The text entry point (the fuzz target's) reports like the file one, naming `source`.
+TEST(ConfigTextTest, ParsesValidatesAndPositionsErrors) {
+  const Config c =
+      parse_config_text(R"({"dump_path": "d", "overflow_check": {"rules": ["r.yaml"]}})",
+                        "cfg.json", json::object(), "/base");
+  EXPECT_EQ(c.dump_path, "d");
+  EXPECT_EQ(c.overflow_check.rules, std::vector<std::string>{"/base/r.yaml"});
+  auto error = [](const std::string& text) -> std::string {
+    try {
+      parse_config_text(text, "cfg.json");
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "<accepted>";
+  };
+  EXPECT_EQ(error("{\"dump_path\": \"d\",\n 1}"),
+            "cfg.json:2:2: invalid JSON: unexpected number literal; expected string literal");
+  EXPECT_EQ(error(R"({"dump_path": 1})"),
+            "cfg.json: dump_path: expected a non-empty string, got 1");
+}
+
 }  // namespace
 }  // namespace msprobe
 
