@@ -1,31 +1,31 @@
-"""Builds the msprobe_cpp package and its extension msprobe_cpp._C.
+"""pip's face for msprobe_cpp: the package, its rules files, the `msprobe-cpp` console command, and
+the extension msprobe_cpp._C, which the project's one CMake build makes (the core and the command
+line compiled once, linked into the extension as into the standalone binary).
 
-    /usr/bin/python3 setup.py build_ext --inplace     # what tools/*.sh run (no build isolation)
+    python3 -m venv --system-site-packages VENV          # sees Debian's python3-torch
+    VENV/bin/pip install --no-build-isolation .          # -v shows the build's progress
+
+Nothing here imports torch: CMake asks the interpreter running this file for torch's paths.
 """
-import glob
 import os
+import re
 import shutil
+import subprocess
+import sys
 
-from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-GENERATED = os.path.join(ROOT, "build", "generated_py")
 
 
-def shipped_rules_source() -> str:
-    """The same compiled-in rules file that CMake generates for the CLI."""
-    with open(os.path.join(ROOT, "rules", "ignore_rules.yaml")) as f:
-        rules = f.read()
-    with open(os.path.join(ROOT, "csrc", "core", "shipped_rules.cpp.in")) as f:
-        template = f.read()
-    os.makedirs(GENERATED, exist_ok=True)
-    out = os.path.join(GENERATED, "shipped_rules.cpp")
-    text = template.replace("@MSPROBE_SHIPPED_RULES@", rules)
-    if not os.path.exists(out) or open(out).read() != text:
-        with open(out, "w") as f:
-            f.write(text)
-    return os.path.relpath(out, ROOT)
+def project_version() -> str:
+    """The version CMakeLists.txt declares, which the extension and `msprobe-cpp --version` report."""
+    with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+        match = re.search(r"project\(msprobe_cpp VERSION (\S+)", f.read())
+    if not match:
+        raise SystemExit("CMakeLists.txt: no `project(msprobe_cpp VERSION x.y.z ...)` line")
+    return match.group(1)
 
 
 def package_rules() -> None:
@@ -36,27 +36,38 @@ def package_rules() -> None:
         shutil.copyfile(os.path.join(ROOT, "rules", name), os.path.join(dest, name))
 
 
-package_rules()
-sources = sorted(glob.glob("csrc/core/*.cpp") + glob.glob("csrc/torch/*.cpp") + glob.glob("csrc/bind/*.cpp"))
-sources.append(shipped_rules_source())
+class CMakeBuild(build_ext):
+    """Builds the extension with CMake, in this build's own folder, into where setuptools wants it."""
 
+    def build_extension(self, ext: Extension) -> None:
+        target_dir = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
+        build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
+        configure = [
+            "cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
+            f"-DPython3_EXECUTABLE={sys.executable}",
+            f"-DMSPROBE_EXTENSION_OUTPUT_DIR={target_dir}",
+            "-DMSPROBE_BUILD_TESTS=OFF",
+        ]
+        if shutil.which("ninja") and not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
+            configure += ["-G", "Ninja"]
+        jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
+        print(f"msprobe_cpp: building the extension with CMake in {build_dir}", flush=True)
+        subprocess.check_call(configure)
+        subprocess.check_call(["cmake", "--build", build_dir, "--target", "msprobe_extension",
+                               "--parallel", jobs])
+
+
+package_rules()
 setup(
     name="msprobe_cpp",
-    version="0.1.0",
+    version=project_version(),
     description="C++ re-implementation of msprobe's PyTorch data dump with live overflow detection",
+    python_requires=">=3.8",
     package_dir={"": "python"},
     packages=["msprobe_cpp"],
     package_data={"msprobe_cpp": ["_rules/*.yaml"]},
-    ext_modules=[
-        CppExtension(
-            name="msprobe_cpp._C",
-            sources=sources,
-            include_dirs=[os.path.join(ROOT, "csrc")],
-            libraries=["yaml-cpp"],
-            # torch's headers as system headers: -Wextra is for our code, not theirs.
-            extra_compile_args=["-O3", "-Wall", "-Wextra", "-std=c++17", "-fvisibility=hidden"]
-            + [f"-isystem{p}" for p in include_paths()],
-        )
-    ],
-    cmdclass={"build_ext": BuildExtension},
+    ext_modules=[Extension("msprobe_cpp._C", sources=[])],
+    cmdclass={"build_ext": CMakeBuild},
+    entry_points={"console_scripts": ["msprobe-cpp = msprobe_cpp.__main__:main"]},
+    zip_safe=False,
 )

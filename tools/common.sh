@@ -11,7 +11,7 @@ PYTHON=/usr/bin/python3
 APT_PACKAGES=(
   cmake g++ make ninja-build
   nlohmann-json3-dev libyaml-cpp-dev libgtest-dev
-  python3 python3-pytest python3-setuptools
+  python3 python3-pytest python3-setuptools python3-venv python3-pip python3-wheel
   libtorch-dev python3-torch pybind11-dev python3-pybind11
 )
 
@@ -29,16 +29,17 @@ install_packages() {
 }
 
 build() {
+  # One CMake build: the core and the command line once, as static libraries linked into the
+  # msprobe-cpp binary, the core's tests and the extension msprobe_cpp._C (written in place into
+  # python/msprobe_cpp, built against $PYTHON's torch). Its progress lines are the output.
   echo "== building in $BUILD"
-  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$BUILD" -j"$(nproc)"
-  # The extension msprobe_cpp._C, built in place into python/msprobe_cpp (no build isolation:
-  # nothing can be downloaded).
-  local log="$BUILD/build_ext.log"
+  local generator=()
+  [ -f "$BUILD/CMakeCache.txt" ] || generator=(-G Ninja)
   mkdir -p "$BUILD"
-  if ! (cd "$ROOT" && MAX_JOBS="$(nproc)" "$PYTHON" setup.py build_ext --inplace >"$log" 2>&1); then
-    tail -n 40 "$log" >&2
-    echo "extension build failed; full log: $log" >&2
+  cmake -S "$ROOT" -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DPython3_EXECUTABLE="$PYTHON" >"$BUILD/configure.log" 2>&1 || {
+    cat "$BUILD/configure.log" >&2
     return 1
-  fi
+  }
+  cmake --build "$BUILD" --parallel "$(nproc)"
 }

@@ -3,7 +3,7 @@
 # `msprobe-cpp check` reads the dump it left.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 install_packages
-build >/dev/null
+build
 cd "$ROOT"
 echo "== /usr/bin/python3 examples/train_overflow_demo.py"
 "$PYTHON" examples/train_overflow_demo.py

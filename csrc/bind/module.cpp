@@ -6,6 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <iostream>
+
+#include "cli/cli.h"
 #include "core/config.h"
 #include "core/output_files.h"
 #include "core/rules.h"
@@ -135,4 +138,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_force_generic_statistics", &force_generic_statistics, py::arg("on"));
   m.def("_set_write_budget", &set_write_budget_for_testing, py::arg("bytes"));
   m.def("load_wrap_ops", &load_wrap_ops, py::arg("path"));
+  m.attr("__version__") = version();
+  // `python -m msprobe_cpp`: the standalone binary's command line, same code, same output.
+  m.def("_cli", [](const std::vector<std::string>& args) {
+    py::gil_scoped_release release;
+    const int status = cli_main(args, std::cout, std::cerr);
+    std::cout.flush();
+    return status;
+  });
 }

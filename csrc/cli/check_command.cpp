@@ -1,14 +1,18 @@
 #include "cli/check_command.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <ostream>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "core/detector.h"
 #include "core/dump_reader.h"
 #include "core/json_writer.h"
 #include "core/report.h"
 #include "core/rules.h"
+#include "core/stack_sources.h"
 
 namespace fs = std::filesystem;
 
@@ -74,7 +78,47 @@ std::string indices_text(const Finding& f) {
   list(is_backward_name(f.call) ? "input" : "input_args", f.input_indices);
   list("input_kwargs", f.kwarg_keys);
   list("output", f.output_indices);
-  return s.empty() ? "-" : s;
+  return s;
+}
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4g", v);
+  return buf;
+}
+
+// What a NumericalMutation compared: the ratio of the largest Norms, or the output Norm itself
+// when the inputs' is 0.
+std::string mutation_text(const Finding& f) {
+  if (f.input_norm == 0.0) {
+    return "output norm " + number_text(f.output_norm) + " from zero input norm (threshold " +
+           number_text(f.threshold) + ")";
+  }
+  return "norm ratio " + number_text(f.output_norm / f.input_norm) + " (threshold " +
+         number_text(f.threshold) + ")";
+}
+
+// Source lines from the stack.json beside `dump_file`; a backward call has no stack of its own
+// (the engine ran it), so its forward's line stands in.
+std::unordered_map<std::string, std::string> sources_of(const std::string& dump_file,
+                                                        const Report& report) {
+  std::unordered_set<std::string> calls;
+  for (const Finding& f : report.findings) {
+    calls.insert(f.call);
+    if (is_backward_name(f.call)) calls.insert(forward_name_of(f.call));
+  }
+  return read_stack_sources((fs::path(dump_file).parent_path() / "stack.json").string(), calls);
+}
+
+std::string source_text(const std::unordered_map<std::string, std::string>& sources,
+                        const std::string& call) {
+  auto it = sources.find(call);
+  if (it != sources.end()) return it->second;
+  if (is_backward_name(call)) {
+    it = sources.find(forward_name_of(call));
+    if (it != sources.end()) return it->second + " (its forward)";
+  }
+  return "";
 }
 
 void write_text(std::ostream& out, const std::string& file, const Report& report) {
@@ -87,10 +131,38 @@ void write_text(std::ostream& out, const std::string& file, const Report& report
   out << file << ": " << report.findings.size() << " anomalous call"
       << (report.findings.size() == 1 ? "" : "s") << " (" << counts[2] << " critical, " << counts[1]
       << " high, " << counts[0] << " medium)\n";
-  for (const Finding& f : report.findings) {
-    out << "  " << to_string(f.severity) << "\t" << f.call << "\t" << scene_name(f.scene) << "\t"
-        << indices_text(f) << "\n";
+  const auto sources = sources_of(file, report);
+  const Finding* origin = nullptr;
+  for (Severity level : {Severity::Critical, Severity::High}) {
+    for (const Finding& f : report.findings) {
+      if (!origin && f.severity == level) origin = &f;
+    }
   }
+  for (const Finding& f : report.findings) {
+    out << "  " << to_string(f.severity) << "\t" << f.call << "\t" << scene_name(f.scene);
+    const std::string where =
+        f.scene == Scene::NumericalMutation ? mutation_text(f) : indices_text(f);
+    if (!where.empty()) out << "\t" << where;
+    out << "\n";
+    const std::string source = source_text(sources, f.call);
+    if (!source.empty()) out << "    at " << source << "\n";
+  }
+  if (origin) {
+    const std::string source = source_text(sources, origin->call);
+    out << "  probable origin: " << origin->call << " ("
+        << (origin->severity == Severity::Critical ? "critical" : "high; no call is critical")
+        << ")" << (source.empty() ? "" : " at " + source) << "\n";
+  } else {
+    out << "  probable origin: none named (medium findings only: anomalies that entered calls "
+           "and left them clean)\n";
+  }
+}
+
+bool fails(const Report& report, Severity fail_on) {
+  for (const Finding& f : report.findings) {
+    if (static_cast<int>(f.severity) >= static_cast<int>(fail_on)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -109,7 +181,7 @@ int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err)
     if (!single) json.begin_object();
     for (const std::string& file : files) {
       const Report report = check_file(file, detector);
-      any = any || !report.empty();
+      any = any || fails(report, options.fail_on);
       if (options.text) {
         write_text(out, file, report);
       } else {

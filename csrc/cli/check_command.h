@@ -1,9 +1,11 @@
-// `msprobe-cpp check` (SPEC §7): reads dump.json files and reports their overflow anomalies.
+// `msprobe-cpp check`: reads dump.json files and reports their overflow anomalies.
 #pragma once
 
 #include <iosfwd>
 #include <string>
 #include <vector>
+
+#include "core/config.h"
 
 namespace msprobe {
 
@@ -12,10 +14,12 @@ struct CheckOptions {
   std::vector<std::string> rule_files;
   double threshold = 1e5;
   bool compat = false;
-  bool text = false;  // --format text
+  bool text = false;                    // --format text
+  Severity fail_on = Severity::Medium;  // the lowest level that makes the exit status 1
 };
 
-// Exit status: 0 no anomaly after filtering, 1 anomalies found, 2 unreadable input.
+// Exit status: 0 no anomaly at or above fail_on after filtering, 1 such anomalies found,
+// 2 unreadable input.
 int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace msprobe

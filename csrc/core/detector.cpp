@@ -1,5 +1,7 @@
 #include "core/detector.h"
 
+#include <tuple>
+
 #include <algorithm>
 #include <cmath>
 
@@ -52,12 +54,19 @@ struct NormMax {
 
 }  // namespace
 
-bool numerical_mutation(const CallRecord& rec, double t) {
+std::optional<std::pair<double, double>> mutation_norms(const CallRecord& rec) {
   NormMax in, out;
   for (const Entry& e : rec.inputs) in.take(e);
   for (const auto& kv : rec.kwargs) in.take(kv.second);
   for (const Entry& e : rec.outputs) out.take(e);
-  if (!in.any || !out.any) return false;
+  if (!in.any || !out.any) return std::nullopt;
+  return std::make_pair(in.value, out.value);
+}
+
+bool numerical_mutation(const CallRecord& rec, double t) {
+  const auto norms = mutation_norms(rec);
+  if (!norms) return false;
+  const NormMax in{true, norms->first}, out{true, norms->second};
   if (in.value == 0.0) return out.value > t;
   return out.value / in.value > t;
 }
@@ -107,7 +116,10 @@ std::optional<Finding> Detector::judge(const CallRecord& rec, bool* filtered) {
   f.call = rec.name;
   f.scene = *scene;
   f.severity = scene_severity(*scene);
-  if (*scene == Scene::NumericalMutation) f.threshold = options_.mutation_threshold;
+  if (*scene == Scene::NumericalMutation) {
+    f.threshold = options_.mutation_threshold;
+    std::tie(f.input_norm, f.output_norm) = *mutation_norms(rec);
+  }
   return f;
 }
 

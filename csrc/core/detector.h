@@ -30,13 +30,18 @@ struct Finding {
   std::vector<size_t> input_indices;  // positions in input_args (or backward `input`)
   std::vector<std::string> kwarg_keys;
   std::vector<size_t> output_indices;
-  double threshold = 0.0;  // NumericalMutation only
+  // NumericalMutation only: the threshold, and the largest input and output Norms it compared.
+  double threshold = 0.0;
+  double input_norm = 0.0;
+  double output_norm = 0.0;
 };
 
 // The seed's NumericalMutationScene test: max output Norm / max input Norm > threshold, over
 // top-level tensor entries with a non-NaN Norm (kwargs count as inputs); both sides must have one.
 // A max input Norm of 0 compares the max output Norm itself with the threshold.
 bool numerical_mutation(const CallRecord& rec, double threshold);
+// The largest input and output Norms that test compares, if both sides have one.
+std::optional<std::pair<double, double>> mutation_norms(const CallRecord& rec);
 
 struct DetectorOptions {
   double mutation_threshold = 1e5;

@@ -9,10 +9,14 @@
 """
 import atexit
 
+import torch  # noqa: F401 - torch's libraries and Python types are in place before _C loads
+
 from . import _C
 from ._C import ConfigError, RulesError, WriteError
 from .debugger import PrecisionDebugger
 from .errors import Overflow, OverflowError  # noqa: A004 - msprobe_cpp.OverflowError, a RuntimeError
+
+__version__: str = _C.__version__
 
 __all__ = ["PrecisionDebugger", "Overflow", "OverflowError", "ConfigError", "RulesError", "WriteError"]
 

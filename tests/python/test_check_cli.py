@@ -2,6 +2,7 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 from typing import List
@@ -338,3 +339,88 @@ def test_fifty_thousand_rules_cost_little_memory(cli, tmp_path, fixtures):
     assert r.returncode == 0, r.stdout + r.stderr
     _, peak_rss = check_throughput.run_check(str(cli), dump, "--rules", str(rules))
     assert peak_rss < 150_000_000, f"peak RSS {peak_rss / 1e6:.1f} MB"
+
+
+# --- CI gates and people: --fail-on, --format text, --version ---
+
+def causal_mask_step() -> dict:
+    """A healthy causal-attention step: the mask is high, its softmax medium; nothing critical."""
+    return {
+        "Tensor.masked_fill.0.forward": forward([tensor(), tensor(True, False, None, None, "torch.bool"),
+                                                 scalar(-INF)], [tensor(1.0, -INF, -INF, INF)]),
+        "Functional.softmax.0.forward": forward([tensor(1.0, -INF, -INF, INF)], [tensor()], {"dim": scalar(-1)}),
+    }
+
+
+@pytest.mark.parametrize("data, expected", [
+    # dump:             exit status under --fail-on critical, high, medium (and the default)
+    (causal_mask_step, (0, 1, 1, 1)),
+    (lambda: {"Functional.softmax.0.forward": causal_mask_step()["Functional.softmax.0.forward"]}, (0, 0, 1, 1)),
+    (nan_training_step, (1, 1, 1, 1)),
+    (lambda: {"Torch.add.0.forward": forward([tensor()], [tensor()])}, (0, 0, 0, 0)),
+])
+def test_fail_on_sets_the_lowest_failing_level(cli, tmp_path, data, expected):
+    path = write_dump(tmp_path / "dump.json", data())
+    statuses = tuple(run(cli, path, "--fail-on", level).returncode for level in ("critical", "high", "medium"))
+    assert statuses + (run(cli, path).returncode,) == expected
+    # The report itself does not depend on the gate.
+    assert run(cli, path, "--fail-on", "critical").stdout == run(cli, path).stdout
+
+
+def test_fail_on_refuses_other_levels(cli, tmp_path):
+    path = write_dump(tmp_path / "dump.json", causal_mask_step())
+    r = run(cli, path, "--fail-on", "low")
+    assert r.returncode == 2
+    assert r.stderr.startswith('msprobe-cpp check: --fail-on: expected critical, high or medium, got "low"\n')
+
+
+def frame(file: str, line: int, func: str, code: str) -> str:
+    return f"File {file}, line {line}, in {func}, \n {code}"
+
+
+def test_text_format_gives_sources_ratios_and_the_probable_origin(cli, tmp_path):
+    data = {
+        "Tensor.masked_fill.0.forward": causal_mask_step()["Tensor.masked_fill.0.forward"],
+        "Torch.mul.0.forward": forward([tensor(norm=1e-3)], [tensor(norm=1e3)]),
+        "Torch.exp.0.forward": forward([tensor(88.0)], [tensor(INF, 1.0, INF, INF)]),
+        "Torch.exp.0.backward": backward([tensor(NAN, NAN, NAN, NAN)], [tensor(NAN, NAN, NAN, NAN)]),
+    }
+    path = write_dump(tmp_path / "dump.json", data)
+    (tmp_path / "stack.json").write_text(json.dumps({
+        "Tensor.masked_fill.0.forward": [
+            frame("/usr/lib/python3/dist-packages/msprobe_cpp/api_hooks.py", 40, "wrapper", "return fn(*a)"),
+            frame("/home/me/model.py", 31, "forward", "s = s.masked_fill(mask, float('-inf'))")],
+        "Torch.mul.0.forward": [frame("/home/me/model.py", 35, "forward", "y = x * 1e6")],
+        "Torch.exp.0.forward": [
+            frame("<site-packages>/torch/nn/modules/module.py", 1194, "_call_impl", "return forward_call(*input)"),
+            frame("/home/me/train.py", 12, "step", "y = torch.exp(x)")],
+    }, indent=1))
+    r = run(cli, path, "--format", "text")
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.splitlines() == [
+        f"{path}: 4 anomalous calls (1 critical, 3 high, 0 medium)",
+        "  high\tTensor.masked_fill.0.forward\tInputAnomalyOutputAnomalyScene\tinput_args [2], output [0]",
+        "    at /home/me/model.py:31: s = s.masked_fill(mask, float('-inf'))",
+        "  high\tTorch.mul.0.forward\tNumericalMutationScene\tnorm ratio 1e+06 (threshold 1e+05)",
+        "    at /home/me/model.py:35: y = x * 1e6",
+        "  critical\tTorch.exp.0.forward\tInputNormalOutputAnomalyScene\toutput [0]",
+        "    at /home/me/train.py:12: y = torch.exp(x)",
+        "  high\tTorch.exp.0.backward\tInputAnomalyOutputAnomalyScene\tinput [0], output [0]",
+        "    at /home/me/train.py:12: y = torch.exp(x) (its forward)",
+        "  probable origin: Torch.exp.0.forward (critical) at /home/me/train.py:12: y = torch.exp(x)",
+    ]
+    # Without stack.json the same findings, no source lines; with no critical call, the first high.
+    (tmp_path / "stack.json").unlink()
+    del data["Torch.exp.0.forward"], data["Torch.exp.0.backward"]
+    write_dump(path, data)
+    lines = run(cli, path, "--format", "text").stdout.splitlines()
+    assert not any(line.startswith("    at ") for line in lines)
+    assert lines[-1] == "  probable origin: Tensor.masked_fill.0.forward (high; no call is critical)"
+    assert not any(line.endswith("\t-") for line in lines)
+
+
+def test_version_is_the_projects(cli):
+    declared = re.search(r"project\(msprobe_cpp VERSION (\S+)",
+                         (pathlib.Path(__file__).resolve().parents[2] / "CMakeLists.txt").read_text()).group(1)
+    r = subprocess.run([str(cli), "--version"], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (0, f"msprobe-cpp {declared}\n")

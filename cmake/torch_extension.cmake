@@ -1,0 +1,41 @@
+# msprobe_cpp._C: the hooks (csrc/torch), their bindings (csrc/bind), and the core and the command
+# line linked in from the same static libraries as the msprobe-cpp binary. Needs torch_facts.cmake.
+set(torch_libraries)
+foreach(name c10 torch torch_cpu torch_python)
+  find_library(TORCH_LIB_${name} ${name} HINTS ${TORCH_LIBRARY_DIRS})
+  if(NOT TORCH_LIB_${name})
+    message(FATAL_ERROR "lib${name}.so not found (looked in ${TORCH_LIBRARY_DIRS} and the system)")
+  endif()
+  list(APPEND torch_libraries ${TORCH_LIB_${name}})
+endforeach()
+
+file(GLOB EXTENSION_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/csrc/torch/*.cpp
+     ${CMAKE_SOURCE_DIR}/csrc/bind/*.cpp)
+add_library(msprobe_extension MODULE ${EXTENSION_SOURCES})
+set_target_properties(msprobe_extension PROPERTIES
+  OUTPUT_NAME _C PREFIX "" SUFFIX "${PYTHON_EXT_SUFFIX}"
+  CXX_VISIBILITY_PRESET hidden
+  LIBRARY_OUTPUT_DIRECTORY "${MSPROBE_EXTENSION_OUTPUT_DIR}"
+  BUILD_RPATH "${TORCH_LIBRARY_DIRS}" INSTALL_RPATH "${TORCH_LIBRARY_DIRS}")
+# torch's headers as system headers: -Wall -Wextra are for our code, not theirs.
+target_include_directories(msprobe_extension SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS}
+                           ${Python3_INCLUDE_DIRS})
+target_compile_definitions(msprobe_extension PRIVATE
+  TORCH_EXTENSION_NAME=_C TORCH_API_INCLUDE_EXTENSION_H
+  _GLIBCXX_USE_CXX11_ABI=${TORCH_CXX11_ABI}
+  PYBIND11_COMPILER_TYPE="${TORCH_PYBIND11_COMPILER_TYPE}"
+  PYBIND11_STDLIB="${TORCH_PYBIND11_STDLIB}"
+  PYBIND11_BUILD_ABI="${TORCH_PYBIND11_BUILD_ABI}"
+  MSPROBE_VERSION="${PROJECT_VERSION}")
+# torch's headers cost 6-8 s of parsing in every file that includes them, most of the build: the
+# files are compiled in batches, each batch one translation unit. (A precompiled header was
+# measured too: its 350 MB image costs about as much to load as the parse it saves.)
+set_target_properties(msprobe_extension PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 5)
+target_link_libraries(msprobe_extension PRIVATE msprobe_cli ${torch_libraries})
+
+# The package imported from the source tree (PYTHONPATH=python) finds its run-time rules files
+# where an installed one has them.
+foreach(name support_wrap_ops.yaml ignore_rules.yaml)
+  configure_file(${CMAKE_SOURCE_DIR}/rules/${name} ${MSPROBE_EXTENSION_OUTPUT_DIR}/_rules/${name}
+                 COPYONLY)
+endforeach()

@@ -1,0 +1,98 @@
+"""The package installed as a user installs it: `pip install --no-build-isolation` of a fresh copy
+of the repo into a venv that sees Debian's torch, then the console command, `python -m`, and a
+training run from outside the repo.
+
+It builds the extension once more (minutes), so it runs when MSPROBE_TEST_INSTALL=1, which
+tools/test.sh (and so CI) sets."""
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(os.environ.get("MSPROBE_TEST_INSTALL") != "1",
+                                reason="set MSPROBE_TEST_INSTALL=1 (tools/test.sh does) to build and install")
+
+TRAIN = """
+import json, pathlib, sys
+import torch
+import msprobe_cpp
+assert "site-packages" in msprobe_cpp.__file__, msprobe_cpp.__file__
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+debugger = msprobe_cpp.PrecisionDebugger(dump_path="dump", level="mix")
+for step in range(3):
+    debugger.start(model)
+    loss = model(torch.randn(5, 4)).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    debugger.stop()
+    debugger.step()
+for step in range(3):
+    data = json.loads(pathlib.Path(f"dump/step{step}/rank/dump.json").read_text())["data"]
+    assert "Module.0.Linear.forward.0" in data and "Functional.linear.0.forward" in data
+print("trained", msprobe_cpp.__version__)
+"""
+
+
+def fresh_copy(dest: pathlib.Path) -> None:
+    """The repo's files as a clone would have them (tracked, plus new files not ignored), without
+    any build output."""
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           check=True, capture_output=True).stdout.split(b"\0")
+    for name in filter(None, files):
+        src = ROOT / os.fsdecode(name)
+        if src.is_file():
+            (dest / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / os.fsdecode(name))
+
+
+def run(*args, **kw) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing from the repo
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=1200, **kw)
+
+
+def test_pip_install_into_a_venv(tmp_path, fixtures):
+    repo, venv, work = tmp_path / "repo", tmp_path / "venv", tmp_path / "elsewhere"
+    repo.mkdir()
+    work.mkdir()
+    fresh_copy(repo)
+    r = run("/usr/bin/python3", "-m", "venv", "--system-site-packages", venv)
+    assert r.returncode == 0, r.stderr
+
+    start = time.monotonic()
+    r = run(venv / "bin" / "pip", "install", "--no-build-isolation", "--no-index", "-v", repo)
+    minutes = (time.monotonic() - start) / 60
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    print(f"pip install: {minutes:.1f} min")
+    # The build's own progress reached pip's verbose output, and the core was compiled once.
+    log = r.stdout + r.stderr
+    assert "] Building CXX object CMakeFiles/msprobe_core.dir/csrc/core/detector.cpp.o" in log
+    assert log.count("csrc/core/detector.cpp.o") == 1
+
+    command = venv / "bin" / "msprobe-cpp"
+    assert command.read_bytes().startswith(b"#!"), "the console command is a script, not a second binary"
+    version = run(command, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("msprobe-cpp ")
+    py_version = run(venv / "bin" / "python", "-c", "import msprobe_cpp; print(msprobe_cpp.__version__)", cwd=work)
+    assert version.stdout == f"msprobe-cpp {py_version.stdout.strip()}\n", py_version.stderr
+
+    dump = fixtures / "mlp_overflow_check_L1" / "dump.json"
+    for args in (["check", dump], ["check", dump, "--format", "text"], ["check", work / "missing.json"]):
+        console = run(command, *args, cwd=work)
+        module = run(venv / "bin" / "python", "-m", "msprobe_cpp", *args, cwd=work)
+        standalone = run(os.environ.get("MSPROBE_CPP_BIN", ROOT / "build" / "bin" / "msprobe-cpp"), *args, cwd=work)
+        assert (console.returncode, console.stdout, console.stderr) == \
+            (module.returncode, module.stdout, module.stderr) == \
+            (standalone.returncode, standalone.stdout, standalone.stderr), args
+    assert console.returncode == 2 and "missing.json" in console.stderr
+
+    trained = run(venv / "bin" / "python", "-c", TRAIN, cwd=work)
+    assert trained.returncode == 0, trained.stderr[-4000:]
+    assert trained.stdout.strip() == f"trained {py_version.stdout.strip()}"
