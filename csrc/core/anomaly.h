@@ -1,4 +1,4 @@
-// What counts as an anomaly in one argument entry (SPEC §4, §5).
+// What counts as an anomaly in one argument entry (docs/overflow-detection.md).
 #pragma once
 
 #include "core/record.h"

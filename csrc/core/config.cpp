@@ -1,4 +1,4 @@
-// config.json reader and validator (SPEC §1, §6).
+// config.json reader and validator (docs/config.md).
 //
 // Messages: every rejection is one line, `<where>: expected <what is allowed>, got <value as
 // JSON>`, where <where> is `config.json: overflow_check.rules[2]` for a file value and

@@ -1,5 +1,5 @@
-// config.json reader and validator (SPEC §1, §6). Every rejected value raises ConfigError with one
-// line naming the file, the field path, the value and what is allowed.
+// config.json reader and validator (docs/config.md). Every rejected value raises ConfigError with
+// one line naming the file, the field path, the value and what is allowed.
 #pragma once
 
 #include <cstdint>
@@ -58,7 +58,7 @@ struct CollectSection {
   SummaryMode summary_mode = SummaryMode::Statistics;  // only meaningful in "statistics"
 };
 
-// The "overflow_check" section, with this product's extensions (SPEC §6).
+// The "overflow_check" section, with this product's extensions (docs/config.md).
 struct OverflowSection {
   int64_t overflow_nums = 1;  // -1 = unlimited
   Action action = Action::Raise;

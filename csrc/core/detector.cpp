@@ -39,7 +39,7 @@ Severity scene_severity(Scene s) {
 
 namespace {
 
-// Running maximum of the non-NaN Norms of top-level tensor entries (the seed's norm lists).
+// Running maximum of the non-NaN Norms of top-level tensor entries (msprobe 1.1.1's norm lists).
 struct NormMax {
   bool any = false;
   double value = 0.0;

@@ -1,5 +1,5 @@
-// The overflow detector (SPEC §4, §5): the four scenes, tried in order, then the ignore filter.
-// The live hooks and `msprobe-cpp check` both judge calls through this class.
+// The overflow detector (docs/overflow-detection.md): the four scenes, tried in order, then the
+// ignore filter. The live hooks and `msprobe-cpp check` both judge calls through this class.
 #pragma once
 
 #include <optional>
@@ -36,7 +36,7 @@ struct Finding {
   double output_norm = 0.0;
 };
 
-// The seed's NumericalMutationScene test: max output Norm / max input Norm > threshold, over
+// msprobe 1.1.1's NumericalMutationScene test: max output Norm / max input Norm > threshold, over
 // top-level tensor entries with a non-NaN Norm (kwargs count as inputs); both sides must have one.
 // A max input Norm of 0 compares the max output Norm itself with the threshold.
 bool numerical_mutation(const CallRecord& rec, double threshold);

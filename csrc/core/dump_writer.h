@@ -1,4 +1,4 @@
-// Writes records in msprobe's dump.json layout (SPEC §3), byte for byte the way Python's
+// Writes records in msprobe's dump.json layout (docs/formats.md), byte for byte the way Python's
 // json.dump(indent=1) lays them out.
 #pragma once
 

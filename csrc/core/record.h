@@ -1,6 +1,6 @@
 // The record model: one call (API or module, forward or backward) with its argument entries, as
-// msprobe writes them in dump.json (SPEC §3). The live hooks build these; the dump reader parses
-// them; the detector and the writer consume them.
+// msprobe writes them in dump.json (docs/formats.md). The live hooks build these; the dump reader
+// parses them; the detector and the writer consume them.
 #pragma once
 
 #include <cmath>
@@ -169,7 +169,7 @@ std::string forward_name_of(const std::string& call_name);
 // The backward call of forward call `call_name`, or "" when it is no forward name.
 std::string backward_name_of(const std::string& call_name);
 
-// The seed's torch API name: the first two dot-separated parts, lower-cased.
+// msprobe 1.1.1's torch API name: the first two dot-separated parts, lower-cased.
 std::string torch_api_name(const std::string& call_name);
 
 }  // namespace msprobe

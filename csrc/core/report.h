@@ -1,4 +1,5 @@
-// The overflow report (SPEC §4): the check command's JSON and overflow_report.json.
+// The overflow report (docs/formats.md, docs/check.md): the check command's JSON and
+// overflow_report.json.
 #pragma once
 
 #include <optional>

@@ -1,4 +1,4 @@
-// Ignore rules (SPEC §4): known false positives, in the seed's YAML format.
+// Ignore rules (docs/ignore-rules.md): known false positives, in msprobe 1.1.1's YAML format.
 //
 //   ignore_nan_inf:
 //     - api_name: "torch.empty"
@@ -40,15 +40,15 @@ struct IgnoreRule {
   std::set<std::string> input_names;
   std::set<int64_t> output_indices;
 
-  // The seed's Rule.match: every anomalous argument of each listed category is at an ignored
+  // msprobe 1.1.1's Rule.match: every anomalous argument of each listed category is at an ignored
   // position. `compat` decides whether non-finite scalar values count as anomalous.
   bool covers(const CallRecord& rec, bool compat) const;
 };
 
 class RuleSet {
  public:
-  // Adds the rules of a YAML document. As in the seed, a rule with an empty api_name or with no
-  // index or name at all is skipped, and so is a second rule for an api_name already present.
+  // Adds the rules of a YAML document. As in msprobe 1.1.1, a rule with an empty api_name or with
+  // no index or name at all is skipped, and so is a second rule for an api_name already present.
   void add_yaml(const std::string& text, const std::string& source);
   void add_file(const std::string& path);
 

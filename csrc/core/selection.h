@@ -1,4 +1,4 @@
-// Which calls a session collects and which parts of them (SPEC §1: scope, list, data_mode),
+// Which calls a session collects and which parts of them (docs/config.md: scope, list, data_mode),
 // decided from the call's name before any statistics are computed.
 #pragma once
 

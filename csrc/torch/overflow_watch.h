@@ -1,5 +1,5 @@
-// Live overflow detection (task overflow_check, SPEC §4-6, issue 8): every collected call goes
-// through the core Detector as it completes, and each anomaly the detector leaves is either
+// Live overflow detection (task overflow_check, docs/overflow-detection.md): every collected call
+// goes through the core Detector as it completes, and each anomaly the detector leaves is either
 // *explained* or traced to an *origin*:
 //   - explained: it derives, within the step, from a non-finite constant passed on purpose
 //     (masked_fill(mask, -inf), a constant -inf buffer, a tensor holding only -inf) or an ignore

@@ -1,4 +1,4 @@
-// Turns the Python arguments and results of a call into dump entries (SPEC §3).
+// Turns the Python arguments and results of a call into dump entries (docs/formats.md).
 #pragma once
 
 #include <Python.h>

@@ -1,5 +1,5 @@
-// Statistics of one tensor (SPEC §3), computed on the tensor's own device: one pass over the data
-// on CPU, one fused group of reductions and a single device-to-host copy elsewhere.
+// Statistics of one tensor (docs/formats.md), computed on the tensor's own device: one pass over
+// the data on CPU, one fused group of reductions and a single device-to-host copy elsewhere.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,4 +1,4 @@
-// Tests of the config.json reader (SPEC §1, §6): defaults, a full round trip, keyword overrides,
+// Tests of the config.json reader (docs/config.md): defaults, a full round trip, keyword overrides,
 // range lists, and the exact one-line message of every kind of rejection.
 
 #include "core/config.h"

@@ -1,4 +1,4 @@
-// The exact one-line message of every kind of invalid config.json (SPEC §1, §6).
+// The exact one-line message of every kind of invalid config.json (docs/config.md).
 
 #include <ostream>
 #include <string>

@@ -140,7 +140,7 @@ TEST(Mutation, RatioExactlyAtThresholdIsNotFlagged) {
 }
 
 TEST(Mutation, NaNNormsAreSkipped) {
-  // A NaN among the input norms would poison max(); the seed drops it.
+  // A NaN among the input norms would poison max(); msprobe 1.1.1 drops it.
   EXPECT_TRUE(numerical_mutation(
       record(fwd("T.n.0.forward", norm_t("NaN") + ", " + norm_t("2.0"), norm_t("300000.0"))), 1e5));
   EXPECT_TRUE(numerical_mutation(
@@ -205,7 +205,7 @@ TEST(Filter, KwargsByName) {
 
 TEST(Filter, NestedListsAreIgnoredByTheFilterButSeenByTheScenes) {
   // all_gather ignores input 0. Input 1 is a list holding NaN: the scene sees an input anomaly,
-  // but the seed's filter does not look into lists, so the rule still covers the call.
+  // but msprobe 1.1.1's filter does not look into lists, so the rule still covers the call.
   const std::string rec =
       fwd("Distributed.all_gather.0.forward", "[" + nan_t() + "], [" + nan_t() + "]", clean());
   EXPECT_FALSE(judge_one(rec));
@@ -292,7 +292,7 @@ ignore_nan_inf:
   EXPECT_FALSE(judge_one(rec, true, rules));
 }
 
-// --- product defaults vs compat (SPEC §5) ---
+// --- product defaults vs compat (docs/overflow-detection.md) ---
 
 TEST(Compat, CausalMaskFillWithMinusInfinity) {
   // x.masked_fill(mask, float("-inf")): the output holds -inf by design.
