@@ -1,5 +1,7 @@
 #include "torch/tensor_stats.h"
 
+#include "torch/device_stats.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -304,22 +306,6 @@ bool cpu_fast_path(const at::Tensor& t, Summary& out) {
   }
 }
 
-// Any device: one widening copy to float64 (exact sums, and every dtype supported by every
-// reduction), a few reductions, and one device-to-host copy of the four results.
-Summary device_summary(const at::Tensor& t) {
-  const at::Tensor x = t.detach().to(at::kDouble);
-  auto minmax = at::aminmax(x);
-  const at::Tensor& lo = std::get<0>(minmax);
-  const at::Tensor& hi = std::get<1>(minmax);
-  // Dividing by the largest finite magnitude keeps the squares finite for any finite data.
-  const at::Tensor scale = at::maximum(lo.abs(), hi.abs());
-  const at::Tensor safe = at::where(at::isfinite(scale) & (scale > 0), scale, at::ones_like(scale));
-  const at::Tensor norm = at::linalg_vector_norm(x / safe, 2) * safe;
-  const at::Tensor packed = at::stack({hi, lo, x.sum(), norm}).cpu();
-  const double* v = packed.data_ptr<double>();
-  return {v[0], v[1], v[2] / static_cast<double>(x.numel()), v[3]};
-}
-
 bool has_statistics(const at::Tensor& t) {
   if (t.layout() != at::kStrided || t.is_quantized() || t.is_meta() || t.is_complex()) {
     return false;
@@ -380,7 +366,10 @@ Entry describe_tensor(const at::Tensor& t) {
     return e;
   }
   Summary s;
-  if (!cpu_fast_path(t, s)) s = device_summary(t);
+  if (!cpu_fast_path(t, s)) {
+    const DeviceSummary d = device_summary(t);
+    s = {d.max, d.min, d.mean, d.norm};
+  }
   e.max = Scalar::of_float(s.max);
   e.min = Scalar::of_float(s.min);
   e.mean = Scalar::of_float(s.mean);
@@ -388,10 +377,11 @@ Entry describe_tensor(const at::Tensor& t) {
   if (!std::isfinite(s.max) || !std::isfinite(s.min)) {
     // Only anomalous tensors get here, so one more pass (and a sync) is affordable.
     const at::Tensor x = t.detach();
-    const at::Tensor finite = x.masked_select(at::isfinite(x)).to(at::kDouble);
+    const at::Tensor finite = x.masked_select(at::isfinite(x));
     double hi = kNaN, lo = kNaN;
     if (finite.numel() > 0) {
-      const at::Tensor packed = at::stack({finite.max(), finite.min()}).cpu();
+      auto [max, min] = max_and_min(finite);  // the tensor's own dtype, widened on the host
+      const at::Tensor packed = at::stack({max, min}).cpu().to(at::kDouble);
       hi = packed[0].item<double>();
       lo = packed[1].item<double>();
     }

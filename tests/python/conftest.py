@@ -18,14 +18,25 @@ def devices() -> List[str]:
     return ["cpu", "cpu-generic"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+GENERIC_PATH = [False]  # the device path is forced for CPU tensors: sums are float32 there
+
+
+def float32_sums(t) -> bool:
+    """Whether `t`'s statistics come from the device path, whose Mean and Norm accumulate in
+    float32 (float64 for float64 tensors)."""
+    return t.device.type != "cpu" or GENERIC_PATH[0]
+
+
 @pytest.fixture
 def device(request):
     """The parametrized device name, as a torch device string; sets the statistics path."""
     from msprobe_cpp import _C
     name = request.param
     _C._force_generic_statistics(name == "cpu-generic")
+    GENERIC_PATH[0] = name == "cpu-generic"
     yield "cpu" if name == "cpu-generic" else name
     _C._force_generic_statistics(False)
+    GENERIC_PATH[0] = False
 
 
 @pytest.fixture(scope="session")

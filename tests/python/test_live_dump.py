@@ -121,11 +121,18 @@ def f64(t: torch.Tensor) -> Dict[str, float]:
 
 
 def assert_stats(entry: Dict, t: torch.Tensor) -> None:
+    """On the device path Mean and Norm accumulate in float32 (float64 for float64 tensors), and
+    get a float32 tolerance; Max and Min are exact either way."""
+    float32_sums = __import__("conftest").float32_sums(t)
     assert entry["type"] == "torch.Tensor"
     assert entry["dtype"] == str(t.dtype)
     assert entry["shape"] == list(t.shape)
-    for key, value in f64(t).items():
-        assert entry[key] == pytest.approx(value, rel=1e-6, abs=1e-300), key
+    ref = f64(t)
+    rel = 1e-5 if float32_sums and t.dtype != torch.float64 else 1e-6
+    for key, value in ref.items():
+        # A mean near zero is a difference of large sums: bounded by the norm's scale.
+        abs_tol = rel * ref["Norm"] / max(t.numel(), 1) ** 0.5 if key == "Mean" and float32_sums else 1e-300
+        assert entry[key] == pytest.approx(value, rel=rel, abs=abs_tol), key
 
 
 def collect(tmp_path, fn, level="L1"):
