@@ -13,6 +13,8 @@
 #include "core/output_files.h"
 #include "core/rules.h"
 #include "torch/api_hook.h"
+#include "torch/call_submit.h"
+#include "torch/device_stats.h"
 #include "torch/hook_scope.h"
 #include "torch/module_hooks.h"
 #include "torch/overflow_raise.h"
@@ -73,8 +75,18 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init(&make_session), py::arg("config_path"), py::arg("overrides_json"),
            py::arg("package_dir"), py::arg("library_dir") = "")
       .def("start", &Session::start, py::arg("rank"))
-      .def("stop", &Session::stop)
-      .def("step", &Session::step)
+      // Calls still waiting for their device statistics are judged first: a stop they hold is
+      // raised here, with the step's files written.
+      .def("stop",
+           [](Session& s) {
+             flush_deferred(s);
+             s.stop();
+           })
+      .def("step",
+           [](Session& s) {
+             flush_deferred(s);
+             s.step();
+           })
       .def("pause", &Session::pause)
       .def_property_readonly("finished", &Session::finished)
       .def_property_readonly("collecting", &Session::collecting)
@@ -137,6 +149,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_force_generic_statistics", &force_generic_statistics, py::arg("on"));
   m.def("_set_write_budget", &set_write_budget_for_testing, py::arg("bytes"));
+  m.def("_host_syncs", &host_syncs);
   m.def("load_wrap_ops", &load_wrap_ops, py::arg("path"));
   m.attr("__version__") = version();
   // `python -m msprobe_cpp`: the standalone binary's command line, same code, same output.

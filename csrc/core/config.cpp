@@ -49,6 +49,8 @@ const EnumTable<Level> kLevels = {{"L0", Level::L0}, {"L1", Level::L1}, {"mix", 
 const EnumTable<SummaryMode> kSummaryModes = {{"statistics", SummaryMode::Statistics},
                                               {"md5", SummaryMode::Md5}};
 const EnumTable<Action> kActions = {{"raise", Action::Raise}, {"continue", Action::Continue}};
+const EnumTable<SyncMode> kSyncModes = {
+    {"auto", SyncMode::Auto}, {"call", SyncMode::Call}, {"batch", SyncMode::Batch}};
 const EnumTable<Origin> kOrigins = {
     {"op", Origin::Op}, {"input", Origin::Input}, {"parameter", Origin::Parameter}};
 const EnumTable<Severity> kSeverities = {
@@ -233,8 +235,15 @@ double parse_min_loss_scale(const json& value, const Loc& at) {
 }
 
 const std::vector<std::string> kOverflowKeys = {
-    "overflow_nums", "action", "stop_level",         "stop_on",       "mutation_threshold",
-    "rules",         "compat", "dump_skipped_steps", "min_loss_scale"};
+    "overflow_nums",      "action", "stop_level",      "stop_on",
+    "mutation_threshold", "rules",  "compat",          "dump_skipped_steps",
+    "min_loss_scale",     "sync",   "sync_batch_calls"};
+
+int64_t parse_sync_batch_calls(const json& value, const Loc& at) {
+  auto number = as_int64(value);
+  if (!number || *number < 1 || *number > 1000000) fail(at, "an integer from 1 to 1000000", value);
+  return *number;
+}
 
 // The overflow_check section, each key taken from a keyword argument of PrecisionDebugger when
 // one was given (`overrides`), else from the file. Rule paths from the file are resolved against
@@ -271,6 +280,10 @@ OverflowSection parse_overflow(const json* section, const Loc& at, const json& o
   if (auto v = get("compat")) out.compat = parse_bool(*v->value, v->at);
   if (auto v = get("dump_skipped_steps")) out.dump_skipped_steps = parse_bool(*v->value, v->at);
   if (auto v = get("min_loss_scale")) out.min_loss_scale = parse_min_loss_scale(*v->value, v->at);
+  if (auto v = get("sync")) out.sync = parse_enum(*v->value, v->at, kSyncModes);
+  if (auto v = get("sync_batch_calls")) {
+    out.sync_batch_calls = parse_sync_batch_calls(*v->value, v->at);
+  }
   if (const json* v = section ? find(*section, "check_mode") : nullptr) {
     if (!v->is_string()) fail(at.child("check_mode"), "a string", *v);
   }

@@ -35,6 +35,10 @@ enum class Task { Statistics, Tensor, OverflowCheck };
 enum class Level { L0, L1, Mix };
 enum class SummaryMode { Statistics, Md5 };
 enum class Action { Raise, Continue };
+// When device statistics come back to the host and calls are judged: at each call (exact stop,
+// a sync per call), in batches (a sync per batch; the stop comes at the first hooked call after
+// the verdict), or auto: per call for CPU tensors, in batches once device tensors are involved.
+enum class SyncMode { Auto, Call, Batch };
 enum class Severity { Medium = 0, High = 1, Critical = 2 };
 // Where an unexplained NaN/inf of a step came from (issue 8): an op that made it from clean
 // inputs, or a tensor that brought it into the step (the batch, or a model's parameter).
@@ -70,6 +74,8 @@ struct OverflowSection {
   std::vector<Origin> stop_on = {Origin::Op, Origin::Input, Origin::Parameter};
   bool dump_skipped_steps = false;  // steps a loss scaler skipped are written too
   double min_loss_scale = 1.0;      // a loss scale below this stops the run
+  SyncMode sync = SyncMode::Auto;
+  int64_t sync_batch_calls = 256;  // calls judged per host sync under batched sync
 
   bool stops_on(Origin o) const;
 };

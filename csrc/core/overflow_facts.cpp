@@ -83,6 +83,12 @@ std::string OverflowFacts::message() const {
     }
   }
   if (!note.empty()) m += "\n  note:   " + note;
+  if (raised_calls_later > 0) {
+    m += "\n  raised " + std::to_string(raised_calls_later) + " call" +
+         (raised_calls_later == 1 ? "" : "s") +
+         " later: statistics come back from the device in batches (overflow_check.sync \"call\" "
+         "stops at the call itself)";
+  }
   m += "\n  module: " + module.value_or("(none recorded)");
   m += "\n  source: " + source.value_or("(no Python frame)");
   for (const ArgFacts& t : tensors) m += "\n  " + t.text();
@@ -123,6 +129,10 @@ void OverflowFacts::write(JsonWriter& w) const {
   w.value_bool(masked);
   w.key("note");
   w.value_string(note);
+  if (raised_calls_later > 0) {  // batched sync only
+    w.key("raised_calls_later");
+    w.value_int(raised_calls_later);
+  }
   w.key("step");
   w.value_int(step);
   w.end_object();

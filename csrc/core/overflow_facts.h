@@ -43,6 +43,8 @@ struct OverflowFacts {
   int64_t step = 0;
   int rank = 0;
   std::string dump_dir;  // empty: the step is not written (overflow_nums reached)
+  // Batched sync: how many hooked calls ran between this call and the raise.
+  int64_t raised_calls_later = 0;
 
   // The exception's message: several lines, each fact on its own.
   std::string message() const;

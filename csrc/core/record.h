@@ -110,6 +110,9 @@ struct Entry {
   Scalar value;  // non-tensor objects
   std::string md5;
   std::string data_name;
+  // Statistics still on the device (batched sync): the slot they will come back in; -1 when the
+  // fields above are final. Never written to a file.
+  int32_t pending_stats = -1;
 
   // List
   std::vector<Entry> items;

@@ -17,6 +17,19 @@ void warn_statistics_failure(Session& session, const std::string& call) {
                call.c_str(), why.c_str());
 }
 
+void flush_deferred(Session& session) {
+  std::vector<OverflowEvent> events = session.resolve_deferred();
+  const OverflowEvent* stop = nullptr;
+  for (const OverflowEvent& e : events) {
+    if (e.raise) {
+      if (!stop) stop = &e;
+      continue;
+    }
+    handle_overflow_event(session, e);
+  }
+  if (stop) handle_overflow_event(session, *stop);  // raises
+}
+
 StoredCall backward_call(const std::string& name, Selected parts, StackPtr stack,
                          std::optional<std::string> module_hint) {
   StoredCall call;

@@ -17,11 +17,21 @@ namespace msprobe {
 // happened while the hook described it.
 void warn_statistics_failure(Session& session, const std::string& call);
 
+// Judges the queued calls (Session::resolve_deferred) and does what their verdicts say: notices
+// first, then the first stop, raised here. GIL required.
+void flush_deferred(Session& session);
+
 // `make_live()` builds the call's LiveTensors; it runs only when the session watches for
 // overflows. GIL required when it does (a stop raises a Python exception).
 template <typename MakeLive>
 void submit(Session& session, StoredCall&& call, MakeLive&& make_live) {
   warn_statistics_failure(session, call.record.name);
+  if (session.must_defer(call)) {
+    // Batched sync: judged when its batch comes back (at once under sync "call").
+    LiveTensors live = session.watching() ? make_live() : LiveTensors{};
+    if (session.defer(std::move(call), std::move(live))) flush_deferred(session);
+    return;
+  }
   if (!session.watching()) {
     session.add(std::move(call));
     return;

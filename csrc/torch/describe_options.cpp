@@ -60,7 +60,7 @@ Entry describe_tensor_unguarded(const at::Tensor& t, const DescribeOptions& opti
                                 const std::string& stem) {
   std::optional<DataStats> cached;
   if (options.cache && t.defined()) cached = options.cache->find(t);
-  Entry e = cached ? describe_tensor_layout(t) : describe_tensor(t);
+  Entry e = cached ? describe_tensor_layout(t) : describe_tensor(t, options.pending);
   if (cached) {
     e.max = std::move(cached->max);
     e.min = std::move(cached->min);
@@ -69,12 +69,13 @@ Entry describe_tensor_unguarded(const at::Tensor& t, const DescribeOptions& opti
     e.max_except = std::move(cached->max_except);
     e.min_except = std::move(cached->min_except);
     e.md5 = std::move(cached->md5);
+    e.pending_stats = cached->pending_stats;
   }
   if (e.kind != Entry::Kind::Object || !has_plain_bytes(t)) return e;
   if (options.md5 && !cached) e.md5 = tensor_crc(t);
   if (options.cache && !cached)
-    options.cache->put(t,
-                       DataStats{e.max, e.min, e.mean, e.norm, e.max_except, e.min_except, e.md5});
+    options.cache->put(t, DataStats{e.max, e.min, e.mean, e.norm, e.max_except, e.min_except, e.md5,
+                                    e.pending_stats});
   if (options.saver) {
     // Made safe and unique: a module name may hold '/' or NUL, and data_name names the file as
     // it is written.

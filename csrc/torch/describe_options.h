@@ -13,6 +13,7 @@ namespace msprobe {
 class TensorSaver;
 class StatsCache;
 class FileNames;
+class PendingStats;
 
 struct DescribeOptions {
   bool md5 = false;
@@ -20,6 +21,9 @@ struct DescribeOptions {
   std::string tensor_dir;           // where the saver writes
   StatsCache* cache = nullptr;      // the session's, cleared at each step
   FileNames* file_names = nullptr;  // the step's saved files, so none overwrites another
+  // Device statistics left on the device until a batch is read back (tasks statistics and
+  // overflow_check); null where the bytes are needed on the host anyway (md5, tensor).
+  PendingStats* pending = nullptr;
 
   // The stems below, or empty when nothing is saved: then no call pays for them.
   std::string stem(const std::string& call, const char* side) const;

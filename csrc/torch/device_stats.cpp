@@ -1,5 +1,6 @@
 #include "torch/device_stats.h"
 
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -84,7 +85,16 @@ at::Tensor reducible(const at::Tensor& t) {
   return x;
 }
 
+std::atomic<int64_t> g_host_syncs{0};
+
 }  // namespace
+
+void count_host_sync() {
+  g_host_syncs.fetch_add(1, std::memory_order_relaxed);
+}
+int64_t host_syncs() {
+  return g_host_syncs.load(std::memory_order_relaxed);
+}
 
 // In the tensor's own dtype, without a copy. CUDA has the one-pass aminmax for every dtype; other
 // backends do not all (the CPU's lacks float16 in torch 1.13), while max and min exist everywhere.
@@ -116,6 +126,7 @@ DeviceSummary finish_device_summary(const at::Tensor& t, const double r[4]) {
     const at::Tensor scale_t = at::scalar_tensor(scale, x.options().dtype(acc));
     auto [sum, norm] = sum_and_norm(x, acc, &scale_t);
     const at::Tensor host = at::stack({sum, norm}).cpu().to(at::kDouble);
+    count_host_sync();
     const double* v = host.data_ptr<double>();
     s.mean = v[0] / n * scale;
     s.norm = v[1] * scale;
@@ -126,6 +137,7 @@ DeviceSummary finish_device_summary(const at::Tensor& t, const double r[4]) {
 DeviceSummary device_summary(const at::Tensor& t) {
   // Widened on the host: the four values never become float64 on the device.
   const at::Tensor host = device_reductions(t).cpu().to(at::kDouble);
+  count_host_sync();
   return finish_device_summary(t, host.data_ptr<double>());
 }
 

@@ -25,6 +25,12 @@ DeviceSummary finish_device_summary(const at::Tensor& t, const double reductions
 // Both, with the one host copy between them.
 DeviceSummary device_summary(const at::Tensor& t);
 
+// Times the statistics code waited for a device (a device-to-host copy of results), in this
+// process; tests read it through msprobe_cpp._C._host_syncs(). CPU tensors on the generic path
+// count too, as the syncs they stand in for.
+void count_host_sync();
+int64_t host_syncs();
+
 // Max and min of `t` in its own dtype, as device scalars.
 std::pair<at::Tensor, at::Tensor> max_and_min(const at::Tensor& t);
 

@@ -56,6 +56,10 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
       call.record.inputs = describe_grads(inputs, options, options.stem(name_, "input"));
     if (parts_.outputs)
       call.record.outputs = describe_grads(outputs, options, options.stem(name_, "output"));
+    if (s->must_defer(call)) {
+      defer(*s, std::move(call), inputs, outputs);
+      return outputs;
+    }
     if (!s->watching()) {
       s->add(std::move(call));
       return outputs;
@@ -77,6 +81,29 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
   }
 
  private:
+  // Batched sync: queued like any call; under overflow_check the pass's end is asked to judge
+  // the queue, so a stop comes before an optimizer uses the gradients.
+  static void defer(Session& s, StoredCall&& call, const variable_list& inputs,
+                    const variable_list& outputs) {
+    LiveTensors live =
+        s.watching() ? LiveTensors{live_grads(inputs), {}, live_grads(outputs)} : LiveTensors{};
+    const bool flush = s.defer(std::move(call), std::move(live));
+    if (!flush && !s.claim_backward_flush()) return;
+    py::gil_scoped_acquire gil;
+    try {
+      if (flush) {
+        flush_deferred(s);
+      } else {
+        queue_backward_flush(s);
+      }
+    } catch (py::error_already_set& e) {
+      e.restore();
+      python_error err;
+      err.persist();
+      throw err;
+    }
+  }
+
   std::weak_ptr<Session> session_;
   std::string name_;
   StackPtr stack_;

@@ -1,5 +1,7 @@
 #include "torch/overflow_raise.h"
 
+#include "torch/call_submit.h"
+
 #include <pybind11/stl.h>
 
 namespace py = pybind11;
@@ -46,6 +48,15 @@ void queue_end_of_backward(Session& session) {
 }
 
 }  // namespace
+
+void queue_backward_flush(Session& session) {
+  PythonSide* side = session.python_side();
+  if (!side || !side->queue_callback) return;
+  std::weak_ptr<Session> weak = current_session();
+  side->queue_callback(py::cpp_function([weak] {
+    if (std::shared_ptr<Session> s = weak.lock()) flush_deferred(*s);
+  }));
+}
 
 py::object overflow_object(const PythonSide& side, const OverflowFacts& facts) {
   const Finding& f = facts.finding;

@@ -20,6 +20,10 @@ struct PythonSide {
 // are written. GIL required.
 void handle_overflow_event(Session& session, const OverflowEvent& event);
 
+// Batched sync: asks the autograd engine to judge the queued calls when the backward pass ends.
+// GIL required.
+void queue_backward_flush(Session& session);
+
 // The facts as a msprobe_cpp.Overflow object. GIL required.
 pybind11::object overflow_object(const PythonSide& side, const OverflowFacts& facts);
 

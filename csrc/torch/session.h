@@ -19,8 +19,10 @@
 #include "core/selection.h"
 #include "torch/call_stack.h"
 #include "torch/describe_options.h"
+#include "torch/live_tensors.h"
 #include "torch/model_tensors.h"
 #include "torch/overflow_watch.h"
+#include "torch/pending_stats.h"
 #include "torch/stats_cache.h"
 #include "torch/tensor_saver.h"
 
@@ -98,6 +100,21 @@ class Session {
   // now. A stop to raise, or nothing.
   std::optional<OverflowEvent> judge_loss_scale(double before, double after);
   bool step_flagged() const;
+
+  // Batched sync (overflow_check.sync). Whether `call` must queue: behind calls already queued,
+  // or for statistics still on the device, or because every call is judged in batches.
+  bool must_defer(const StoredCall& call);
+  // Queues a call with its live tensors; true when it is time to flush (sync "call", or a full
+  // batch). Thread-safe.
+  bool defer(StoredCall&& call, LiveTensors&& live);
+  bool has_deferred() const;
+  // Reads every queued call's device statistics back at once, then stores and judges the calls
+  // in the order they were made, as add() would have one by one. Returns what the hooks must do;
+  // a raise carries how many calls ran after its call.
+  std::vector<OverflowEvent> resolve_deferred();
+  // A backward pass queued calls under task overflow_check: their verdicts are wanted at its
+  // end, before an optimizer uses the gradients. True once per pass (the caller queues it).
+  bool claim_backward_flush();
   // True the first time only: the tool's own statistics failures are said once per session.
   bool first_statistics_failure() { return !said_statistics_failure_.exchange(true); }
 
@@ -157,6 +174,17 @@ class Session {
   int64_t dumped_steps_ = 0;
   bool step_dumped_ = false;
   bool said_no_more_dumps_ = false;
+
+  // Batched sync.
+  struct DeferredCall {
+    StoredCall call;
+    LiveTensors live;
+  };
+  std::mutex deferred_mu_;
+  std::vector<DeferredCall> deferred_;
+  std::atomic<size_t> deferred_count_{0};  // deferred_.size(), read without the lock
+  PendingStats pending_stats_;
+  bool backward_flush_queued_ = false;  // under deferred_mu_
   std::atomic<bool> said_statistics_failure_{false};
 };
 

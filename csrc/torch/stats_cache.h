@@ -22,6 +22,7 @@ namespace msprobe {
 struct DataStats {
   Scalar max, min, mean, norm, max_except, min_except;
   std::string md5;
+  int32_t pending_stats = -1;  // still on the device: the PendingStats slot (valid for the step)
 };
 
 class StatsCache {

@@ -1,6 +1,7 @@
 #include "torch/tensor_stats.h"
 
 #include "torch/device_stats.h"
+#include "torch/pending_stats.h"
 
 #include <algorithm>
 #include <atomic>
@@ -340,7 +341,7 @@ at::Tensor statistics_source(const at::Tensor& t) {
   return x;
 }
 
-Entry describe_tensor(const at::Tensor& t) {
+Entry describe_tensor(const at::Tensor& t, PendingStats* pending) {
   Entry e = describe_tensor_layout(t);
   if (!t.defined()) return e;
   if ((t.is_complex() || t.is_sparse()) && !t.is_meta() && !t.is_quantized()) {
@@ -360,6 +361,7 @@ Entry describe_tensor(const at::Tensor& t) {
   if (t.scalar_type() == at::kBool) {
     const at::Tensor x = t.detach();
     const at::Tensor packed = at::stack({x.any(), x.all()}).cpu();
+    if (!x.is_cpu()) count_host_sync();
     e.max = Scalar::of_bool(packed[0].item<bool>());
     e.min = Scalar::of_bool(packed[1].item<bool>());
     e.mean = e.norm = Scalar::null();
@@ -367,28 +369,39 @@ Entry describe_tensor(const at::Tensor& t) {
   }
   Summary s;
   if (!cpu_fast_path(t, s)) {
+    if (pending) {
+      e.pending_stats = pending->add(t);
+      return e;
+    }
     const DeviceSummary d = device_summary(t);
     s = {d.max, d.min, d.mean, d.norm};
   }
-  e.max = Scalar::of_float(s.max);
-  e.min = Scalar::of_float(s.min);
-  e.mean = Scalar::of_float(s.mean);
-  e.norm = Scalar::of_float(s.norm);
-  if (!std::isfinite(s.max) || !std::isfinite(s.min)) {
-    // Only anomalous tensors get here, so one more pass (and a sync) is affordable.
-    const at::Tensor x = t.detach();
-    const at::Tensor finite = x.masked_select(at::isfinite(x));
-    double hi = kNaN, lo = kNaN;
-    if (finite.numel() > 0) {
-      auto [max, min] = max_and_min(finite);  // the tensor's own dtype, widened on the host
-      const at::Tensor packed = at::stack({max, min}).cpu().to(at::kDouble);
-      hi = packed[0].item<double>();
-      lo = packed[1].item<double>();
-    }
-    if (!std::isfinite(s.max)) e.max_except = Scalar::of_float(hi);
-    if (!std::isfinite(s.min)) e.min_except = Scalar::of_float(lo);
-  }
+  const auto [max_except, min_except] = finite_extremes(t, s.max, s.min);
+  set_statistics(e, s.max, s.min, s.mean, s.norm, max_except, min_except);
   return e;
+}
+
+std::pair<double, double> finite_extremes(const at::Tensor& t, double max, double min) {
+  if (std::isfinite(max) && std::isfinite(min)) return {kNaN, kNaN};
+  // Only anomalous tensors get here, so one more pass (and a sync) is affordable.
+  const at::Tensor x = t.detach();
+  const at::Tensor finite = x.masked_select(at::isfinite(x));
+  if (finite.numel() == 0) return {kNaN, kNaN};
+  auto [fmax, fmin] = max_and_min(finite);  // the tensor's own dtype, widened on the host
+  const at::Tensor packed = at::stack({fmax, fmin}).cpu().to(at::kDouble);
+  if (!x.is_cpu()) count_host_sync();
+  return {packed[0].item<double>(), packed[1].item<double>()};
+}
+
+void set_statistics(Entry& e, double max, double min, double mean, double norm, double max_except,
+                    double min_except) {
+  e.max = Scalar::of_float(max);
+  e.min = Scalar::of_float(min);
+  e.mean = Scalar::of_float(mean);
+  e.norm = Scalar::of_float(norm);
+  e.pending_stats = -1;
+  if (!std::isfinite(max)) e.max_except = Scalar::of_float(max_except);
+  if (!std::isfinite(min)) e.min_except = Scalar::of_float(min_except);
 }
 
 }  // namespace msprobe

@@ -1,5 +1,5 @@
 // Statistics of one tensor (docs/formats.md), computed on the tensor's own device: one pass over
-// the data on CPU, one fused group of reductions and a single device-to-host copy elsewhere.
+// the data on CPU, a few reductions elsewhere (device_stats.h), read back at once or in batches.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -8,10 +8,20 @@
 
 namespace msprobe {
 
-// The dump entry of a tensor: type, dtype, shape, Max/Min/Mean/Norm, requires_grad.
-// Mean and Norm are accumulated in float64 (and rescaled when even that overflows), so a tensor
-// whose elements are all finite never gets an infinite Mean or Norm.
-Entry describe_tensor(const at::Tensor& t);
+class PendingStats;
+
+// The dump entry of a tensor: type, dtype, shape, Max/Min/Mean/Norm, requires_grad. A tensor
+// whose elements are all finite never gets an infinite Mean or Norm. With `pending`, statistics
+// that come from the device are left there: the entry gets a slot (pending_stats) instead.
+Entry describe_tensor(const at::Tensor& t, PendingStats* pending = nullptr);
+
+// Where `max` or `min` (of `t`) is not finite, the extremes of `t`'s finite elements (NaN when
+// there is none): msprobe's Max_except_inf_nan / Min_except_inf_nan. NaN for the finite ones.
+std::pair<double, double> finite_extremes(const at::Tensor& t, double max, double min);
+
+// Sets a tensor entry's Max/Min/Mean/Norm, and the except fields where Max or Min is not finite.
+void set_statistics(Entry& e, double max, double min, double mean, double norm, double max_except,
+                    double min_except);
 // The same entry without Max/Min/Mean/Norm (left absent): for statistics known already.
 Entry describe_tensor_layout(const at::Tensor& t);
 

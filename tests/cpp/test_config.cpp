@@ -80,6 +80,18 @@ TEST(ConfigTest, DefaultsWhenOnlyDumpPathIsGiven) {
   EXPECT_DOUBLE_EQ(c.overflow_check.mutation_threshold, 1e5);
   EXPECT_TRUE(c.overflow_check.rules.empty());
   EXPECT_FALSE(c.overflow_check.compat);
+  EXPECT_EQ(c.overflow_check.sync, SyncMode::Auto);
+  EXPECT_EQ(c.overflow_check.sync_batch_calls, 256);
+}
+
+TEST(ConfigTest, SyncModes) {
+  Config c = parse_config(
+      json{{"dump_path", "d"}, {"overflow_check", {{"sync", "batch"}, {"sync_batch_calls", 8}}}},
+      "config.json");
+  EXPECT_EQ(c.overflow_check.sync, SyncMode::Batch);
+  EXPECT_EQ(c.overflow_check.sync_batch_calls, 8);
+  c = parse_config(json::object(), "PrecisionDebugger", json{{"dump_path", "d"}, {"sync", "call"}});
+  EXPECT_EQ(c.overflow_check.sync, SyncMode::Call);
 }
 
 TEST(ConfigTest, FullConfigRoundTrip) {
@@ -269,7 +281,7 @@ TEST(ConfigTest, UnknownKeyWithoutCloseMatchListsAllowedKeys) {
   EXPECT_EQ(config_error(R"({"dump_path": "d", "overflow_check": {"max_calls": 2}})"),
             "config.json: overflow_check.max_calls: unknown key; allowed: overflow_nums, action, "
             "stop_level, stop_on, mutation_threshold, rules, compat, dump_skipped_steps, "
-            "min_loss_scale");
+            "min_loss_scale, sync, sync_batch_calls");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "a b\n": 1})"),
             R"(config.json: "a b\n": unknown key; allowed: task, dump_path, rank, step, level, )"
             "statistics, tensor, overflow_check");
@@ -308,7 +320,7 @@ TEST(ConfigTest, OverrideErrors) {
   const std::string allowed =
       "allowed: task, dump_path, level, step, rank, and the overflow_check keys overflow_nums, "
       "action, stop_level, stop_on, mutation_threshold, rules, compat, dump_skipped_steps, "
-      "min_loss_scale";
+      "min_loss_scale, sync, sync_batch_calls";
   EXPECT_EQ(config_error(file, json{{"foo", 1}}),
             R"(PrecisionDebugger: unknown keyword argument "foo"; )" + allowed);
   EXPECT_EQ(config_error(file, json{{"overflow_check", json::object()}}),
@@ -318,6 +330,11 @@ TEST(ConfigTest, OverrideErrors) {
       R"(PrecisionDebugger(stop_on=...)[1]: expected one of op, input, parameter, got "batch")");
   EXPECT_EQ(config_error(file, json{{"min_loss_scale", -1}}),
             R"(PrecisionDebugger(min_loss_scale=...): expected a finite number >= 0, got -1)");
+  EXPECT_EQ(config_error(file, json{{"sync", "step"}}),
+            R"(PrecisionDebugger(sync=...): expected one of auto, call, batch, got "step")");
+  EXPECT_EQ(
+      config_error(file, json{{"sync_batch_calls", 0}}),
+      "PrecisionDebugger(sync_batch_calls=...): expected an integer from 1 to 1000000, got 0");
   EXPECT_EQ(config_error(file, json::array({1})),
             "PrecisionDebugger: expected keyword arguments as a JSON object, got [1]");
 }

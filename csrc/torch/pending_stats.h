@@ -1,0 +1,43 @@
+// Statistics launched on the device and read back later, many calls' at once: with batched sync
+// a step does not wait for the device at every hooked call, only once per batch.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <mutex>
+#include <vector>
+
+#include "core/record.h"
+#include "torch/device_stats.h"
+
+namespace msprobe {
+
+class PendingStats {
+ public:
+  // Launches `t`'s reductions; returns the slot resolve() fills. `t` is held until then, for the
+  // rare second pass (overflowed accumulation, Max/Min_except of anomalous tensors), and let go
+  // there. Thread-safe: backward recorders run on the engine's threads.
+  int32_t add(const at::Tensor& t);
+
+  // Copies every launched result to the host at once (one host sync) and computes the
+  // summaries; then fill() gives them out.
+  void resolve();
+  // Writes slot `e.pending_stats`'s statistics into `e` and marks it final. A slot can fill
+  // several entries (the statistics cache hands the same one to every read of a tensor).
+  void fill(Entry& e) const;
+  // Forgets every slot: at a step's end, when none is pending any more.
+  void clear();
+  bool empty() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<at::Tensor> results_;  // per slot: max, min, sum, norm on the tensor's device
+  std::vector<at::Tensor> tensors_;
+  struct Resolved {
+    DeviceSummary summary;
+    double max_except, min_except;  // the finite elements' extremes, where max/min are not finite
+  };
+  std::vector<Resolved> resolved_;
+};
+
+}  // namespace msprobe
