@@ -1,6 +1,6 @@
 """Installs and removes the C++ API wrappers listed in rules/support_wrap_ops.yaml."""
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed
@@ -22,6 +22,29 @@ _NAMESPACES = {
 _MISSING = object()
 
 
+def compiling_probe() -> Optional[Callable[[], bool]]:
+    """torch.compile's "am I being traced" test (PyTorch 2.x), or None where there is none."""
+    compiler = getattr(torch, "compiler", None)
+    probe = getattr(compiler, "is_compiling", None)
+    if probe is None:
+        probe = getattr(getattr(torch, "_dynamo", None), "is_compiling", None)
+    return probe if callable(probe) else None
+
+
+def _compile_aware(hook: Any, original: Any, is_compiling: Callable[[], bool]) -> Callable[..., Any]:
+    """Under torch.compile the wrapper is inlined by the tracer, which folds is_compiling() to True
+    and so traces the original call: compiled regions are left alone (neither recorded nor judged,
+    never broken into pieces), and eager calls go to the hook."""
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if is_compiling():
+            return original(*args, **kwargs)
+        return hook(*args, **kwargs)
+    wrapper.__name__ = getattr(original, "__name__", "wrapper")
+    wrapper.__qualname__ = getattr(original, "__qualname__", wrapper.__name__)
+    wrapper.__doc__ = getattr(original, "__doc__", None)
+    return wrapper
+
+
 class ApiHooks:
     """The wrapped attributes and what they were, so that removal restores every one exactly."""
 
@@ -36,6 +59,7 @@ class ApiHooks:
         if self._saved:
             return
         ops: Dict[str, List[str]] = _C.load_wrap_ops(wrap_ops_path)
+        is_compiling = compiling_probe()
         for section, names in ops.items():
             if section not in _NAMESPACES:
                 continue
@@ -47,7 +71,10 @@ class ApiHooks:
                 if original is _MISSING or not callable(original) or isinstance(original, type):
                     continue  # not in this torch version
                 hook = _C.ApiHook(f"{prefix}.{name}", original)
-                wrapper = _C.as_method(hook) if owner is torch.Tensor else hook
+                if is_compiling is not None:
+                    wrapper = _compile_aware(hook, original, is_compiling)  # a function: binds as a method
+                else:
+                    wrapper = _C.as_method(hook) if owner is torch.Tensor else hook
                 # Tensor methods usually live in torch._C._TensorBase, not in torch.Tensor's own
                 # __dict__: remember which, so removal deletes rather than shadows.
                 own = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else original

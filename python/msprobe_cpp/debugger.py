@@ -175,6 +175,10 @@ class PrecisionDebugger:
         if self._session.watching:
             self._grad_scalers.install()
         for m in new_models:
+            if hasattr(m, "_orig_mod"):  # torch.compile's OptimizedModule
+                self._warn_once("compiled", "a torch.compile'd model: the calls inside its compiled regions are "
+                                "left alone (neither recorded nor judged); run the model uncompiled (its "
+                                "_orig_mod) to watch them")
             self._add_model(m)
         if self._loss_scaler is not None and self._scale_before is None:
             self._note_scale(self._loss_scaler)

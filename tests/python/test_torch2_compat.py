@@ -1,0 +1,59 @@
+"""PyTorch 2.x paths that this machine's torch 1.13 lacks, proved through their seams: under
+torch.compile the API wrappers hand the call to the original (so compiled regions are traced as
+written, neither recorded nor broken), and a compiled model is said to be left alone."""
+import json
+import types
+
+import pytest
+import torch
+
+import msprobe_cpp
+
+
+@pytest.fixture
+def fake_compiler(monkeypatch):
+    """torch.compiler.is_compiling as PyTorch 2.x has it, answering what the test says."""
+    state = {"compiling": False}
+    compiler = getattr(torch, "compiler", None) or types.SimpleNamespace()
+    monkeypatch.setattr(torch, "compiler", compiler, raising=False)
+    monkeypatch.setattr(compiler, "is_compiling", lambda: state["compiling"], raising=False)
+    return state
+
+
+def test_calls_traced_by_torch_compile_go_to_the_original(tmp_path, fake_compiler):
+    original = torch.tanh
+    x = torch.linspace(-1, 1, 5)
+    expected_exp = x.exp()
+    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), level="L1", step=[0])
+    dbg.start()
+    eager = torch.tanh(x)
+    fake_compiler["compiling"] = True
+    traced = torch.tanh(x)      # what the tracer sees: the original, unrecorded
+    traced_method = x.exp()
+    fake_compiler["compiling"] = False
+    dbg.stop()
+    dbg.step()
+    assert torch.equal(eager, traced) and torch.equal(traced_method, expected_exp)
+    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert list(data) == ["Torch.tanh.0.forward"]
+    assert torch.tanh is original  # removed after the last step, as always
+
+
+def test_a_compiled_model_is_said_to_be_left_alone(tmp_path, capfd):
+    class Compiled(torch.nn.Module):  # torch.compile's OptimizedModule keeps the model here
+        def __init__(self):
+            super().__init__()
+            self._orig_mod = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self._orig_mod(x)
+
+    model = Compiled()
+    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), level="mix", step=[0, 1])
+    for _ in range(2):
+        dbg.start(model)
+        model(torch.ones(1, 2))
+        dbg.stop()
+        dbg.step()
+    err = capfd.readouterr().err
+    assert err.count("torch.compile'd model") == 1, err
