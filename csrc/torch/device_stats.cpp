@@ -9,9 +9,9 @@ namespace msprobe {
 namespace {
 
 // Elements reduced at a time where a reduction would otherwise cast the whole tensor first (CPU
-// and NPU reductions with a dtype other than the input's make a converted copy): 2 M elements,
-// 8 MB in float32.
-constexpr int64_t kChunk = int64_t{1} << 21;
+// and NPU reductions with a dtype other than the input's make a converted copy): 1 M elements,
+// 4 MB in float32.
+constexpr int64_t kChunk = int64_t{1} << 20;
 
 bool float64_allowed(const at::Tensor& t) {
   return t.device().is_cpu() || t.device().is_cuda();
