@@ -27,6 +27,20 @@ def backward(grads_in: List[Any], grads_out: List[Any]):
     return {"input": grads_in, "output": grads_out}
 
 
+def data_names(value: Any) -> List[str]:
+    """Every `data_name` in a dump.json's data (or any part of it), in file order."""
+    found: List[str] = []
+    if isinstance(value, dict):
+        if "data_name" in value:
+            found.append(value["data_name"])
+        for v in value.values():
+            found += data_names(v)
+    elif isinstance(value, list):
+        for v in value:
+            found += data_names(v)
+    return found
+
+
 def write_dump(path: pathlib.Path, data: Dict[str, Any], task: str = "overflow_check") -> pathlib.Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"task": task, "level": "L1", "dump_data_dir": None, "data": data}

@@ -14,6 +14,7 @@ import torch
 
 import msprobe_cpp
 from msprobe_cpp import _C
+from dumps import data_names
 from models import make_batches, make_model, make_optimizer, train, train_step
 
 
@@ -56,20 +57,8 @@ def assert_no_partial_evidence(root: pathlib.Path) -> None:
             assert (f.parent / "dump.json").exists(), f"{f} has no dump.json beside it"
 
 
-def data_names(dump_json: pathlib.Path) -> List[str]:
-    found: List[str] = []
-
-    def walk(v):
-        if isinstance(v, dict):
-            if "data_name" in v:
-                found.append(v["data_name"])
-            for x in v.values():
-                walk(x)
-        elif isinstance(v, list):
-            for x in v:
-                walk(x)
-    walk(json.loads(dump_json.read_text())["data"])
-    return found
+def names_in(dump_json: pathlib.Path) -> List[str]:
+    return data_names(json.loads(dump_json.read_text())["data"])
 
 
 def test_statistics_on_a_full_disk_leave_no_empty_step_folders(tmp_path, capfd):
@@ -102,7 +91,7 @@ def test_tensor_saving_stops_and_the_failing_step_keeps_its_statistics(tmp_path,
         assert sorted(p.name for p in rank.iterdir()) == ["construct.json", "dump.json", "stack.json"], step
         dump = json.loads((rank / "dump.json").read_text())
         assert dump["task"] == "tensor" and dump["dump_data_dir"] is None
-        assert data_names(rank / "dump.json") == []
+        assert names_in(rank / "dump.json") == []
         assert dump["data"]["Functional.linear.0.forward"]["input_args"][0]["shape"] == [100_000, 16]
     assert_no_partial_evidence(tmp_path)
     err = capfd.readouterr().err
@@ -139,7 +128,7 @@ def test_real_full_tmpfs(tmpfs, capfd):
     dump = tmpfs / "dump"
     assert sorted(p.name for p in dump.iterdir()) == ["step0", "step1", "step4", "step5"]
     for step in (0, 1, 4, 5):
-        assert data_names(dump / f"step{step}" / "rank" / "dump.json") == []
+        assert names_in(dump / f"step{step}" / "rank" / "dump.json") == []
     assert_no_partial_evidence(dump)
     err = capfd.readouterr().err
     assert "saving tensors failed at step 0" in err and "No space left on device" in err, err

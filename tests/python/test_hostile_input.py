@@ -116,16 +116,24 @@ def test_a_scope_that_ends_at_a_call_that_raises_closes(tmp_path):
     assert list(data) == ["Torch.tanh.0.forward"]
 
 
-def test_a_module_whose_forward_raised_is_no_longer_the_parent(tmp_path):
-    class Fails(torch.nn.Module):
-        def forward(self, x):
-            torch.relu(x)
-            raise ValueError("bad input")
+class Raises(torch.nn.Module):
+    """A submodule whose forward fails, after making `calls` on its input."""
 
+    def __init__(self, *calls):
+        super().__init__()
+        self.calls = calls
+
+    def forward(self, x):
+        for call in self.calls:
+            call(x)
+        raise ValueError("bad input")
+
+
+def test_a_module_whose_forward_raised_is_no_longer_the_parent(tmp_path):
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.inner = Fails()
+            self.inner = Raises(lambda x: torch.relu(x))  # looked up when called: the hooked one
 
         def forward(self, x):
             try:
@@ -140,19 +148,15 @@ def test_a_module_whose_forward_raised_is_no_longer_the_parent(tmp_path):
     model(torch.ones(2))
     dbg.stop()
     construct = json.loads((tmp_path / "step0" / "rank" / "construct.json").read_text())
-    assert construct["Torch.relu.0.forward"] == "Module.0.inner.Fails.forward.0"
+    assert construct["Torch.relu.0.forward"] == "Module.0.inner.Raises.forward.0"
     assert construct["Torch.tanh.0.forward"] == "Module.0.Net.forward.0"
 
 
 def test_an_exception_out_of_the_root_model_closes_every_module_call(tmp_path):
-    class Fails(torch.nn.Module):
-        def forward(self, x):
-            raise ValueError("bad input")
-
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.inner = Fails()
+            self.inner = Raises()
 
         def forward(self, x):
             torch.relu(x)

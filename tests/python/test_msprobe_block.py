@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import msprobe_cpp
+from dumps import data_names
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "data" / "msprobe-1.1.1"
 
@@ -58,24 +59,9 @@ def test_tensor_file_names_are_msprobes(tmp_path):
     ours, theirs = load(folder, "dump.json")["data"], load(FIXTURES / "block_tensor_L1", "dump.json")["data"]
     common = both(ours, theirs)
     assert len(common) == len(theirs)  # every msprobe record is ours too
-
-    def names(record: Any) -> list:
-        out = []
-        def walk(v: Any) -> None:
-            if isinstance(v, dict):
-                if "data_name" in v:
-                    out.append(v["data_name"])
-                for x in v.values():
-                    walk(x)
-            elif isinstance(v, list):
-                for x in v:
-                    walk(x)
-        walk(record)
-        return out
-
     for name in common:
-        assert names(ours[name]) == names(theirs[name]), name
-    assert "Functional.cross_entropy.0.forward.kwargs.weight.pt" in names(ours["Functional.cross_entropy.0.forward"])
+        assert data_names(ours[name]) == data_names(theirs[name]), name
+    assert "Functional.cross_entropy.0.forward.kwargs.weight.pt" in data_names(ours["Functional.cross_entropy.0.forward"])
     on_disk = {p.name for p in (folder / "dump_tensor_data").iterdir()}
     theirs_on_disk = {p.name for p in (FIXTURES / "block_tensor_L1" / "dump_tensor_data").iterdir()}
     assert theirs_on_disk <= on_disk
