@@ -148,19 +148,19 @@ struct CallRecord {
   bool has_outputs = true;
 };
 
-// Calls `f(Entry&)` for every entry of `rec`, list items included.
-template <typename F>
-void for_each_entry(CallRecord& rec, F&& f) {
+// Calls `f(entry)` for every entry of `rec`, list items included (const or not, as `rec` is).
+template <typename Record, typename F>
+void for_each_entry(Record& rec, F&& f) {
   struct Walk {
     F& f;
-    void operator()(Entry& e) {
+    void operator()(decltype(rec.inputs.front())& e) {
       f(e);
-      for (Entry& item : e.items) (*this)(item);
+      for (auto& item : e.items) (*this)(item);
     }
   } walk{f};
-  for (Entry& e : rec.inputs) walk(e);
+  for (auto& e : rec.inputs) walk(e);
   for (auto& kv : rec.kwargs) walk(kv.second);
-  for (Entry& e : rec.outputs) walk(e);
+  for (auto& e : rec.outputs) walk(e);
 }
 
 // "Tensor.add_.0.backward" and "Module.fc1.Linear.backward.0" are backward calls.

@@ -39,16 +39,16 @@ void for_each_chunk(const at::Tensor& t, const F& f) {
   }
   if (t.is_contiguous()) {
     const at::Tensor flat = t.view({-1});
-    for (int64_t at = 0; at < flat.numel(); at += kChunk) {
-      f(flat.narrow(0, at, std::min(kChunk, flat.numel() - at)));
+    for (int64_t start = 0; start < flat.numel(); start += kChunk) {
+      f(flat.narrow(0, start, std::min(kChunk, flat.numel() - start)));
     }
     return;
   }
   const int64_t rows = t.size(0);
   const int64_t per_row = t.numel() / rows;
   const int64_t step = std::max<int64_t>(1, kChunk / std::max<int64_t>(per_row, 1));
-  for (int64_t at = 0; at < rows; at += step) {
-    const at::Tensor piece = t.narrow(0, at, std::min(step, rows - at));
+  for (int64_t start = 0; start < rows; start += step) {
+    const at::Tensor piece = t.narrow(0, start, std::min(step, rows - start));
     if (piece.numel() > kChunk && piece.size(0) == 1) {
       for_each_chunk(piece.squeeze(0), f);  // one row larger than a chunk: split it in turn
     } else {
