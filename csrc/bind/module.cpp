@@ -107,13 +107,24 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "set_python_side",
           [](Session& s, py::object overflow_type, py::object error_type, py::object on_flagged,
-             py::object queue_callback) {
-            s.set_python_side(std::make_unique<PythonSide>(
-                PythonSide{std::move(overflow_type), std::move(error_type), std::move(on_flagged),
-                           std::move(queue_callback)}));
+             py::object queue_callback, py::object on_stop, py::object raise_peer_stop) {
+            s.set_python_side(std::make_unique<PythonSide>(PythonSide{
+                std::move(overflow_type), std::move(error_type), std::move(on_flagged),
+                std::move(queue_callback), std::move(on_stop), std::move(raise_peer_stop)}));
           },
           py::arg("overflow_type"), py::arg("error_type"), py::arg("on_flagged"),
-          py::arg("queue_callback"))
+          py::arg("queue_callback"), py::arg("on_stop") = py::none(),
+          py::arg("raise_peer_stop") = py::none())
+      .def("set_peer_stopped", &Session::set_peer_stopped)
+      .def_property_readonly("peer_stopped", &Session::peer_stopped)
+      .def(
+          "stop_for_peer",
+          [](Session& s, int rank, int64_t step, const std::string& call,
+             const std::string& origin) {
+            flush_deferred(s);
+            return s.stop_for_peer(PeerStop{rank, step, call, origin});
+          },
+          py::arg("rank"), py::arg("step"), py::arg("call"), py::arg("origin"))
       .def(
           "add_model_tensor",
           [](Session& s, const std::string& name, const at::Tensor& t, bool buffer) {

@@ -67,6 +67,23 @@ void Report::write(JsonWriter& w) const {
     w.key("first_anomaly");
     first_anomaly->write(w);
   }
+  if (peer_stop) {
+    w.key("peer_stop");
+    w.begin_object();
+    w.key("rank");
+    w.value_int(peer_stop->rank);
+    w.key("step");
+    w.value_int(peer_stop->step);
+    w.key("call");
+    w.value_string(peer_stop->call);
+    w.key("origin");
+    if (peer_stop->origin.empty()) {
+      w.value_null();
+    } else {
+      w.value_string(peer_stop->origin);
+    }
+    w.end_object();
+  }
   w.end_object();
 }
 

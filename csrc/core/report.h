@@ -12,12 +12,21 @@
 
 namespace msprobe {
 
+// torch.distributed: another rank overflowed, and this one stopped with it (a peer stop).
+struct PeerStop {
+  int rank = 0;        // the rank that overflowed
+  int64_t step = 0;    // its step
+  std::string call;    // its first flagged call
+  std::string origin;  // that call's origin ("op", "input", "parameter"), or empty
+};
+
 struct Report {
   std::vector<Finding> findings;  // in record order
   // overflow_report.json only: the finding that flagged the step, whatever its level, so the
   // call where NaN or inf entered is named even when it came in with the data, with its origin,
   // module, source line and counts.
   std::optional<OverflowFacts> first_anomaly;
+  std::optional<PeerStop> peer_stop;  // overflow_report.json of a rank stopped by a peer
 
   bool empty() const { return findings.empty(); }
   void write(JsonWriter& w) const;

@@ -8,6 +8,7 @@
 #include "torch/grad_hook.h"
 #include "torch/hook_scope.h"
 #include "torch/live_tensors.h"
+#include "torch/overflow_raise.h"
 #include "torch/py_values.h"
 #include "torch/session.h"
 
@@ -82,6 +83,7 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   if (!session || !session->collecting() || ReentryGuard::inside()) {
     return call_original(args, kwargs);
   }
+  if (session->peer_stopped()) raise_peer_stop(*session);  // another rank stopped: so does this
   ReentryGuard guard;
   // Named first, so that scope, list and data_mode are decided before any statistics: a call
   // that is filtered out costs a counter and a few string compares.

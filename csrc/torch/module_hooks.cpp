@@ -5,6 +5,7 @@
 #include "torch/call_submit.h"
 #include "torch/hook_scope.h"
 #include "torch/live_tensors.h"
+#include "torch/overflow_raise.h"
 #include "torch/py_values.h"
 #include "torch/session.h"
 
@@ -22,6 +23,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
   auto pre = [forward_key, record](py::handle module, py::handle inputs, py::handle kwargs) {
     std::shared_ptr<Session> s = current_session();
     if (!s || !s->collecting()) return;
+    if (s->peer_stopped()) raise_peer_stop(*s);
     Selection& selection = s->selection();
     OpenModuleCall open;
     open.module = module.ptr();

@@ -49,6 +49,11 @@ void queue_end_of_backward(Session& session) {
 
 }  // namespace
 
+void raise_peer_stop(Session& session) {
+  PythonSide* side = session.python_side();
+  if (side && side->raise_peer_stop && !side->raise_peer_stop.is_none()) side->raise_peer_stop();
+}
+
 void queue_backward_flush(Session& session) {
   PythonSide* side = session.python_side();
   if (!side || !side->queue_callback) return;
@@ -91,7 +96,9 @@ void handle_overflow_event(Session& session, const OverflowEvent& event) {
   if (event.notify && side->on_flagged) side->on_flagged(overflow_object(*side, event.facts));
   if (!event.raise) return;
   session.end_step_for_raise();
-  py::object error = side->error_type(event.facts.message(), overflow_object(*side, event.facts));
+  py::object overflow = overflow_object(*side, event.facts);
+  if (side->on_stop && !side->on_stop.is_none()) side->on_stop(overflow);
+  py::object error = side->error_type(event.facts.message(), overflow);
   PyErr_SetObject(side->error_type.ptr(), error.ptr());
   throw py::error_already_set();
 }

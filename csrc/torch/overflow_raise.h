@@ -13,7 +13,14 @@ struct PythonSide {
   pybind11::object error_type;      // msprobe_cpp.OverflowError(message, overflow)
   pybind11::object on_flagged;      // the debugger's callback, given an Overflow
   pybind11::object queue_callback;  // torch.autograd.Variable._execution_engine.queue_callback
+  // torch.distributed (None otherwise): told of this rank's stop before it is raised, so that
+  // every other rank stops too; and what a hook calls, to raise the stop of a peer.
+  pybind11::object on_stop;
+  pybind11::object raise_peer_stop;
 };
+
+// A peer rank stopped: raises its stop here (GIL required). Nothing when there is no peer side.
+void raise_peer_stop(Session& session);
 
 // Does what `event` says: tells the debugger, queues the end-of-backward check, raises. A raise
 // throws pybind11::error_already_set with msprobe_cpp.OverflowError set, after the step's files

@@ -16,6 +16,7 @@
 #include "core/output_files.h"
 #include "core/overflow_facts.h"
 #include "core/record.h"
+#include "core/report.h"
 #include "core/selection.h"
 #include "torch/call_stack.h"
 #include "torch/describe_options.h"
@@ -115,6 +116,13 @@ class Session {
   // A backward pass queued calls under task overflow_check: their verdicts are wanted at its
   // end, before an optimizer uses the gradients. True once per pass (the caller queues it).
   bool claim_backward_flush();
+
+  // torch.distributed: another rank stopped. Set from the watcher thread; the hooks read it.
+  void set_peer_stopped() { peer_stopped_.store(true, std::memory_order_release); }
+  bool peer_stopped() const { return peer_stopped_.load(std::memory_order_acquire); }
+  // Writes this rank's records of the current step as a flagged step whose report names the
+  // peer, and ends the step. Returns the folder written ("" if nothing could be). GIL required.
+  std::string stop_for_peer(const PeerStop& peer);
   // True the first time only: the tool's own statistics failures are said once per session.
   bool first_statistics_failure() { return !said_statistics_failure_.exchange(true); }
 
@@ -185,6 +193,9 @@ class Session {
   std::atomic<size_t> deferred_count_{0};  // deferred_.size(), read without the lock
   PendingStats pending_stats_;
   bool backward_flush_queued_ = false;  // under deferred_mu_
+
+  std::atomic<bool> peer_stopped_{false};
+  std::optional<PeerStop> peer_stop_;  // the step being ended by a peer stop
   std::atomic<bool> said_statistics_failure_{false};
 };
 

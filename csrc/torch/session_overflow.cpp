@@ -3,6 +3,7 @@
 // with a one-screen summary.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "core/anomaly.h"
 #include "core/json_writer.h"
@@ -97,6 +98,7 @@ bool Session::dump_budget_left() const {
 }
 
 bool Session::should_dump_step() {
+  if (peer_stop_) return true;  // the evidence of every rank is the point of a peer stop
   if (!watch_->step_flagged()) return false;
   if (skipped_by_scaler_ && !config_.overflow_check.dump_skipped_steps) return false;
   if (!dump_budget_left()) {
@@ -247,16 +249,21 @@ void Session::write_overflow_files(const std::string& dir, std::vector<std::stri
   Report report;
   report.findings = watch_->findings();
   report.first_anomaly = step_overflow_ ? step_overflow_ : reached_gradients_;
+  report.peer_stop = peer_stop_;
   write_file_atomic(dir + "/overflow_report.json", report.to_json(1));
   written.push_back(dir + "/overflow_report.json");
 
   size_t counts[3] = {0, 0, 0};
   for (const Finding& f : report.findings) ++counts[static_cast<int>(f.severity)];
   const std::string who = rank_ >= 0 ? "[rank " + std::to_string(rank_) + "] " : "";
-  std::string text = who + "msprobe_cpp: step " + std::to_string(step_) +
-                     " flagged: " + std::to_string(report.findings.size()) + " anomalous calls (" +
-                     std::to_string(counts[2]) + " critical, " + std::to_string(counts[1]) +
-                     " high, " + std::to_string(counts[0]) + " medium)\n";
+  std::string text =
+      who + "msprobe_cpp: step " + std::to_string(step_) +
+      (peer_stop_
+           ? " written for a peer stop (rank " + std::to_string(peer_stop_->rank) + " overflowed): "
+           : " flagged: ") +
+      std::to_string(report.findings.size()) + " anomalous calls (" + std::to_string(counts[2]) +
+      " critical, " + std::to_string(counts[1]) + " high, " + std::to_string(counts[0]) +
+      " medium)" + (rank_ >= 0 ? " on this rank\n" : "\n");
   if (const auto& first = report.first_anomaly) {
     text += who + "  first anomaly: " + first->finding.call + " (" +
             to_string(first->finding.severity) + ", " + scene_name(first->finding.scene);
@@ -283,6 +290,21 @@ void Session::write_overflow_files(const std::string& dir, std::vector<std::stri
   }
   text += who + "  dump: " + dir + "  (msprobe-cpp check " + dir + "/dump.json)\n";
   std::fputs(text.c_str(), stderr);
+}
+
+}  // namespace msprobe
+
+namespace msprobe {
+
+std::string Session::stop_for_peer(const PeerStop& peer) {
+  if (!watch_) return "";
+  const std::string dir = step_dir();
+  peer_stop_ = peer;
+  dirty_ = true;  // written even when this rank collected nothing yet
+  end_step_for_raise();
+  peer_stop_.reset();
+  std::error_code ec;
+  return std::filesystem::exists(dir + "/dump.json", ec) ? dir : "";
 }
 
 }  // namespace msprobe

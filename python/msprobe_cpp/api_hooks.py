@@ -6,7 +6,8 @@ import torch
 import torch.distributed
 import torch.nn.functional
 
-from . import _C
+from . import _C, peer_stop
+from .errors import OverflowError
 
 RULES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rules")
 
@@ -45,6 +46,26 @@ def _compile_aware(hook: Any, original: Any, is_compiling: Callable[[], bool]) -
     return wrapper
 
 
+def _coordinated(call: Callable[..., Any]) -> Callable[..., Any]:
+    """A torch.distributed wrapper: under a coordinated stop (peer_stop.py) a collective is not
+    entered once the run is stopping, and one that fails because a peer stopped (gloo reports
+    the closed connection) says so, with this rank's records written."""
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        guard = peer_stop.active()
+        if guard is None:
+            return call(*args, **kwargs)
+        guard.before_collective()
+        try:
+            return call(*args, **kwargs)
+        except OverflowError:
+            raise
+        except RuntimeError:
+            guard.after_collective_failure()
+            raise
+    wrapper.__name__ = getattr(call, "__name__", "wrapper")
+    return wrapper
+
+
 class ApiHooks:
     """The wrapped attributes and what they were, so that removal restores every one exactly."""
 
@@ -75,6 +96,8 @@ class ApiHooks:
                     wrapper = _compile_aware(hook, original, is_compiling)  # a function: binds as a method
                 else:
                     wrapper = _C.as_method(hook) if owner is torch.Tensor else hook
+                if section == "distributed":
+                    wrapper = _coordinated(wrapper)
                 # Tensor methods usually live in torch._C._TensorBase, not in torch.Tensor's own
                 # __dict__: remember which, so removal deletes rather than shadows.
                 own = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else original

@@ -13,6 +13,8 @@ from . import _C
 from .api_hooks import ApiHooks
 from .errors import Overflow, OverflowError
 from .loss_scalers import GradScalerWatch
+from . import peer_stop
+from .peer_stop import PeerStop
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Frames under here are torch's, not the user's line an overflow stop names.
@@ -112,6 +114,8 @@ class PrecisionDebugger:
         self._scaled_by: Any = None  # the scaler that scaled this step's loss
         self._scale_before: Optional[float] = None
         self._grad_scalers = GradScalerWatch(weakref.WeakMethod(self._saw_grad_scaler))
+        self._peer: Optional[PeerStop] = None  # torch.distributed with overflow_check: the coordinated stop
+        self._peer_tried = False
         if self._session.watching:
             me = weakref.ref(self)  # the session must not keep the debugger alive
 
@@ -120,8 +124,19 @@ class PrecisionDebugger:
                 if debugger is not None:
                     debugger._flagged(overflow)
 
+            def on_stop(overflow: Overflow) -> None:
+                debugger = me()
+                if debugger is not None and debugger._peer is not None:
+                    debugger._peer.publish(overflow)
+
+            def raise_peer_stop() -> None:
+                debugger = me()
+                if debugger is not None and debugger._peer is not None:
+                    debugger._peer.raise_now()
+
             engine = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
-            self._session.set_python_side(Overflow, OverflowError, on_flagged, engine.queue_callback)
+            self._session.set_python_side(Overflow, OverflowError, on_flagged, engine.queue_callback,
+                                          on_stop, raise_peer_stop)
 
         previous = PrecisionDebugger._instance
         if previous is not None and not previous._done:
@@ -182,10 +197,17 @@ class PrecisionDebugger:
             self._add_model(m)
         if self._loss_scaler is not None and self._scale_before is None:
             self._note_scale(self._loss_scaler)
+        if self._peer is None and self._session.watching and _rank() >= 0 and not self._peer_tried:
+            self._peer_tried = True
+            self._peer = peer_stop.create(self._session)
+        if self._peer is not None:
+            self._peer.check_peer()
         self._session.start(_rank())
 
     def stop(self) -> None:
         """Ends collection for now and writes the step's files."""
+        if self._peer is not None:
+            self._peer.check_peer()
         self._stopped = True
         self._session.stop()
 
@@ -195,6 +217,8 @@ class PrecisionDebugger:
         With a loss scaler, this is where a skipped step is told apart from a missed overflow:
         it raises OverflowError when the scale did not drop after non-finite gradients, or fell
         below min_loss_scale."""
+        if self._peer is not None:
+            self._peer.check_peer()
         scaler, before = self._scaled_by, self._scale_before
         self._scaled_by, self._scale_before = None, None
         self._stopped = False
@@ -263,5 +287,7 @@ class PrecisionDebugger:
         self._module_handles = []
         self._hooked_modules = set()
         self._done = True
+        if self._peer is not None:
+            self._peer.close()
         if PrecisionDebugger._instance is self:
             _C.set_current_session(None)

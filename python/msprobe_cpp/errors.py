@@ -31,6 +31,9 @@ class Overflow:
     masked: bool
     note: str
     message: str
+    # torch.distributed: True on a rank stopped because another rank overflowed (peer_rank,
+    # peer_step name it; call, origin, scene and level are that rank's).
+    peer_stop: bool = False
 
     def __init__(self, **facts: Any) -> None:
         self.__dict__.update(facts)
@@ -51,6 +54,8 @@ class OverflowError(RuntimeError):  # noqa: A001 - msprobe_cpp.OverflowError, by
 
     The message says it all; the same facts are attributes (those of `Overflow`), and
     `e.overflow` is the Overflow itself."""
+
+    peer_stop: bool = False
 
     def __init__(self, message: str, overflow: Overflow) -> None:
         super().__init__(message)

@@ -1,0 +1,161 @@
+"""One rank stops, every rank stops: the coordinated stop under torch.distributed.
+
+The rank that stops publishes its stop on torch.distributed's own store (the one
+init_process_group made) before it raises, and waits up to a few seconds until every other rank
+has seen it. Each rank has a thread waiting on that key (no store operation per step while
+nothing is wrong). Once a rank has seen it, it stops at its next hooked call, at
+start()/stop()/step(), or, if it is blocked in a collective that the stopping rank will never
+join, when that collective fails (gloo reports the closed connection when the stopping process
+ends): it writes its records of the step (overflow_report.json says "peer_stop"), prints one line
+and raises msprobe_cpp.OverflowError with `peer_stop = True`.
+
+The contract: a stop under torch.distributed ends the run on every rank. The stopping rank
+refuses further collectives (a program that caught the error and went on would otherwise pair
+its next collective with another step's on the other ranks).
+"""
+import json
+import os
+import sys
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Dict, Optional, Tuple
+
+import torch.distributed as dist
+
+from .errors import Overflow, OverflowError
+
+KEY = "msprobe_cpp/stop"
+SEEN = "msprobe_cpp/stop_seen"
+ACK_WAIT_S = 5.0
+_active: Optional["PeerStop"] = None
+
+
+def active() -> Optional["PeerStop"]:
+    """The live debugger's coordinator, or None outside torch.distributed."""
+    return _active
+
+
+def _store_address() -> Optional[Tuple[str, int]]:
+    """Where the process group's TCPStore listens: env:// (torchrun) names it; a TCPStore that
+    init_process_group was given says it."""
+    if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        return os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    store = dist.distributed_c10d._get_default_store()
+    store = getattr(store, "underlying_store", store)
+    host, port = getattr(store, "host", None), getattr(store, "port", None)
+    return (host, int(port)) if host and port else None
+
+
+def create(session: Any) -> Optional["PeerStop"]:
+    """The coordinator of this rank, or None (with one line) where the store cannot be reached."""
+    address = _store_address()
+    if address is None:
+        print("msprobe_cpp: warning: torch.distributed's store is not a TCPStore at a known address: "
+              "a stop on one rank will not stop the others", file=sys.stderr)
+        return None
+    return PeerStop(session, *address)
+
+
+class PeerStop:
+    def __init__(self, session: Any, host: str, port: int) -> None:
+        global _active
+        self._session = session
+        # Connections of our own: a TCPStore client serves one request at a time, and the watcher's
+        # wait would hold the process group's (or our main thread's) for as long as it waits.
+        self._store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=30))
+        self._watch_store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(hours=1))
+        self._rank = dist.get_rank()
+        self._world = dist.get_world_size()
+        self.peer: Optional[Dict[str, Any]] = None  # the stopping rank's facts, once seen
+        self._seen = threading.Event()
+        self._stopped_here = False
+        self._raised_peer = False
+        threading.Thread(target=self._watch, name="msprobe_cpp peer stop", daemon=True).start()
+        _active = self
+
+    def close(self) -> None:
+        global _active
+        if _active is self:
+            _active = None
+
+    # --- the stopping rank ---
+
+    def publish(self, overflow: Overflow) -> None:
+        """Called just before this rank raises its own stop."""
+        if self._stopped_here or self.peer is not None:
+            return  # one stop per run; a rank stopped by a peer does not publish
+        self._stopped_here = True
+        facts = {"rank": self._rank, "step": overflow.step, "call": overflow.call,
+                 "origin": overflow.origin, "scene": overflow.scene, "level": overflow.level}
+        try:
+            self._store.set(KEY, json.dumps(facts))
+            deadline = time.monotonic() + ACK_WAIT_S
+            while self._store.add(SEEN, 0) < self._world - 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        except Exception:  # noqa: BLE001 - a broken store must not hide this rank's own stop
+            pass
+
+    # --- the other ranks ---
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                self._watch_store.wait([KEY], timedelta(hours=1))
+                facts = json.loads(self._watch_store.get(KEY))
+            except Exception as e:  # noqa: BLE001
+                if "imeout" in str(e):
+                    continue  # an hour without a stop: wait again
+                return  # the store is gone: the run ended
+            if facts.get("rank") != self._rank:
+                self.peer = facts
+                self._session.set_peer_stopped()
+                try:
+                    self._watch_store.add(SEEN, 1)
+                except Exception:  # noqa: BLE001
+                    pass
+            self._seen.set()
+            return
+
+    def check_peer(self) -> None:
+        """At start()/stop()/step(): raises the stop a peer published."""
+        if self.peer is not None:
+            self.raise_now()
+
+    def before_collective(self) -> None:
+        """Raises a peer's stop, or refuses a collective after this rank's own stop."""
+        self.check_peer()
+        if self._stopped_here:
+            message = (f"[rank {self._rank}] msprobe_cpp: this rank stopped the run at an overflow; no "
+                       "further collective is made, as every other rank has stopped with it")
+            raise OverflowError(message, Overflow(**self._facts(self._session.current_step, None, False),
+                                                  message=message))
+
+    def after_collective_failure(self) -> None:
+        """A collective failed: if a peer stopped (or stops within a few seconds: the failure may
+        come first), that is the reason, raised as such."""
+        if self._seen.wait(ACK_WAIT_S) and self.peer is not None:
+            self.raise_now()
+
+    def raise_now(self) -> None:
+        peer = self.peer
+        assert peer is not None
+        step = self._session.current_step
+        dump_dir = "" if self._raised_peer else self._session.stop_for_peer(
+            int(peer["rank"]), int(peer["step"]), str(peer["call"]), str(peer.get("origin") or ""))
+        line = (f"[rank {self._rank}] stopping: rank {peer['rank']} overflowed at step {peer['step']} "
+                f"({peer['call']}, origin {peer.get('origin')})")
+        if not self._raised_peer:
+            print(line, file=sys.stderr, flush=True)
+        self._raised_peer = True
+        message = line + (f"\n  dump:   {dump_dir}" if dump_dir else "")
+        facts = self._facts(step, dump_dir or None, True)
+        facts.update(peer_rank=int(peer["rank"]), peer_step=int(peer["step"]), call=peer["call"],
+                     origin=peer.get("origin"), scene=peer.get("scene"), level=peer.get("level"))
+        raise OverflowError(message, Overflow(**facts, message=message))
+
+    def _facts(self, step: Any, dump_dir: Optional[str], peer_stop: bool) -> Dict[str, Any]:
+        return dict(step=step, rank=self._rank, call=None, scene=None, level=None, origin=None,
+                    parameter=None, input_args_anomaly_indices=[], input_kwargs_anomaly_keys=[],
+                    output_anomaly_indices=[], module=None, source=None, dump_dir=dump_dir, tensors=[],
+                    gradients=[], masked=False, note="", peer_stop=peer_stop)

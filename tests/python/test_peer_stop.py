@@ -1,0 +1,77 @@
+"""One rank overflows, every rank stops (3 gloo processes on 127.0.0.1): each ends with an
+OverflowError naming the overflowing rank and its call, and keeps its records of that step."""
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+WORLD = 3
+TIMEOUT_S = 90.0
+
+pytestmark = pytest.mark.skipif(
+    not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+    reason="torch.distributed with gloo is not available")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(out: pathlib.Path, bad_rank: int, bad_step: int) -> list:
+    env = dict(os.environ, WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "python"), str(HERE)]))
+    procs = [subprocess.Popen([sys.executable, str(HERE / "peer_worker.py"), str(out), str(bad_rank), str(bad_step)],
+                              env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(WORLD)]
+    deadline = time.monotonic() + TIMEOUT_S
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail("a rank hung: " + "\n".join(p.communicate()[0] or "" for p in procs))
+    results = []
+    for r in range(WORLD):
+        path = out / f"result_rank{r}.json"
+        assert path.exists(), f"rank {r} left no result:\n{logs[r]}"
+        results.append(json.loads(path.read_text()))
+    return results, logs
+
+
+@pytest.mark.parametrize("bad_rank", [1, 0])  # 0 hosts the store
+def test_every_rank_stops_with_the_one_that_overflowed(tmp_path, bad_rank):
+    results, logs = run_ranks(tmp_path, bad_rank, 2)
+    assert all(r["raised"] for r in results), logs
+    assert max(r["at"] for r in results) - min(r["at"] for r in results) < 20.0
+    call = results[bad_rank]["call"]
+    assert call.startswith("Functional.linear.") and not results[bad_rank]["peer_stop"]
+    assert f"rank {bad_rank}" in results[bad_rank]["message"] and call in results[bad_rank]["message"]
+    for r in results:
+        folder = tmp_path / "dump" / "step2" / f"rank{r['rank']}"
+        assert (folder / "dump.json").exists() and (folder / "overflow_report.json").exists(), r
+        report = json.loads((folder / "overflow_report.json").read_text())
+        if r["rank"] == bad_rank:
+            assert "peer_stop" not in report and report["first_anomaly"]["origin"] == "input"
+            continue
+        assert r["peer_stop"] and r["peer_rank"] == bad_rank and r["call"] == call, r
+        assert r["message"].startswith(f"[rank {r['rank']}] stopping: rank {bad_rank} overflowed at step 2 "
+                                       f"({call}, origin input)"), r["message"]
+        assert report["peer_stop"] == {"rank": bad_rank, "step": 2, "call": call, "origin": "input"}
+        # The records it had of the step: at least the whole forward of step 2.
+        data = json.loads((folder / "dump.json").read_text())["data"]
+        assert "Functional.cross_entropy.0.forward" in data, list(data)
