@@ -51,8 +51,10 @@ const EnumTable<SummaryMode> kSummaryModes = {{"statistics", SummaryMode::Statis
 const EnumTable<Action> kActions = {{"raise", Action::Raise}, {"continue", Action::Continue}};
 const EnumTable<SyncMode> kSyncModes = {
     {"auto", SyncMode::Auto}, {"call", SyncMode::Call}, {"batch", SyncMode::Batch}};
-const EnumTable<Origin> kOrigins = {
-    {"op", Origin::Op}, {"input", Origin::Input}, {"parameter", Origin::Parameter}};
+const EnumTable<Origin> kOrigins = {{"op", Origin::Op},
+                                    {"input", Origin::Input},
+                                    {"parameter", Origin::Parameter},
+                                    {"peer", Origin::Peer}};
 const EnumTable<Severity> kSeverities = {
     {"critical", Severity::Critical}, {"high", Severity::High}, {"medium", Severity::Medium}};
 
@@ -397,6 +399,8 @@ const char* to_string(Origin o) {
       return "input";
     case Origin::Parameter:
       return "parameter";
+    case Origin::Peer:
+      return "peer";
   }
   return "unknown";
 }

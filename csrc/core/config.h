@@ -42,7 +42,7 @@ enum class SyncMode { Auto, Call, Batch };
 enum class Severity { Medium = 0, High = 1, Critical = 2 };
 // Where an unexplained NaN/inf of a step came from (issue 8): an op that made it from clean
 // inputs, or a tensor that brought it into the step (the batch, or a model's parameter).
-enum class Origin { Op, Input, Parameter };
+enum class Origin { Op, Input, Parameter, Peer };
 
 const char* to_string(Task t);
 const char* to_string(Level l);
@@ -71,7 +71,7 @@ struct OverflowSection {
   std::vector<std::string> rules;  // extra rule files, resolved against the config's folder
   bool compat = false;
   // Which origins stop the run (action raise); findings without an origin stop by stop_level.
-  std::vector<Origin> stop_on = {Origin::Op, Origin::Input, Origin::Parameter};
+  std::vector<Origin> stop_on = {Origin::Op, Origin::Input, Origin::Parameter, Origin::Peer};
   bool dump_skipped_steps = false;  // steps a loss scaler skipped are written too
   double min_loss_scale = 1.0;      // a loss scale below this stops the run
   SyncMode sync = SyncMode::Auto;

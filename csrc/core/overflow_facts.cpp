@@ -80,6 +80,9 @@ std::string OverflowFacts::message() const {
       case Origin::Parameter:
         m += " (NaN/inf came in with parameter " + parameter.value_or("?") + ")";
         break;
+      case Origin::Peer:
+        m += " (NaN/inf came from another rank through this collective)";
+        break;
     }
   }
   if (!note.empty()) m += "\n  note:   " + note;

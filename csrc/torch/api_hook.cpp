@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "core/anomaly.h"
 #include "torch/call_submit.h"
 #include "torch/grad_hook.h"
 #include "torch/hook_scope.h"
@@ -15,6 +16,16 @@
 namespace py = pybind11;
 
 namespace msprobe {
+
+namespace {
+
+bool holds_any_anomaly(const CallRecord& rec) {
+  bool any = false;
+  for_each_entry(rec, [&](const Entry& e) { any = any || is_anomalous(e, false); });
+  return any;
+}
+
+}  // namespace
 
 namespace {
 
@@ -104,7 +115,15 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
     return call_original(args, kwargs);
   }
 
-  const DescribeOptions& options = session->describe_options();
+  // A collective's statistics are needed at once: whether its input was anomalous is told to the
+  // other ranks before it runs.
+  DescribeOptions collective_options;
+  if (written_.index >= 0) {
+    collective_options = session->describe_options();
+    collective_options.pending = nullptr;
+  }
+  const DescribeOptions& options =
+      written_.index >= 0 ? collective_options : session->describe_options();
   StoredCall call;
   call.record.name = name;
   call.record.has_inputs = sel.inputs;
@@ -123,6 +142,9 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   }
   call.stack = session->capture_stack();
   call.parent = enclosing_module();
+  const bool collective_input_anomaly =
+      written_.index >= 0 && session->watching() && holds_any_anomaly(call.record);
+  if (collective_input_anomaly) mark_anomalous_collective_input(*session, name);
 
   py::object result;
   {
@@ -136,11 +158,19 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
     }
   }
   if (sel.forward) {
+    // An in-place collective's result is in its buffer (when it ran synchronously: an async
+    // one's buffer is not ready until its work is waited for).
+    py::handle written = result.is_none() ? written_buffer(written_, args, kwargs) : py::handle();
+    py::object outputs = written ? py::object(py::make_tuple(written)) : result;
     if (sel.outputs)
-      call.record.outputs = describe_items(result.ptr(), options, options.stem(name, "output"));
+      call.record.outputs = describe_items(outputs.ptr(), options, options.stem(name, "output"));
+    if (written && session->watching() && !collective_input_anomaly &&
+        holds_any_anomaly(call.record)) {
+      call.peer_rank = anomalous_collective_input_rank(*session, name);
+    }
     submit(*session, std::move(call), [&] {
       return LiveTensors{live_args_of(args.ptr()), kwarg_tensors(kwargs),
-                         live_args_of(result.ptr())};
+                         live_args_of(outputs.ptr())};
     });
   }
   return result;

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <string>
 
+#include "torch/collectives.h"
+
 namespace msprobe {
 
 class Session;
@@ -17,7 +19,7 @@ class Session;
 class ApiHook {
  public:
   ApiHook(std::string api, pybind11::object original)
-      : api_(std::move(api)), original_(std::move(original)) {}
+      : api_(std::move(api)), original_(std::move(original)), written_(written_argument(api_)) {}
 
   pybind11::object call(pybind11::args args, pybind11::kwargs kwargs);
   // n of this API's next call within the session's step: a counter of the hook's own, reset when
@@ -30,6 +32,7 @@ class ApiHook {
  private:
   std::string api_;  // "Functional.linear"
   pybind11::object original_;
+  WrittenArgument written_;         // in-place collectives: the argument that holds the result
   std::atomic<uint64_t> epoch_{0};  // Session::epoch() the count belongs to
   std::atomic<int64_t> count_{0};
   std::mutex reset_mu_;

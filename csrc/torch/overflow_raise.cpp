@@ -49,6 +49,21 @@ void queue_end_of_backward(Session& session) {
 
 }  // namespace
 
+void mark_anomalous_collective_input(Session& session, const std::string& call) {
+  PythonSide* side = session.python_side();
+  if (side && side->mark_collective_input && !side->mark_collective_input.is_none()) {
+    side->mark_collective_input(call);
+  }
+}
+
+std::optional<int> anomalous_collective_input_rank(Session& session, const std::string& call) {
+  PythonSide* side = session.python_side();
+  if (!side || !side->collective_input_rank || side->collective_input_rank.is_none()) return {};
+  py::object rank = side->collective_input_rank(call);
+  if (rank.is_none()) return {};
+  return rank.cast<int>();
+}
+
 void raise_peer_stop(Session& session) {
   PythonSide* side = session.python_side();
   if (side && side->raise_peer_stop && !side->raise_peer_stop.is_none()) side->raise_peer_stop();

@@ -4,6 +4,9 @@
 
 #include <pybind11/pybind11.h>
 
+#include <optional>
+#include <string>
+
 #include "torch/session.h"
 
 namespace msprobe {
@@ -17,7 +20,15 @@ struct PythonSide {
   // every other rank stops too; and what a hook calls, to raise the stop of a peer.
   pybind11::object on_stop;
   pybind11::object raise_peer_stop;
+  // Collectives: tells the other ranks that this rank's input to `call` held NaN/inf; asks which
+  // rank's input to `call` did (int or None).
+  pybind11::object mark_collective_input;
+  pybind11::object collective_input_rank;
 };
+
+// Collectives under torch.distributed (nothing, or nullopt, without a peer side). GIL required.
+void mark_anomalous_collective_input(Session& session, const std::string& call);
+std::optional<int> anomalous_collective_input_rank(Session& session, const std::string& call);
 
 // A peer rank stopped: raises its stop here (GIL required). Nothing when there is no peer side.
 void raise_peer_stop(Session& session);

@@ -104,7 +104,8 @@ bool OverflowWatch::backward_explained(const CallRecord& rec, const Finding& f) 
   return !unexplained_forwards_.count(forward_name_of(rec.name));
 }
 
-Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live) {
+Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
+                             std::optional<int> peer_rank) {
   Verdict v;
   bool filtered = false;
   v.finding = detector_.judge(rec, &filtered);
@@ -120,7 +121,8 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live) {
   if (f.scene == Scene::NumericalMutation) {
     judgement = Judgement::Lead;  // finite data: a lead to the culprit, nothing to trace
   } else if (f.scene == Scene::InputNormalOutputAnomaly) {
-    v.origin = Origin::Op;
+    v.origin = peer_rank ? Origin::Peer : Origin::Op;
+    if (peer_rank) v.note = "rank " + std::to_string(*peer_rank) + " gave this collective NaN/inf";
   } else if (backward) {
     if (backward_explained(rec, f)) judgement = Judgement::Explained;
   } else {

@@ -46,7 +46,9 @@ class OverflowWatch {
   // Throws RulesError for an unusable rules file of the config.
   OverflowWatch(const Config& config, const ModelTensors& models);
 
-  Verdict judge(const CallRecord& rec, const LiveTensors& live);
+  // `peer_rank`: a collective whose anomalous result came from that rank's anomalous input.
+  Verdict judge(const CallRecord& rec, const LiveTensors& live,
+                std::optional<int> peer_rank = std::nullopt);
   void new_step();
 
   bool step_flagged() const { return step_flagged_; }

@@ -222,7 +222,7 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
   if (watch_) {
     static const LiveTensors kNone;
     const LiveTensors& tensors = live ? *live : kNone;
-    const Verdict v = watch_->judge(call.record, tensors);
+    const Verdict v = watch_->judge(call.record, tensors, call.peer_rank);
     if (v.finding && dump_budget_left()) keep_tensors(call, tensors);
     OverflowEvent e;
     if (v.end_of_backward) {

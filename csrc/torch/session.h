@@ -34,6 +34,7 @@ struct StoredCall {
   StackPtr stack;                          // may be null (no Python frames)
   std::optional<std::string> parent;       // enclosing module call, for construct.json
   std::optional<std::string> module_hint;  // a backward call's forward module, for messages
+  std::optional<int> peer_rank;  // a collective's anomalous result came from this rank's input
   // Task overflow_check: tensors of a call with a finding, saved if the step is dumped.
   std::vector<std::pair<at::Tensor, std::string>> tensors;
 };

@@ -134,9 +134,21 @@ class PrecisionDebugger:
                 if debugger is not None and debugger._peer is not None:
                     debugger._peer.raise_now()
 
+            def mark_collective_input(call: str) -> None:
+                debugger = me()
+                if debugger is not None and debugger._peer is not None:
+                    debugger._peer.mark_collective_input(call)
+
+            def collective_input_rank(call: str) -> Optional[int]:
+                debugger = me()
+                if debugger is not None and debugger._peer is not None:
+                    return debugger._peer.collective_input_rank(call)
+                return None
+
             engine = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
             self._session.set_python_side(Overflow, OverflowError, on_flagged, engine.queue_callback,
-                                          on_stop, raise_peer_stop)
+                                          on_stop, raise_peer_stop, mark_collective_input,
+                                          collective_input_rank)
 
         previous = PrecisionDebugger._instance
         if previous is not None and not previous._done:

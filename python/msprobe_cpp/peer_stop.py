@@ -13,6 +13,7 @@ The contract: a stop under torch.distributed ends the run on every rank. The sto
 refuses further collectives (a program that caught the error and went on would otherwise pair
 its next collective with another step's on the other ranks).
 """
+import atexit
 import json
 import os
 import sys
@@ -28,6 +29,7 @@ from .errors import Overflow, OverflowError
 KEY = "msprobe_cpp/stop"
 SEEN = "msprobe_cpp/stop_seen"
 ACK_WAIT_S = 5.0
+WAIT_PERIOD_S = 2.0  # the watcher's wait, renewed: bounds how long closing takes
 _active: Optional["PeerStop"] = None
 
 
@@ -69,15 +71,23 @@ class PeerStop:
         self._world = dist.get_world_size()
         self.peer: Optional[Dict[str, Any]] = None  # the stopping rank's facts, once seen
         self._seen = threading.Event()
+        self._closing = threading.Event()
         self._stopped_here = False
         self._raised_peer = False
-        threading.Thread(target=self._watch, name="msprobe_cpp peer stop", daemon=True).start()
+        self._thread = threading.Thread(target=self._watch, name="msprobe_cpp peer stop", daemon=True)
+        self._thread.start()
+        # A thread still inside a store wait when the interpreter ends takes the process down with it.
+        atexit.register(self.close)
         _active = self
 
     def close(self) -> None:
+        """Ends the watcher (within one wait period) and forgets this coordinator."""
         global _active
         if _active is self:
             _active = None
+        self._closing.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(WAIT_PERIOD_S + 1.0)
 
     # --- the stopping rank ---
 
@@ -96,16 +106,40 @@ class PeerStop:
         except Exception:  # noqa: BLE001 - a broken store must not hide this rank's own stop
             pass
 
+    # --- collectives: where a NaN/inf that arrived through one came from ---
+
+    def _input_key(self, call: str) -> str:
+        return f"msprobe_cpp/in/{self._session.current_step}/{call}"
+
+    def mark_collective_input(self, call: str) -> None:
+        """This rank's input to `call` held NaN/inf; set before the collective runs, so any rank
+        that sees its result afterwards finds it."""
+        try:
+            key = self._input_key(call)
+            self._store.set(key, str(self._rank))
+            self._store.add(key + "/marked", 1)  # TCPStore of torch 1.13 has no check(): a counter says
+        except Exception:  # noqa: BLE001 - then the receivers judge the call an op origin
+            pass
+
+    def collective_input_rank(self, call: str) -> Optional[int]:
+        """The rank whose input to `call` held NaN/inf, if any: one store operation, made only
+        when the call's result is anomalous and this rank's input was clean."""
+        try:
+            key = self._input_key(call)
+            return int(self._store.get(key)) if self._store.add(key + "/marked", 0) > 0 else None
+        except Exception:  # noqa: BLE001
+            return None
+
     # --- the other ranks ---
 
     def _watch(self) -> None:
-        while True:
+        while not self._closing.is_set():
             try:
-                self._watch_store.wait([KEY], timedelta(hours=1))
+                self._watch_store.wait([KEY], timedelta(seconds=WAIT_PERIOD_S))
                 facts = json.loads(self._watch_store.get(KEY))
             except Exception as e:  # noqa: BLE001
                 if "imeout" in str(e):
-                    continue  # an hour without a stop: wait again
+                    continue  # no stop yet: wait again, unless closing
                 return  # the store is gone: the run ended
             if facts.get("rank") != self._rank:
                 self.peer = facts

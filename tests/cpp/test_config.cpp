@@ -293,7 +293,7 @@ TEST(ConfigTest, OverrideErrors) {
             R"(PrecisionDebugger: unknown keyword argument "overflow_check"; )" + allowed);
   EXPECT_EQ(
       config_error(file, json{{"stop_on", json::array({"op", "batch"})}}),
-      R"(PrecisionDebugger(stop_on=...)[1]: expected one of op, input, parameter, got "batch")");
+      R"(PrecisionDebugger(stop_on=...)[1]: expected one of op, input, parameter, peer, got "batch")");
   EXPECT_EQ(config_error(file, json{{"min_loss_scale", -1}}),
             R"(PrecisionDebugger(min_loss_scale=...): expected a finite number >= 0, got -1)");
   EXPECT_EQ(config_error(file, json{{"sync", "step"}}),
@@ -327,7 +327,7 @@ namespace {
 TEST(ConfigTest, OverflowExtensionsDefaultAndParse) {
   const Config d = parse_config(json::parse(R"({"dump_path": "d"})"), "config.json");
   EXPECT_EQ(d.overflow_check.stop_on,
-            (std::vector<Origin>{Origin::Op, Origin::Input, Origin::Parameter}));
+            (std::vector<Origin>{Origin::Op, Origin::Input, Origin::Parameter, Origin::Peer}));
   EXPECT_FALSE(d.overflow_check.dump_skipped_steps);
   EXPECT_DOUBLE_EQ(d.overflow_check.min_loss_scale, 1.0);
   EXPECT_TRUE(d.overflow_check.stops_on(Origin::Input));

@@ -183,10 +183,10 @@ INSTANTIATE_TEST_SUITE_P(
                     R"(config.json: overflow_check.compat: expected true or false, got 1)"},
         InvalidCase{
             R"({"dump_path": "d", "overflow_check": {"stop_on": "op"}})",
-            R"(config.json: overflow_check.stop_on: expected a list of origins (op, input, parameter), got "op")"},
+            R"(config.json: overflow_check.stop_on: expected a list of origins (op, input, parameter, peer), got "op")"},
         InvalidCase{
             R"({"dump_path": "d", "overflow_check": {"stop_on": ["op", "nan"]}})",
-            R"(config.json: overflow_check.stop_on[1]: expected one of op, input, parameter, got "nan")"},
+            R"(config.json: overflow_check.stop_on[1]: expected one of op, input, parameter, peer, got "nan")"},
         InvalidCase{
             R"({"dump_path": "d", "overflow_check": {"dump_skipped_steps": "yes"}})",
             R"(config.json: overflow_check.dump_skipped_steps: expected true or false, got "yes")"},

@@ -1,10 +1,11 @@
 """One rank of the 3-process gloo run that test_peer_stop.py starts.
 
-    RANK=<r> WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=<p> python3 peer_worker.py OUT BAD_RANK BAD_STEP
+    RANK=<r> WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=<p> python3 peer_worker.py OUT BAD_RANK BAD_STEP [MODE]
 
 Trains a small model with gradients averaged by all_reduce under task overflow_check; rank
-BAD_RANK's batch holds a NaN at step BAD_STEP. Writes OUT/result_rank<r>.json: what it raised
-(or that it finished), and when.
+BAD_RANK's batch holds a NaN at step BAD_STEP. MODE "continue" runs with action continue (nobody
+stops); MODE "fp16" instead all_reduces a float16 tensor whose sum overflows (40000 on ranks 0
+and 1). Writes OUT/result_rank<r>.json: what it raised (or that it finished), and when.
 """
 import json
 import os
@@ -19,6 +20,7 @@ import msprobe_cpp
 
 def main() -> None:
     out, bad_rank, bad_step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    mode = sys.argv[4] if len(sys.argv) > 4 else "nan"
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -28,7 +30,15 @@ def main() -> None:
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         debugger = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=os.path.join(out, "dump"),
-                                                 level="L1")
+                                                 level="L1", overflow_nums=-1,
+                                                 action="raise" if mode == "nan" else "continue")
+        if mode == "fp16":
+            debugger.start()
+            t = torch.full((4,), 40000.0 if rank < 2 else 0.0, dtype=torch.float16)
+            dist.all_reduce(t)
+            debugger.stop()
+            debugger.step()
+            return
         g = torch.Generator().manual_seed(100 + rank)
         for step in range(5):
             x, y = torch.randn(4, 8, generator=g), torch.randint(0, 2, (4,), generator=g)

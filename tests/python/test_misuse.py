@@ -122,7 +122,7 @@ def test_overflow_check_options_as_keywords(tmp_path):
                                         min_loss_scale=0.5)
     assert dbg._session.watching
     with pytest.raises(msprobe_cpp.ConfigError, match=r"PrecisionDebugger\(stop_on=\.\.\.\)\[1\]: expected one of "
-                                                      r"op, input, parameter, got \"batch\""):
+                                                      r"op, input, parameter, peer, got \"batch\""):
         msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path, stop_on=["op", "batch"])
     with pytest.raises(msprobe_cpp.ConfigError, match=r"PrecisionDebugger\(step=\.\.\.\): expected a JSON-like value"):
         msprobe_cpp.PrecisionDebugger(dump_path=tmp_path, step=[object()])

@@ -29,11 +29,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(out: pathlib.Path, bad_rank: int, bad_step: int) -> list:
+def run_ranks(out: pathlib.Path, bad_rank: int, bad_step: int, mode: str = "nan") -> list:
     env = dict(os.environ, WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(ROOT / "python"), str(HERE)]))
-    procs = [subprocess.Popen([sys.executable, str(HERE / "peer_worker.py"), str(out), str(bad_rank), str(bad_step)],
+    procs = [subprocess.Popen([sys.executable, str(HERE / "peer_worker.py"), str(out), str(bad_rank), str(bad_step), mode],
                               env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(WORLD)]
     deadline = time.monotonic() + TIMEOUT_S
@@ -45,6 +45,8 @@ def run_ranks(out: pathlib.Path, bad_rank: int, bad_step: int) -> list:
         for p in procs:
             p.kill()
         pytest.fail("a rank hung: " + "\n".join(p.communicate()[0] or "" for p in procs))
+    # Every process ends on its own, with status 0: the watcher threads end with them cleanly.
+    assert [p.returncode for p in procs] == [0] * WORLD, "\n".join(logs)
     results = []
     for r in range(WORLD):
         path = out / f"result_rank{r}.json"
@@ -75,3 +77,30 @@ def test_every_rank_stops_with_the_one_that_overflowed(tmp_path, bad_rank):
         # The records it had of the step: at least the whole forward of step 2.
         data = json.loads((folder / "dump.json").read_text())["data"]
         assert "Functional.cross_entropy.0.forward" in data, list(data)
+
+
+def report(out: pathlib.Path, step: int, rank: int) -> dict:
+    return json.loads((out / "dump" / f"step{step}" / f"rank{rank}" / "overflow_report.json").read_text())
+
+
+def test_nan_arriving_through_all_reduce_is_judged_there_with_origin_peer(tmp_path):
+    results, logs = run_ranks(tmp_path, 1, 2, "continue")
+    assert not any(r["raised"] for r in results), logs
+    assert report(tmp_path, 2, 1)["first_anomaly"]["origin"] == "input"
+    for rank in (0, 2):
+        first = report(tmp_path, 2, rank)["first_anomaly"]
+        assert first["api_name"] == "Distributed.all_reduce.0.forward", first
+        assert (first["origin"], first["rank"]) == ("peer", "critical")
+        assert first["note"] == "rank 1 gave this collective NaN/inf"
+        data = json.loads((tmp_path / "dump" / "step2" / f"rank{rank}" / "dump.json").read_text())["data"]
+        record = data["Distributed.all_reduce.0.forward"]
+        assert record["input_args"][0]["Max"] == record["input_args"][0]["Max"]  # clean before
+        assert record["output"][0]["Max"] != record["output"][0]["Max"]  # NaN after
+
+
+def test_an_fp16_all_reduce_that_overflows_is_an_op_origin_on_every_rank(tmp_path):
+    results, logs = run_ranks(tmp_path, -1, -1, "fp16")
+    for rank in range(WORLD):
+        first = report(tmp_path, 0, rank)["first_anomaly"]
+        assert (first["api_name"], first["rank"], first["origin"]) == \
+            ("Distributed.all_reduce.0.forward", "critical", "op"), (rank, first, logs[rank])
