@@ -1,11 +1,12 @@
 """One rank of the 3-process gloo run that test_peer_stop.py starts.
 
-    RANK=<r> WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=<p> python3 peer_worker.py OUT BAD_RANK BAD_STEP [MODE]
+    RANK=<r> WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=<p> python3 peer_worker.py OUT BAD_RANK BAD_STEP [MODE [STEPS]]
 
 Trains a small model with gradients averaged by all_reduce under task overflow_check; rank
 BAD_RANK's batch holds a NaN at step BAD_STEP. MODE "continue" runs with action continue (nobody
 stops); MODE "fp16" instead all_reduces a float16 tensor whose sum overflows (40000 on ranks 0
-and 1). Writes OUT/result_rank<r>.json: what it raised (or that it finished), and when.
+and 1); MODEs "uncoordinated" and "bare" (bench/peer_stop_overhead.py) run without the
+coordinated stop and without the debugger. STEPS (default 5) steps. Writes OUT/result_rank<r>.json: what it raised (or that it finished), and when.
 """
 import json
 import os
@@ -21,6 +22,9 @@ import msprobe_cpp
 def main() -> None:
     out, bad_rank, bad_step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     mode = sys.argv[4] if len(sys.argv) > 4 else "nan"
+    steps = int(sys.argv[5]) if len(sys.argv) > 5 else 5
+    if mode == "uncoordinated":  # bench/peer_stop_overhead.py: the same run without the coordination
+        msprobe_cpp.peer_stop.create = lambda session: None
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -40,11 +44,15 @@ def main() -> None:
             debugger.step()
             return
         g = torch.Generator().manual_seed(100 + rank)
-        for step in range(5):
+        if mode == "bare":
+            debugger = None
+        started = time.perf_counter()
+        for step in range(steps):
             x, y = torch.randn(4, 8, generator=g), torch.randint(0, 2, (4,), generator=g)
             if rank == bad_rank and step == bad_step:
                 x[1, 3] = float("nan")
-            debugger.start(model)
+            if debugger is not None:
+                debugger.start(model)
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
             for p in model.parameters():
@@ -52,8 +60,10 @@ def main() -> None:
                 p.grad.div_(world)
             opt.step()
             opt.zero_grad()
-            debugger.stop()
-            debugger.step()
+            if debugger is not None:
+                debugger.stop()
+                debugger.step()
+        result["seconds_per_step"] = (time.perf_counter() - started) / steps
     except msprobe_cpp.OverflowError as e:
         result.update(raised=True, at=time.time(), message=str(e), peer_stop=e.peer_stop, call=e.call,
                       step=e.step, peer_rank=getattr(e, "peer_rank", None))

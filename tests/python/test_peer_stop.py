@@ -29,11 +29,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(out: pathlib.Path, bad_rank: int, bad_step: int, mode: str = "nan") -> list:
+def run_ranks(out: pathlib.Path, bad_rank: int, bad_step: int, mode: str = "nan", steps: int = 5) -> list:
     env = dict(os.environ, WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(ROOT / "python"), str(HERE)]))
-    procs = [subprocess.Popen([sys.executable, str(HERE / "peer_worker.py"), str(out), str(bad_rank), str(bad_step), mode],
+    procs = [subprocess.Popen([sys.executable, str(HERE / "peer_worker.py"), str(out), str(bad_rank), str(bad_step), mode,
+                               str(steps)],
                               env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(WORLD)]
     deadline = time.monotonic() + TIMEOUT_S
@@ -104,3 +105,9 @@ def test_an_fp16_all_reduce_that_overflows_is_an_op_origin_on_every_rank(tmp_pat
         first = report(tmp_path, 0, rank)["first_anomaly"]
         assert (first["api_name"], first["rank"], first["origin"]) == \
             ("Distributed.all_reduce.0.forward", "critical", "op"), (rank, first, logs[rank])
+
+
+def test_a_clean_run_writes_nothing_and_ends_cleanly(tmp_path):
+    results, logs = run_ranks(tmp_path, -1, -1, "continue", steps=20)
+    assert not any(r["raised"] for r in results), logs
+    assert not (tmp_path / "dump").exists() or not any((tmp_path / "dump").iterdir())
