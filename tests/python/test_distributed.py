@@ -8,7 +8,6 @@ takes part in the collectives.
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed  # noqa: E402
+from gloo import free_port, needs_gloo  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -25,15 +25,7 @@ WORKER = HERE / "dist_worker.py"
 WORLD_SIZE = 2
 TIMEOUT_S = 120.0
 
-pytestmark = pytest.mark.skipif(
-    not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
-    reason="torch.distributed with gloo is not available")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+pytestmark = needs_gloo
 
 
 def write_config(tmp_path: pathlib.Path, rank: List) -> pathlib.Path:

@@ -3,7 +3,6 @@ OverflowError naming the overflowing rank and its call, and keeps its records of
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import time
@@ -12,21 +11,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed  # noqa: E402
+from gloo import free_port, needs_gloo  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 WORLD = 3
 TIMEOUT_S = 90.0
 
-pytestmark = pytest.mark.skipif(
-    not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
-    reason="torch.distributed with gloo is not available")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+pytestmark = needs_gloo
 
 
 def run_ranks(out: pathlib.Path, bad_rank: int, bad_step: int, mode: str = "nan", steps: int = 5) -> list:
