@@ -39,14 +39,19 @@ def active() -> Optional["PeerStop"]:
 
 
 def _store_address() -> Optional[Tuple[str, int]]:
-    """Where the process group's TCPStore listens: env:// (torchrun) names it; a TCPStore that
-    init_process_group was given says it."""
+    """Where the process group's TCPStore listens: the store says (behind init_process_group's
+    PrefixStore); else env:// (torchrun) names it."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        store = getattr(store, "underlying_store", store)
+        host, port = getattr(store, "host", None), getattr(store, "port", None)
+        if host and port:
+            return str(host), int(port)
+    except Exception:  # noqa: BLE001 - a torch without these: the environment may say
+        pass
     if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
         return os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    store = dist.distributed_c10d._get_default_store()
-    store = getattr(store, "underlying_store", store)
-    host, port = getattr(store, "host", None), getattr(store, "port", None)
-    return (host, int(port)) if host and port else None
+    return None
 
 
 def _abort_nccl() -> None:
@@ -65,13 +70,17 @@ def _abort_nccl() -> None:
 
 
 def create(session: Any) -> Optional["PeerStop"]:
-    """The coordinator of this rank, or None (with one line) where the store cannot be reached."""
+    """The coordinator of this rank, or None (with one line) where the store cannot be reached:
+    the training goes on, each rank stopping on its own as outside torch.distributed."""
     address = _store_address()
-    if address is None:
-        print("msprobe_cpp: warning: torch.distributed's store is not a TCPStore at a known address: "
-              "a stop on one rank will not stop the others", file=sys.stderr)
+    try:
+        if address is None:
+            raise RuntimeError("the store is not a TCPStore at a known address")
+        return PeerStop(session, *address)
+    except Exception as e:  # noqa: BLE001 - the tool's trouble must not stop the training
+        print(f"msprobe_cpp: warning: torch.distributed's store cannot be reached ({e}): a stop on one "
+              "rank will not stop the others", file=sys.stderr)
         return None
-    return PeerStop(session, *address)
 
 
 class PeerStop:
@@ -80,7 +89,7 @@ class PeerStop:
         self._session = session
         # Connections of our own: a TCPStore client serves one request at a time, and the watcher's
         # wait would hold the process group's (or our main thread's) for as long as it waits.
-        self._store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=30))
+        self._store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=10))
         self._watch_store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(hours=1))
         self._rank = dist.get_rank()
         self._world = dist.get_world_size()

@@ -103,3 +103,17 @@ def test_a_clean_run_writes_nothing_and_ends_cleanly(tmp_path):
     results, logs = run_ranks(tmp_path, -1, -1, "continue", steps=20)
     assert not any(r["raised"] for r in results), logs
     assert not (tmp_path / "dump").exists() or not any((tmp_path / "dump").iterdir())
+
+
+def test_an_unreachable_store_costs_the_coordination_not_the_training(tmp_path, monkeypatch, capfd):
+    import msprobe_cpp
+    from msprobe_cpp import peer_stop
+
+    def unreachable(session, host, port):
+        raise RuntimeError("connection refused")
+
+    monkeypatch.setattr(peer_stop, "_store_address", lambda: ("127.0.0.1", 1))
+    monkeypatch.setattr(peer_stop, "PeerStop", unreachable)
+    assert peer_stop.create(None) is None
+    assert "a stop on one rank will not stop the others" in capfd.readouterr().err
+    assert peer_stop.active() is None
