@@ -118,6 +118,7 @@ PYBIND11_MODULE(_C, m) {
           py::arg("queue_callback"), py::arg("on_stop") = py::none(),
           py::arg("raise_peer_stop") = py::none(), py::arg("mark_collective_input") = py::none(),
           py::arg("collective_input_rank") = py::none())
+      .def_property_readonly("host_syncs", &Session::host_syncs)
       .def("set_peer_stopped", &Session::set_peer_stopped)
       .def_property_readonly("peer_stopped", &Session::peer_stopped)
       .def(

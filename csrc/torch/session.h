@@ -20,6 +20,7 @@
 #include "core/selection.h"
 #include "torch/call_stack.h"
 #include "torch/describe_options.h"
+#include "torch/device_stats.h"
 #include "torch/live_tensors.h"
 #include "torch/model_tensors.h"
 #include "torch/overflow_watch.h"
@@ -117,6 +118,9 @@ class Session {
   // A backward pass queued calls under task overflow_check: their verdicts are wanted at its
   // end, before an optimizer uses the gradients. True once per pass (the caller queues it).
   bool claim_backward_flush();
+  // Times this session's statistics waited for a device: the process's count since the session
+  // began (the statistics code does not know its session; one session is live at a time).
+  int64_t host_syncs() const { return msprobe::host_syncs() - host_syncs_at_start_; }
 
   // torch.distributed: another rank stopped. Set from the watcher thread; the hooks read it.
   void set_peer_stopped() { peer_stopped_.store(true, std::memory_order_release); }
@@ -196,6 +200,7 @@ class Session {
   bool backward_flush_queued_ = false;  // under deferred_mu_
 
   std::atomic<bool> peer_stopped_{false};
+  int64_t host_syncs_at_start_ = msprobe::host_syncs();
   std::optional<PeerStop> peer_stop_;  // the step being ended by a peer stop
   std::atomic<bool> said_statistics_failure_{false};
 };
