@@ -10,6 +10,7 @@ int32_t PendingStats::add(const at::Tensor& t) {
   at::Tensor results = device_reductions(t);
   std::lock_guard<std::mutex> lock(mu_);
   results_.push_back(std::move(results));
+  slots_.store(results_.size(), std::memory_order_relaxed);
   tensors_.push_back(t.detach());
   return static_cast<int32_t>(results_.size() - 1);
 }
@@ -77,11 +78,7 @@ void PendingStats::clear() {
   results_.clear();
   tensors_.clear();
   resolved_.clear();
-}
-
-bool PendingStats::empty() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return results_.empty();
+  slots_.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace msprobe

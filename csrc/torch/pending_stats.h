@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -27,10 +28,12 @@ class PendingStats {
   void fill(Entry& e) const;
   // Forgets every slot: at a step's end, when none is pending any more.
   void clear();
-  bool empty() const;
+  // No slot this step: then no entry can be waiting for one. Read without the lock, by every hook.
+  bool empty() const { return slots_.load(std::memory_order_relaxed) == 0; }
 
  private:
   mutable std::mutex mu_;
+  std::atomic<size_t> slots_{0};     // results_.size()
   std::vector<at::Tensor> results_;  // per slot: max, min, sum, norm on the tensor's device
   std::vector<at::Tensor> tensors_;
   struct Resolved {

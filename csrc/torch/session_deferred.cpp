@@ -7,7 +7,8 @@ namespace msprobe {
 bool Session::must_defer(const StoredCall& call) {
   if (config_.overflow_check.sync == SyncMode::Batch) return true;
   bool pending = false;
-  if (options_.pending) {
+  // CPU-only runs never launch device statistics: their hooks skip the walk.
+  if (options_.pending && !pending_stats_.empty()) {
     for_each_entry(call.record, [&](const Entry& e) { pending = pending || e.pending_stats >= 0; });
   }
   return pending || has_deferred();
