@@ -67,7 +67,13 @@ CONFIGS = {"L1": ("statistics", "L1"), "mix": ("statistics", "mix"), "L0": ("sta
            "overflow-L1": ("overflow_check", "L1")}
 TARGETS = {("gpt", "overflow-L1"): 1.4, ("gpt", "L1"): 1.6, ("gpt", "mix"): 1.8, ("gpt", "L0"): 1.15,
            ("convnet", "overflow-L1"): 1.1}
-MODELS = ("gpt", "convnet", "mlp")
+# "gpt-nomask" is the same TinyGPT without its causal mask: no -inf anywhere, so its ratio beside
+# "gpt"'s shows what the -inf masks (the explained path of overflow_check) cost.
+MODELS = ("gpt", "gpt-nomask", "convnet", "mlp")
+
+
+def build_model(name: str) -> torch.nn.Module:
+    return make_model("gpt", mask_mode="none") if name == "gpt-nomask" else make_model(name)
 
 # Attributes an L1 dump wraps, one per namespace; identity with the originals means no hook is left.
 PROBES: List[Tuple[Any, str]] = [(torch, "tanh"), (F, "linear"), (torch.Tensor, "__mul__"), (torch.Tensor, "add_")]
@@ -193,7 +199,7 @@ def import_debugger() -> Any:
 
 def measure_model(model_name: str, configs: List[str], args: argparse.Namespace, extra: Dict[str, Any],
                   Debugger: Any, rounds: int, seg_steps: List[int]) -> Tuple[Dict[str, Any], bool]:
-    base = make_model(model_name)
+    base = build_model(model_name)
     base.to(args.device)
     # A pool drawn once, indexed by each run's own step count: every run sees the same sequence.
     data = make_batches(base, 16, seed=0, batch=args.batch, device=args.device)

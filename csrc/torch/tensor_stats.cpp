@@ -66,9 +66,8 @@ struct Moments {
   double sumsq = 0.0;
 };
 
-typedef double v8d __attribute__((vector_size(64)));
+typedef double v4d __attribute__((vector_size(32)));
 typedef float v8f __attribute__((vector_size(32)));
-typedef float v16f __attribute__((vector_size(64)));
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -105,42 +104,40 @@ __attribute__((always_inline)) inline void scan_tail(const T* p, int64_t i, int6
 // float32, sixteen elements at a time: Max and Min in float32 (exact, and half the work), sums of
 // values and squares in float64 (exact enough for rtol 1e-6, and finite for any finite float32).
 // Branch-free: NaN fails the min/max comparisons and shows up in the sum instead, which
-// summarize() checks. Vectors go through references: by value they would change calling
-// convention between the clones.
+// summarize() checks. Vectors of 256 bits and twelve accumulators: they stay in AVX2's sixteen
+// registers (wider vectors or more accumulators are split and spilled to the stack there, at a
+// fifth of the speed), and AVX-512 and SSE handle them as well. Vectors go through references:
+// by value they would change calling convention between the clones.
 __attribute__((always_inline)) inline Moments scan_floats(const float* p, int64_t n) {
-  // Four independent float64 accumulators per sum, so the adds' latency does not bound the loop.
-  constexpr int kAcc = 4;
-  const v8d zero = {0, 0, 0, 0, 0, 0, 0, 0};
-  v8d s[kAcc], q[kAcc];
-  for (int a = 0; a < kAcc; ++a) s[a] = zero, q[a] = zero;
+  const v4d zero = {0, 0, 0, 0};
+  v4d s[4] = {zero, zero, zero, zero}, q[4] = {zero, zero, zero, zero};
   const float finf = std::numeric_limits<float>::infinity();
-  v16f hi0, lo0;
-  for (int k = 0; k < 16; ++k) hi0[k] = -finf, lo0[k] = finf;
-  v16f hi1 = hi0, lo1 = lo0;
+  v8f hi[2], lo[2];
+  for (int a = 0; a < 2; ++a) {
+    for (int k = 0; k < 8; ++k) hi[a][k] = -finf, lo[a][k] = finf;
+  }
   int64_t i = 0;
-  for (; i + 8 * kAcc <= n; i += 8 * kAcc) {
-    v16f f0, f1;
-    std::memcpy(&f0, p + i, sizeof(f0));
-    std::memcpy(&f1, p + i + 16, sizeof(f1));
-    hi0 = f0 > hi0 ? f0 : hi0;
-    lo0 = f0 < lo0 ? f0 : lo0;
-    hi1 = f1 > hi1 ? f1 : hi1;
-    lo1 = f1 < lo1 ? f1 : lo1;
-    for (int a = 0; a < kAcc; ++a) {
-      v8f h;
-      std::memcpy(&h, p + i + 8 * a, sizeof(h));
-      const v8d d = __builtin_convertvector(h, v8d);
-      s[a] += d;
-      q[a] += d * d;
+  for (; i + 16 <= n; i += 16) {
+    for (int a = 0; a < 2; ++a) {
+      v8f f;
+      std::memcpy(&f, p + i + 8 * a, sizeof(f));
+      hi[a] = f > hi[a] ? f : hi[a];
+      lo[a] = f < lo[a] ? f : lo[a];
+      const v4d d0 = __builtin_convertvector(__builtin_shufflevector(f, f, 0, 1, 2, 3), v4d);
+      const v4d d1 = __builtin_convertvector(__builtin_shufflevector(f, f, 4, 5, 6, 7), v4d);
+      s[2 * a] += d0;
+      s[2 * a + 1] += d1;
+      q[2 * a] += d0 * d0;
+      q[2 * a + 1] += d1 * d1;
     }
   }
-  Lanes<16> l;
-  for (int k = 0; k < 8; ++k) {
-    l.sum[k] = s[0][k] + s[2][k], l.sum[k + 8] = s[1][k] + s[3][k];
-    l.sumsq[k] = q[0][k] + q[2][k], l.sumsq[k + 8] = q[1][k] + q[3][k];
+  Lanes<8> l;
+  for (int k = 0; k < 4; ++k) {
+    l.sum[k] = s[0][k] + s[2][k], l.sum[k + 4] = s[1][k] + s[3][k];
+    l.sumsq[k] = q[0][k] + q[2][k], l.sumsq[k + 4] = q[1][k] + q[3][k];
   }
-  for (int k = 0; k < 16; ++k) {
-    l.max[k] = std::max(hi0[k], hi1[k]), l.min[k] = std::min(lo0[k], lo1[k]);
+  for (int k = 0; k < 8; ++k) {
+    l.max[k] = std::max(hi[0][k], hi[1][k]), l.min[k] = std::min(lo[0][k], lo[1][k]);
   }
   Moments m = fold(l);
   scan_tail(p, i, n, m);
@@ -148,21 +145,29 @@ __attribute__((always_inline)) inline Moments scan_floats(const float* p, int64_
 }
 
 __attribute__((always_inline)) inline Moments scan_doubles(const double* p, int64_t n) {
-  const v8d zero = {0, 0, 0, 0, 0, 0, 0, 0};
-  v8d s = zero, q = zero, hi, lo;
-  for (int k = 0; k < 8; ++k) hi[k] = -kInf, lo[k] = kInf;
+  const v4d zero = {0, 0, 0, 0};
+  v4d s[2] = {zero, zero}, q[2] = {zero, zero}, hi[2], lo[2];
+  for (int a = 0; a < 2; ++a) {
+    for (int k = 0; k < 4; ++k) hi[a][k] = -kInf, lo[a][k] = kInf;
+  }
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    v8d a;
-    std::memcpy(&a, p + i, sizeof(a));
-    s += a;
-    q += a * a;
-    hi = a > hi ? a : hi;
-    lo = a < lo ? a : lo;
+    for (int a = 0; a < 2; ++a) {
+      v4d d;
+      std::memcpy(&d, p + i + 4 * a, sizeof(d));
+      s[a] += d;
+      q[a] += d * d;
+      hi[a] = d > hi[a] ? d : hi[a];
+      lo[a] = d < lo[a] ? d : lo[a];
+    }
   }
   Lanes<8> l;
-  for (int k = 0; k < 8; ++k)
-    l.sum[k] = s[k], l.sumsq[k] = q[k], l.max[k] = hi[k], l.min[k] = lo[k];
+  for (int k = 0; k < 4; ++k) {
+    for (int a = 0; a < 2; ++a) {
+      l.sum[4 * a + k] = s[a][k], l.sumsq[4 * a + k] = q[a][k];
+      l.max[4 * a + k] = hi[a][k], l.min[4 * a + k] = lo[a][k];
+    }
+  }
   Moments m = fold(l);
   scan_tail(p, i, n, m);
   return m;

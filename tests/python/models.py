@@ -58,8 +58,9 @@ class ConvNet(nn.Module):
 
 
 # How the attention masks its future positions: masked_fill with a -inf scalar, the same on two
-# halves joined by torch.cat, or adding a registered buffer that holds -inf.
-MASK_MODES = ("masked_fill", "cat", "buffer")
+# halves joined by torch.cat, or adding a registered buffer that holds -inf; "none" attends to
+# every position (no -inf anywhere: the benches' clean-path reference).
+MASK_MODES = ("masked_fill", "cat", "buffer", "none")
 
 
 class CausalSelfAttention(nn.Module):
@@ -91,13 +92,15 @@ class CausalSelfAttention(nn.Module):
         att = q @ k.transpose(-2, -1) * self.scale
         if self.inject is not None:
             att = self.inject(self.index, att)
-        future = self.mask[:, :, :t, :t] == 0
+        future = self.mask[:, :, :t, :t] == 0 if self.mask_mode != "none" else None
         if self.mask_mode == "cat":
             h = t // 2
             att = torch.cat([att[..., :h].masked_fill(future[..., :h], float("-inf")),
                              att[..., h:].masked_fill(future[..., h:], float("-inf"))], dim=-1)
         elif self.mask_mode == "buffer":
             att = att + self.neg_mask[:t, :t]
+        elif self.mask_mode == "none":
+            pass
         else:
             att = att.masked_fill(future, float("-inf"))
         att = F.softmax(att, dim=-1)
