@@ -71,6 +71,21 @@ bool numerical_mutation(const CallRecord& rec, double t) {
   return out.value / in.value > t;
 }
 
+bool ignores_first_arg_values(const std::string& call_name) {
+  // Writers: every element of the destination is replaced. Creation from a template tensor: only
+  // its metadata is read. (masked_fill_, index_fill_ and the like keep some old values: not here.)
+  static const std::unordered_set<std::string> kApis = {
+      "tensor.zero_",      "tensor.fill_",       "tensor.uniform_",      "tensor.normal_",
+      "tensor.copy_",      "tensor.random_",     "tensor.exponential_",  "tensor.geometric_",
+      "tensor.cauchy_",    "tensor.log_normal_", "tensor.bernoulli_",    "tensor.new_zeros",
+      "tensor.new_ones",   "tensor.new_full",    "tensor.new_empty",     "tensor.new_empty_strided",
+      "tensor.new_tensor", "torch.zero_",        "torch.fill_",          "torch.zeros_like",
+      "torch.ones_like",   "torch.full_like",    "torch.empty_like",     "torch.rand_like",
+      "torch.randn_like",  "torch.randint_like", "torch._foreach_zero_", "torch._foreach_copy_",
+  };
+  return !is_backward_name(call_name) && kApis.count(torch_api_name(call_name)) > 0;
+}
+
 std::optional<Scene> Detector::match_scene(const CallRecord& rec, bool input_anomaly,
                                            bool output_anomaly) const {
   if (!input_anomaly && output_anomaly) return Scene::InputNormalOutputAnomaly;
@@ -84,10 +99,13 @@ std::optional<Finding> Detector::judge(const CallRecord& rec, bool* filtered) {
   if (filtered) *filtered = false;
   const bool compat = options_.compat;
   Finding f;
-  for (size_t i = 0; i < rec.inputs.size(); ++i) {
+  // What a call overwrites without reading is no input of its own (outside compat mode).
+  const size_t first_read = !compat && ignores_first_arg_values(rec.name) ? 1 : 0;
+  for (size_t i = first_read; i < rec.inputs.size(); ++i) {
     if (holds_anomaly(rec.inputs[i], compat)) f.input_indices.push_back(i);
   }
   for (const auto& kv : rec.kwargs) {
+    if (!compat && kv.first == "out") continue;
     if (holds_anomaly(kv.second, compat)) f.kwarg_keys.push_back(kv.first);
   }
   for (size_t i = 0; i < rec.outputs.size(); ++i) {

@@ -43,6 +43,12 @@ bool numerical_mutation(const CallRecord& rec, double threshold);
 // The largest input and output Norms that test compares, if both sides have one.
 std::optional<std::pair<double, double>> mutation_norms(const CallRecord& rec);
 
+// Whether forward call `call_name` overwrites its first argument without reading its values, or
+// reads only its shape, dtype and device (`zero_`, `uniform_`, `copy_`, `zeros_like`, `new_full`,
+// ...). Outside compat mode that argument, like an `out=` keyword, is no input of the call: the
+// NaN/inf it held before (uninitialised memory, a skipped step's gradients) is not the call's.
+bool ignores_first_arg_values(const std::string& call_name);
+
 struct DetectorOptions {
   double mutation_threshold = 1e5;
   // msprobe 1.1.1's exact verdicts: non-finite scalar values do not count, and backward calls do

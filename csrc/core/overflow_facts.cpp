@@ -100,12 +100,48 @@ std::string OverflowFacts::message() const {
     for (size_t i = 0; i < gradients.size() && i < 8; ++i) m += (i ? ", " : " ") + gradients[i];
     if (gradients.size() > 8) m += " (and " + std::to_string(gradients.size() - 8) + " more)";
   }
-  if (dump_dir.empty()) {
+  if (finding.scene == Scene::InputNormalOutputAnomaly && origin == Origin::Op) {
+    m += "\n  intended? an ignore rule in a file named by overflow_check.rules silences it:\n" +
+         ignore_rule_snippet();
+  }
+  if (!dump_error.empty()) {
+    m += "\n  dump:   not written: " + dump_error;
+  } else if (dump_dir.empty()) {
     m += "\n  dump:   none (overflow_nums reached: no more dumps are written)";
   } else {
     m += "\n  dump:   " + dump_dir + "  (overflow_report.json, dump.json, dump_tensor_data/)";
   }
   return m;
+}
+
+std::string OverflowFacts::absorbed_line() const {
+  bool kinds[3] = {false, false, false};
+  for (const ArgFacts& t : tensors) {
+    if (t.is_tensor()) {
+      kinds[0] = kinds[0] || t.nan > 0;
+      kinds[1] = kinds[1] || t.posinf > 0;
+      kinds[2] = kinds[2] || t.neginf > 0;
+    }
+  }
+  std::string what;
+  const char* names[3] = {"NaN", "+inf", "-inf"};
+  for (int k = 0; k < 3; ++k) {
+    if (kinds[k]) what += (what.empty() ? "" : "/") + std::string(names[k]);
+  }
+  if (what.empty()) what = "NaN/inf";
+  const std::string whence =
+      origin == Origin::Parameter ? "parameter " + parameter.value_or("?") : "an input";
+  return "msprobe_cpp: step " + std::to_string(step) + ": " + what + " in " + whence +
+         " was absorbed by " + finding.call + (source ? " (" + *source + ")" : "") +
+         "; no stop (said once per call site)";
+}
+
+std::string OverflowFacts::ignore_rule_snippet() const {
+  std::string s = "    ignore_nan_inf:\n      - api_name: \"" + torch_api_name(finding.call) +
+                  "\"\n        output_ignore:\n";
+  for (size_t i : finding.output_indices) s += "          - index: " + std::to_string(i) + "\n";
+  s.pop_back();
+  return s;
 }
 
 void OverflowFacts::write(JsonWriter& w) const {
@@ -130,6 +166,8 @@ void OverflowFacts::write(JsonWriter& w) const {
   w.end_array();
   w.key("masked");
   w.value_bool(masked);
+  w.key("absorbed");
+  w.value_bool(absorbed);
   w.key("note");
   w.value_string(note);
   if (raised_calls_later > 0) {  // batched sync only

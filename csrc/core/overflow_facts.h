@@ -40,14 +40,23 @@ struct OverflowFacts {
   std::vector<std::string> gradients;  // backward: parameters whose gradients are not finite
   std::string note;                    // one more line of explanation, or empty
   bool masked = false;                 // backward anomaly that reached no parameter gradient
+  // Foreign NaN/inf (origin says whence) that this call turned into finite outputs: no stop.
+  bool absorbed = false;
   int64_t step = 0;
   int rank = 0;
-  std::string dump_dir;  // empty: the step is not written (overflow_nums reached)
+  std::string dump_dir;    // empty: the step is not written (overflow_nums reached, or dump_error)
+  std::string dump_error;  // why the step's files could not be written
   // Batched sync: how many hooked calls ran between this call and the raise.
   int64_t raised_calls_later = 0;
 
   // The exception's message: several lines, each fact on its own.
   std::string message() const;
+  // The one stderr line of an absorbed anomaly: "msprobe_cpp: step 2: NaN in an input was
+  // absorbed by Torch.nan_to_num.0.forward (train.py:9: ...); no stop".
+  std::string absorbed_line() const;
+  // A critical op's way out when the NaN/inf is intended (log of a 0/1 mask): the ignore rule
+  // that silences this call, as lines of a rules file.
+  std::string ignore_rule_snippet() const;
   // overflow_report.json's `first_anomaly`: the report detail plus these facts.
   void write(JsonWriter& w) const;
 };

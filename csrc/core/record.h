@@ -92,6 +92,14 @@ struct Scalar {
   std::unique_ptr<Extra> extra_;
 };
 
+// How many elements of a tensor are NaN, +inf and -inf. Counted for anomalous tensors only, where
+// the live guard compares what a call's outputs hold with what its inputs held; never written to
+// a file (msprobe's format has no field for them). -1: not counted.
+struct NonFiniteCounts {
+  int64_t nan = -1, posinf = -1, neginf = -1;
+  bool known() const { return nan >= 0; }
+};
+
 // One argument entry: a tensor's statistics, a scalar, null, or a nested list.
 struct Entry {
   enum class Kind : uint8_t { Null, Object, List, Other };
@@ -106,6 +114,7 @@ struct Entry {
   // msprobe's Max_except_inf_nan / Min_except_inf_nan: the extreme over the finite elements (NaN
   // when there is none), present only where Max / Min itself is NaN or ±inf.
   Scalar max_except, min_except;
+  NonFiniteCounts nonfinite;  // anomalous tensors of the live guard
   Scalar requires_grad;
   Scalar value;  // non-tensor objects
   std::string md5;

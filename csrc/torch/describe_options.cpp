@@ -68,14 +68,15 @@ Entry describe_tensor_unguarded(const at::Tensor& t, const DescribeOptions& opti
     e.norm = std::move(cached->norm);
     e.max_except = std::move(cached->max_except);
     e.min_except = std::move(cached->min_except);
+    e.nonfinite = cached->nonfinite;
     e.md5 = std::move(cached->md5);
     e.pending_stats = cached->pending_stats;
   }
   if (e.kind != Entry::Kind::Object || !has_plain_bytes(t)) return e;
   if (options.md5 && !cached) e.md5 = tensor_crc(t);
   if (options.cache && !cached)
-    options.cache->put(t, DataStats{e.max, e.min, e.mean, e.norm, e.max_except, e.min_except, e.md5,
-                                    e.pending_stats});
+    options.cache->put(t, DataStats{e.max, e.min, e.mean, e.norm, e.max_except, e.min_except,
+                                    e.nonfinite, e.md5, e.pending_stats});
   if (options.saver) {
     // Made safe and unique: a module name may hold '/' or NUL, and data_name names the file as
     // it is written.

@@ -99,6 +99,7 @@ py::object overflow_object(const PythonSide& side, const OverflowFacts& facts) {
   kw["tensors"] = tensors;
   kw["gradients"] = facts.gradients;
   kw["masked"] = facts.masked;
+  kw["absorbed"] = facts.absorbed;
   kw["note"] = facts.note;
   kw["message"] = facts.message();
   return side.overflow_type(**kw);
@@ -110,10 +111,15 @@ void handle_overflow_event(Session& session, const OverflowEvent& event) {
   if (!side) return;
   if (event.notify && side->on_flagged) side->on_flagged(overflow_object(*side, event.facts));
   if (!event.raise) return;
-  session.end_step_for_raise();
-  py::object overflow = overflow_object(*side, event.facts);
+  OverflowFacts facts = event.facts;
+  const std::string write_error = session.end_step_for_raise();
+  if (!write_error.empty() && !facts.dump_dir.empty()) {
+    facts.dump_dir.clear();  // never name a folder that is not there
+    facts.dump_error = write_error;
+  }
+  py::object overflow = overflow_object(*side, facts);
   if (side->on_stop && !side->on_stop.is_none()) side->on_stop(overflow);
-  py::object error = side->error_type(event.facts.message(), overflow);
+  py::object error = side->error_type(facts.message(), overflow);
   PyErr_SetObject(side->error_type.ptr(), error.ptr());
   throw py::error_already_set();
 }

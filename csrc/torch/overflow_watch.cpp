@@ -14,6 +14,21 @@ RuleSet rules_of(const Config& config) {
   return rules;
 }
 
+// "Torch.nan_to_num.0.forward" -> "Torch.nan_to_num.forward": the call without its counter.
+std::string call_site(const std::string& call) {
+  std::string site;
+  size_t start = 0;
+  while (start <= call.size()) {
+    size_t dot = call.find('.', start);
+    if (dot == std::string::npos) dot = call.size();
+    const std::string part = call.substr(start, dot - start);
+    const bool counter = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+    if (!counter) site += (site.empty() ? "" : ".") + part;
+    start = dot + 1;
+  }
+  return site;
+}
+
 // Max finite and Min -inf: no NaN, no +inf, some -inf. What a mask holds, and no overflow makes.
 bool only_minus_inf(const Entry& e) {
   return e.max.is_number() && std::isfinite(e.max.as_double()) && e.min.is_number() &&
@@ -53,11 +68,23 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& ou
   if (!is_anomalous(e, detector_.options().compat)) return;
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (auto it = known_.find(impl); it != known_.end() && it->second.weak.lock().get() == impl) {
-    if (!it->second.explained) out.explained = false;  // downstream of an earlier anomaly
+    if (it->second.explained) {
+      out.kinds.add_tensor(e);
+    } else {
+      out.explained = false;  // downstream of an earlier anomaly
+    }
+    return;
+  }
+  // torch.tensor(-inf), x.new_tensor(inf), torch.full((), -inf): a constant in tensor form.
+  if (t.numel() == 1 && !kinds_of(e).n[0]) {
+    out.kinds.add_constant(e);
     return;
   }
   if (auto p = models_.find(t)) {
-    if (p->buffer && (p->never_written || only_minus_inf(e))) return;  // a constant mask buffer
+    if (p->buffer && (p->never_written || only_minus_inf(e))) {  // a constant mask buffer
+      out.kinds.add_tensor(e);
+      return;
+    }
     out.explained = false;
     if (!out.origin) {
       out.origin = Origin::Parameter;
@@ -68,7 +95,10 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& ou
     }
     return;
   }
-  if (only_minus_inf(e)) return;  // a mask made before the step (an attribute, not a buffer)
+  if (only_minus_inf(e)) {  // a mask made before the step (an attribute, not a buffer)
+    out.kinds.add_tensor(e);
+    return;
+  }
   out.explained = false;
   // After a backward anomaly, tensors nobody recorded making are its gradients (the optimizer,
   // a loss scaler's unscale_, clip_grad_norm_ read them): downstream, not a new origin.
@@ -79,7 +109,10 @@ OverflowWatch::Traced OverflowWatch::trace_forward_inputs(const CallRecord& rec,
                                                           const LiveTensors& live) const {
   Traced out;
   auto trace_arg = [&](const Entry& e, const LiveArg* arg) {
-    if (e.kind == Entry::Kind::Object && !e.is_tensor()) return;  // a constant, on purpose
+    if (e.kind == Entry::Kind::Object && !e.is_tensor()) {  // a constant, on purpose
+      out.kinds.add_constant(e);
+      return;
+    }
     if (!arg) {
       out.explained = false;
       return;
@@ -127,10 +160,23 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
     if (backward_explained(rec, f)) judgement = Judgement::Explained;
   } else {
     Traced t = trace_forward_inputs(rec, f, live);
-    if (t.explained) judgement = Judgement::Explained;
-    v.origin = t.origin;
-    v.parameter = std::move(t.parameter);
-    v.note = std::move(t.note);
+    if (t.explained) {
+      // Explained inputs explain what they hold, no more: a fully masked row's NaN, or scores
+      // that overflow beside the mask's -inf, are this call's own.
+      std::string beyond = t.kinds.unexplained_in(rec, f.output_indices);
+      if (beyond.empty()) {
+        judgement = Judgement::Explained;
+      } else {
+        v.origin = Origin::Op;
+        v.note = std::move(beyond);
+      }
+    } else {
+      v.origin = t.origin;
+      v.parameter = std::move(t.parameter);
+      v.note = std::move(t.note);
+      // Foreign NaN/inf that this call turned into finite outputs: absorbed, not an origin.
+      if (t.origin && f.scene == Scene::InputAnomalyOutputNormal) judgement = Judgement::Absorbed;
+    }
   }
   if (judgement == Judgement::Explained) v.origin.reset();
 
@@ -143,15 +189,21 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
       unexplained_forwards_.insert(rec.name);
     }
   }
-  const bool level_stop =
-      !v.origin && judgement != Judgement::Explained && f.severity >= options_.stop_level;
+  // An absorbed anomaly has no origin of its own: the origin comes where the foreign NaN/inf
+  // reaches an output. It flags the step the first time its call site absorbs one, so that a
+  // data set with NaN in every batch is dumped and told once, not at every step.
+  const bool absorbed = judgement == Judgement::Absorbed;
+  if (absorbed) v.flagged = absorbing_sites_.insert(call_site(rec.name)).second;
+  const bool level_stop = (!v.origin || absorbed) && judgement != Judgement::Explained &&
+                          f.severity >= options_.stop_level;
   if (level_stop) v.flagged = true;
   if (v.origin && backward) {
     v.end_of_backward = true;  // whether it matters is known when the backward pass ends
   } else if (raise) {
-    v.stop = v.origin ? options_.stops_on(*v.origin) : level_stop;
+    v.stop = v.origin && !absorbed ? options_.stops_on(*v.origin) : level_stop;
   }
   if (v.flagged && judgement == Judgement::Lead) judgement = Judgement::Flagged;
+  v.judgement = judgement;
   findings_.push_back(f);
   judgements_.push_back(judgement);
   if (v.flagged) step_flagged_ = true;

@@ -1,13 +1,18 @@
 // Live overflow detection (task overflow_check, docs/overflow-detection.md): every collected call
 // goes through the core Detector as it completes, and each anomaly the detector leaves is either
-// *explained* or traced to an *origin*:
+// *explained*, *absorbed*, or traced to an *origin*:
 //   - explained: it derives, within the step, from a non-finite constant passed on purpose
-//     (masked_fill(mask, -inf), a constant -inf buffer, a tensor holding only -inf) or an ignore
-//     rule expects it. Never flags a step, never stops.
-//   - origin `op`: a call whose inputs were clean made it (forward, or backward: judged at the
-//     end of the backward pass by whether it reached a parameter gradient).
+//     (masked_fill(mask, -inf), a one-element ±inf tensor, a constant -inf buffer, a tensor
+//     holding only -inf) or an ignore rule expects it, and holds no kind and no more of a kind
+//     than its explained inputs held (ExplainedKinds). Never flags a step, never stops.
+//   - origin `op`: a call whose inputs were clean made it, or made more than its explained inputs
+//     explain (forward; backward: judged at the end of the backward pass by whether it reached a
+//     parameter gradient).
 //   - origin `input` / `parameter`: it entered the step through a tensor argument that no
-//     recorded call of the step made: a parameter or buffer of a started model, else the batch.
+//     recorded call of the step made, and reached an output: a parameter or buffer of a started
+//     model, else the batch.
+//   - absorbed: such a foreign NaN/inf went into a call whose outputs are all finite (nan_to_num,
+//     isnan, where). Flags the step the first time its call site absorbs; never stops.
 //   - no origin: downstream of an earlier anomaly, or a numerical mutation (a lead, not a flag).
 // The first origin named in stop_on stops the run (action raise); findings without an origin stop
 // when their level reaches stop_level.
@@ -23,13 +28,18 @@
 
 #include "core/config.h"
 #include "core/detector.h"
+#include "core/explained_kinds.h"
 #include "torch/live_tensors.h"
 #include "torch/model_tensors.h"
 
 namespace msprobe {
 
+// How each finding of a step was taken, for the summary and the report.
+enum class Judgement { Flagged, Explained, Lead, Absorbed };
+
 struct Verdict {
   std::optional<Finding> finding;
+  Judgement judgement = Judgement::Flagged;
   std::optional<Origin> origin;
   std::optional<std::string> parameter;  // origin parameter
   std::string note;
@@ -37,9 +47,6 @@ struct Verdict {
   bool stop = false;             // raise now
   bool end_of_backward = false;  // a backward op origin: judged when the backward pass ends
 };
-
-// How each finding of a step was taken, for the summary and the report.
-enum class Judgement { Flagged, Explained, Lead };
 
 class OverflowWatch {
  public:
@@ -59,9 +66,10 @@ class OverflowWatch {
  private:
   struct Traced {
     bool explained = true;
-    std::optional<Origin> origin;
+    std::optional<Origin> origin;  // a foreign tensor: input or parameter
     std::optional<std::string> parameter;
     std::string note;
+    ExplainedKinds kinds;  // what the explained inputs hold
   };
   Traced trace_forward_inputs(const CallRecord& rec, const Finding& f,
                               const LiveTensors& live) const;
@@ -81,6 +89,8 @@ class OverflowWatch {
   };
   std::unordered_map<const c10::TensorImpl*, Known> known_;
   std::unordered_set<std::string> unexplained_forwards_;
+  // For the session: call sites ("Torch.nan_to_num.forward") that absorbed a foreign anomaly.
+  std::unordered_set<std::string> absorbing_sites_;
   bool backward_anomaly_ = false;  // later unknown anomalous tensors are its gradients
   std::vector<Finding> findings_;
   std::vector<Judgement> judgements_;

@@ -2,8 +2,6 @@
 
 #include "torch/tensor_stats.h"
 
-#include <tuple>
-
 namespace msprobe {
 
 int32_t PendingStats::add(const at::Tensor& t) {
@@ -57,8 +55,7 @@ void PendingStats::resolve() {
       const size_t slot = slots[k];
       Resolved& r = resolved_[slot];
       r.summary = finish_device_summary(tensors_[slot], v + 4 * k);
-      std::tie(r.max_except, r.min_except) =
-          finite_extremes(tensors_[slot], r.summary.max, r.summary.min);
+      r.facts = nonfinite_facts(tensors_[slot], r.summary.max, r.summary.min);
       // Activations are not kept alive longer than a batch.
       tensors_[slot] = at::Tensor();
       results_[slot] = at::Tensor();
@@ -69,8 +66,7 @@ void PendingStats::resolve() {
 void PendingStats::fill(Entry& e) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Resolved& r = resolved_.at(static_cast<size_t>(e.pending_stats));
-  set_statistics(e, r.summary.max, r.summary.min, r.summary.mean, r.summary.norm, r.max_except,
-                 r.min_except);
+  set_statistics(e, r.summary.max, r.summary.min, r.summary.mean, r.summary.norm, r.facts);
 }
 
 void PendingStats::clear() {

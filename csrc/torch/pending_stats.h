@@ -10,6 +10,7 @@
 
 #include "core/record.h"
 #include "torch/device_stats.h"
+#include "torch/tensor_stats.h"
 
 namespace msprobe {
 
@@ -38,7 +39,7 @@ class PendingStats {
   std::vector<at::Tensor> tensors_;
   struct Resolved {
     DeviceSummary summary;
-    double max_except, min_except;  // the finite elements' extremes, where max/min are not finite
+    NonFiniteFacts facts;  // where max/min are not finite
   };
   std::vector<Resolved> resolved_;
 };

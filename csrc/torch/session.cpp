@@ -183,11 +183,13 @@ void Session::step() {
   advance();
 }
 
-void Session::end_step_for_raise() {
+std::string Session::end_step_for_raise() {
   collecting_ = false;
-  if (dirty_) write_step_or_report();
+  std::string write_error;
+  if (dirty_) write_error = write_step_or_report();
   advance();
   ended_by_raise_ = true;
+  return write_error;
 }
 
 void Session::advance() {
@@ -199,6 +201,7 @@ void Session::advance() {
   if (watch_) watch_->new_step();
   step_began_ = false;
   step_overflow_.reset();
+  step_absorbed_.reset();
   pending_backward_.reset();
   reached_gradients_.reset();
   end_of_backward_queued_ = false;
@@ -219,11 +222,16 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
   std::unique_lock<std::mutex> lock(mu_);
   std::optional<OverflowEvent> event;
   StackPtr stack;
+  bool absorbed_to_tell = false;
   if (watch_) {
     static const LiveTensors kNone;
     const LiveTensors& tensors = live ? *live : kNone;
     const Verdict v = watch_->judge(call.record, tensors, call.peer_rank);
-    if (v.finding && dump_budget_left()) keep_tensors(call, tensors);
+    // Explained calls (every masked score of a causal model) are no evidence: their tensors are
+    // not kept, which also keeps the explained path as cheap as the clean one.
+    if (v.finding && v.judgement != Judgement::Explained && dump_budget_left()) {
+      keep_tensors(call, tensors);
+    }
     OverflowEvent e;
     if (v.end_of_backward) {
       e.queue_end_of_backward = !end_of_backward_queued_;
@@ -232,19 +240,26 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
     // A backward op origin is told at the end of the pass, once it is known whether it mattered.
     // After a backward op origin, what follows in the step (an optimizer or a loss scaler reading
     // the gradients) is its consequence, not the step's story.
-    e.notify = v.flagged && !v.end_of_backward && !step_overflow_ && !pending_backward_ &&
-               !reached_gradients_;
+    // An absorbed anomaly is no overflow: no on_overflow, no debugger.overflow; the step's first
+    // one is told in one line and kept for the report.
+    const bool absorbed = v.judgement == Judgement::Absorbed && !v.stop;
+    e.notify = v.flagged && !absorbed && !v.end_of_backward && !step_overflow_ &&
+               !pending_backward_ && !reached_gradients_;
     e.raise = v.stop;
     const bool first_backward = v.end_of_backward && !pending_backward_;
-    if (e.notify || e.raise || first_backward) {
+    const bool first_absorbed = absorbed && v.flagged && !step_absorbed_;
+    if (e.notify || e.raise || first_backward || first_absorbed) {
       e.facts = describe_overflow(call, v, tensors);
       stack = call.stack;
       if (first_backward) pending_backward_ = e.facts;
       if (e.notify) step_overflow_ = e.facts;
+      if (first_absorbed) step_absorbed_ = e.facts;
     }
+    if (first_absorbed) absorbed_to_tell = true;
     if (e.notify || e.raise || e.queue_end_of_backward) event = std::move(e);
-    if (!event) stack.reset();
+    if (!event && !first_absorbed) stack.reset();
   }
+  const std::string told_call = stack ? call.record.name : std::string();  // the facts' call
   calls_.push_back(std::move(call));
   dirty_ = true;
   lock.unlock();
@@ -256,18 +271,26 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
       pybind11::gil_scoped_acquire gil;
       source = codes_.first_frame_outside(*stack, {package_dir_, library_dir_});
     }
-    event->facts.source = source;
+    if (event) event->facts.source = source;
     lock.lock();
-    for (auto* stored : {&pending_backward_, &step_overflow_}) {
-      if (*stored && !(*stored)->source && (*stored)->finding.call == event->facts.finding.call) {
+    for (auto* stored : {&pending_backward_, &step_overflow_, &step_absorbed_}) {
+      if (*stored && !(*stored)->source && (*stored)->finding.call == told_call) {
         (*stored)->source = source;
       }
     }
+    lock.unlock();
+  }
+  if (absorbed_to_tell) {
+    lock.lock();
+    const std::string line = step_absorbed_ ? step_absorbed_->absorbed_line() : std::string();
+    lock.unlock();
+    const std::string who = rank_ >= 0 ? "[rank " + std::to_string(rank_) + "] " : "";
+    if (!line.empty()) std::fprintf(stderr, "%s%s\n", who.c_str(), line.c_str());
   }
   return event;
 }
 
-void Session::write_step_or_report() {
+std::string Session::write_step_or_report() {
   try {
     write_step();
   } catch (const WriteError& e) {
@@ -279,7 +302,9 @@ void Session::write_step_or_report() {
                    static_cast<long long>(step_), e.what());
       reported_write_error_ = true;
     }
+    return e.what();
   }
+  return "";
 }
 
 void Session::clear_step() {
@@ -306,12 +331,14 @@ void Session::write_step() {
   std::vector<std::string> written;
   try {
     write_step_files(dir, records, written);
-  } catch (const WriteError&) {
+  } catch (const WriteError& e) {
     for (const std::string& f : written) unlink(f.c_str());
     if (saver_) remove_empty_folders(options_.tensor_dir, dump_root_);
     remove_empty_folders(dir, dump_root_);
+    if (watch_) print_overflow_summary(std::string("not written: ") + e.what());
     throw;
   }
+  if (watch_) print_overflow_summary(dir + "  (msprobe-cpp check " + dir + "/dump.json)");
   dirty_ = false;
 }
 

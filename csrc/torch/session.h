@@ -95,7 +95,8 @@ class Session {
   ModelTensors& models() { return models_; }
   // The hooks raise at the origin; this writes the step and ends it first, so the next start()
   // begins the next step (and a step() in the user's handler does not skip a number).
-  void end_step_for_raise();
+  // Returns why the step's files could not be written, or "" when they were (or none were due).
+  std::string end_step_for_raise();
   // Called by the autograd engine when a backward pass with a backward op anomaly ends.
   std::optional<OverflowEvent> end_of_backward();
   void set_loss_scaled() { loss_scaled_ = true; }
@@ -133,14 +134,17 @@ class Session {
 
  private:
   void advance();
-  void warn_unmatched_selection();  // once per entry and session
-  void write_step();                // GIL required
-  void write_step_or_report();
+  void warn_unmatched_selection();     // once per entry and session
+  void write_step();                   // GIL required
+  std::string write_step_or_report();  // "" or why the step could not be written
   void clear_step();
   // The step's files, dump.json last; `written` collects the others, for removal on failure.
   void write_step_files(const std::string& dir, const std::vector<const CallRecord*>& records,
                         std::vector<std::string>& written);
   void write_overflow_files(const std::string& dir, std::vector<std::string>& written);
+  // The one-screen summary of a written (or unwritable) flagged step; `dump` says where it went.
+  void print_overflow_summary(const std::string& dump) const;
+  std::optional<OverflowFacts> first_anomaly() const;  // for the report: what flagged the step
   bool dump_budget_left() const;  // overflow_nums not reached (this step's dump counts as left)
   bool should_dump_step();        // task overflow_check: flagged, not skipped, within budget
   OverflowFacts describe_overflow(const StoredCall& call, const Verdict& v,
@@ -178,6 +182,7 @@ class Session {
   std::unique_ptr<OverflowWatch> watch_;
   std::unique_ptr<PythonSide> py_;
   std::optional<OverflowFacts> step_overflow_;      // the step's first flagged finding
+  std::optional<OverflowFacts> step_absorbed_;      // the step's first absorbed anomaly
   std::optional<OverflowFacts> pending_backward_;   // a backward op origin, until the pass ends
   std::optional<OverflowFacts> reached_gradients_;  // ... that reached gradients in a scaled step
   bool end_of_backward_queued_ = false;

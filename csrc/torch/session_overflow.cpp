@@ -150,6 +150,7 @@ OverflowFacts Session::describe_overflow(const StoredCall& call, const Verdict& 
   facts.origin = v.origin;
   facts.parameter = v.parameter;
   facts.note = v.note;
+  facts.absorbed = v.judgement == Judgement::Absorbed;
   facts.module = call.parent ? call.parent : call.module_hint;
   facts.step = step_;
   facts.rank = folder_rank();
@@ -248,26 +249,37 @@ std::optional<OverflowEvent> Session::judge_loss_scale(double before, double aft
 void Session::write_overflow_files(const std::string& dir, std::vector<std::string>& written) {
   Report report;
   report.findings = watch_->findings();
-  report.first_anomaly = step_overflow_ ? step_overflow_ : reached_gradients_;
+  report.first_anomaly = first_anomaly();
   report.peer_stop = peer_stop_;
   write_file_atomic(dir + "/overflow_report.json", report.to_json(1));
   written.push_back(dir + "/overflow_report.json");
+}
 
+std::optional<OverflowFacts> Session::first_anomaly() const {
+  if (step_overflow_) return step_overflow_;
+  if (reached_gradients_) return reached_gradients_;
+  return step_absorbed_;
+}
+
+void Session::print_overflow_summary(const std::string& dump) const {
+  const std::vector<Finding>& findings = watch_->findings();
+  const std::optional<OverflowFacts> first = first_anomaly();
   size_t counts[3] = {0, 0, 0};
-  for (const Finding& f : report.findings) ++counts[static_cast<int>(f.severity)];
+  for (const Finding& f : findings) ++counts[static_cast<int>(f.severity)];
   const std::string who = rank_ >= 0 ? "[rank " + std::to_string(rank_) + "] " : "";
   std::string text =
       who + "msprobe_cpp: step " + std::to_string(step_) +
       (peer_stop_
            ? " written for a peer stop (rank " + std::to_string(peer_stop_->rank) + " overflowed): "
            : " flagged: ") +
-      std::to_string(report.findings.size()) + " anomalous calls (" + std::to_string(counts[2]) +
+      std::to_string(findings.size()) + " anomalous calls (" + std::to_string(counts[2]) +
       " critical, " + std::to_string(counts[1]) + " high, " + std::to_string(counts[0]) +
       " medium)" + (rank_ >= 0 ? " on this rank\n" : "\n");
-  if (const auto& first = report.first_anomaly) {
+  if (first) {
     text += who + "  first anomaly: " + first->finding.call + " (" +
             to_string(first->finding.severity) + ", " + scene_name(first->finding.scene);
     if (first->origin) text += std::string(", origin ") + to_string(*first->origin);
+    if (first->absorbed) text += ", absorbed: no stop";
     text += ")\n";
     if (!first->note.empty()) text += who + "    " + first->note + "\n";
     if (first->source) text += who + "    source: " + *first->source + "\n";
@@ -275,20 +287,24 @@ void Session::write_overflow_files(const std::string& dir, std::vector<std::stri
   }
   const std::vector<Judgement>& j = watch_->judgements();
   for (Severity level : {Severity::Critical, Severity::High, Severity::Medium}) {
-    const std::string calls = join_calls(report.findings, j, Judgement::Flagged, level);
+    const std::string calls = join_calls(findings, j, Judgement::Flagged, level);
     if (!calls.empty()) text += who + "  " + to_string(level) + ": " + calls + "\n";
   }
-  const std::string leads = join_calls(report.findings, j, Judgement::Lead);
+  const std::string leads = join_calls(findings, j, Judgement::Lead);
   if (!leads.empty()) {
     text += who +
             "  leads (finite values that jumped by more than the mutation threshold): " + leads +
             "\n";
   }
-  const std::string expected = join_calls(report.findings, j, Judgement::Explained);
+  const std::string absorbed = join_calls(findings, j, Judgement::Absorbed);
+  if (!absorbed.empty()) {
+    text += who + "  absorbed (foreign NaN/inf turned finite, no stop): " + absorbed + "\n";
+  }
+  const std::string expected = join_calls(findings, j, Judgement::Explained);
   if (!expected.empty()) {
     text += who + "  expected (from -inf masks and other deliberate constants): " + expected + "\n";
   }
-  text += who + "  dump: " + dir + "  (msprobe-cpp check " + dir + "/dump.json)\n";
+  text += who + "  dump: " + dump + "\n";
   std::fputs(text.c_str(), stderr);
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 
 namespace msprobe {
@@ -357,6 +358,7 @@ Entry describe_tensor(const at::Tensor& t, PendingStats* pending) {
     e.norm = inner.norm;
     e.max_except = inner.max_except;
     e.min_except = inner.min_except;
+    e.nonfinite = inner.nonfinite;
     return e;
   }
   if (!has_statistics(t)) {
@@ -381,32 +383,97 @@ Entry describe_tensor(const at::Tensor& t, PendingStats* pending) {
     const DeviceSummary d = device_summary(t);
     s = {d.max, d.min, d.mean, d.norm};
   }
-  const auto [max_except, min_except] = finite_extremes(t, s.max, s.min);
-  set_statistics(e, s.max, s.min, s.mean, s.norm, max_except, min_except);
+  set_statistics(e, s.max, s.min, s.mean, s.norm, nonfinite_facts(t, s.max, s.min));
   return e;
 }
 
-std::pair<double, double> finite_extremes(const at::Tensor& t, double max, double min) {
-  if (std::isfinite(max) && std::isfinite(min)) return {kNaN, kNaN};
-  // Only anomalous tensors get here, so one more pass (and a sync) is affordable.
+namespace {
+
+// One branch-free pass: counts of NaN, +inf and -inf, and the extremes of the finite elements
+// (a mask's tensor is half -inf: branches on the value would mispredict at every element).
+template <typename T>
+NonFiniteFacts scan_nonfinite(const T* p, int64_t n) {
+  const float finf = std::numeric_limits<float>::infinity();
+  int64_t nan = 0, posinf = 0, neginf = 0;
+  float hi = -finf, lo = finf;
+  double dhi = -kInf, dlo = kInf;  // float64 data keeps its own precision
+  for (int64_t i = 0; i < n; ++i) {
+    const auto v = static_cast<std::conditional_t<std::is_same_v<T, double>, double, float>>(p[i]);
+    const bool is_nan = v != v;
+    const bool is_pos = v == std::numeric_limits<decltype(v)>::infinity();
+    const bool is_neg = v == -std::numeric_limits<decltype(v)>::infinity();
+    nan += is_nan;
+    posinf += is_pos;
+    neginf += is_neg;
+    const bool finite = !(is_nan || is_pos || is_neg);
+    if constexpr (std::is_same_v<T, double>) {
+      dhi = finite && v > dhi ? v : dhi;
+      dlo = finite && v < dlo ? v : dlo;
+    } else {
+      hi = finite && v > hi ? v : hi;
+      lo = finite && v < lo ? v : lo;
+    }
+  }
+  if constexpr (!std::is_same_v<T, double>) dhi = hi, dlo = lo;
+  NonFiniteFacts f{kNaN, kNaN, {nan, posinf, neginf}};
+  if (nan + posinf + neginf < n) f.max_except = dhi, f.min_except = dlo;
+  return f;
+}
+
+bool cpu_nonfinite(const at::Tensor& t, NonFiniteFacts& out) {
+  if (t.device().type() != at::kCPU || t.layout() != at::kStrided) return false;
+  const at::Tensor c = t.is_contiguous() ? t : t.contiguous();
+  switch (c.scalar_type()) {
+    case at::kFloat:
+      out = scan_nonfinite(c.data_ptr<float>(), c.numel());
+      return true;
+    case at::kDouble:
+      out = scan_nonfinite(c.data_ptr<double>(), c.numel());
+      return true;
+    case at::kHalf:
+      out = scan_nonfinite(c.data_ptr<at::Half>(), c.numel());
+      return true;
+    case at::kBFloat16:
+      out = scan_nonfinite(c.data_ptr<at::BFloat16>(), c.numel());
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+NonFiniteFacts nonfinite_facts(const at::Tensor& t, double max, double min) {
+  if (std::isfinite(max) && std::isfinite(min)) return {kNaN, kNaN, {}};
+  NonFiniteFacts f;
+  if (!g_force_generic.load(std::memory_order_relaxed) && cpu_nonfinite(t, f)) return f;
+  // Other devices: a few reductions and one sync, for anomalous tensors only.
   const at::Tensor x = t.detach();
+  const at::Tensor counts =
+      at::stack({at::isnan(x).sum(), at::isposinf(x).sum(), at::isneginf(x).sum()}).cpu();
+  if (!x.is_cpu()) count_host_sync();
+  const int64_t* c = counts.data_ptr<int64_t>();
+  f = {kNaN, kNaN, {c[0], c[1], c[2]}};
   const at::Tensor finite = x.masked_select(at::isfinite(x));
-  if (finite.numel() == 0) return {kNaN, kNaN};
+  if (finite.numel() == 0) return f;
   auto [fmax, fmin] = max_and_min(finite);  // the tensor's own dtype, widened on the host
   const at::Tensor packed = at::stack({fmax, fmin}).cpu().to(at::kDouble);
   if (!x.is_cpu()) count_host_sync();
-  return {packed[0].item<double>(), packed[1].item<double>()};
+  f.max_except = packed[0].item<double>();
+  f.min_except = packed[1].item<double>();
+  return f;
 }
 
-void set_statistics(Entry& e, double max, double min, double mean, double norm, double max_except,
-                    double min_except) {
+void set_statistics(Entry& e, double max, double min, double mean, double norm,
+                    const NonFiniteFacts& facts) {
   e.max = Scalar::of_float(max);
   e.min = Scalar::of_float(min);
   e.mean = Scalar::of_float(mean);
   e.norm = Scalar::of_float(norm);
   e.pending_stats = -1;
-  if (!std::isfinite(max)) e.max_except = Scalar::of_float(max_except);
-  if (!std::isfinite(min)) e.min_except = Scalar::of_float(min_except);
+  if (!std::isfinite(max)) e.max_except = Scalar::of_float(facts.max_except);
+  if (!std::isfinite(min)) e.min_except = Scalar::of_float(facts.min_except);
+  e.nonfinite = facts.counts;
 }
 
 }  // namespace msprobe

@@ -15,13 +15,22 @@ class PendingStats;
 // that come from the device are left there: the entry gets a slot (pending_stats) instead.
 Entry describe_tensor(const at::Tensor& t, PendingStats* pending = nullptr);
 
-// Where `max` or `min` (of `t`) is not finite, the extremes of `t`'s finite elements (NaN when
-// there is none): msprobe's Max_except_inf_nan / Min_except_inf_nan. NaN for the finite ones.
-std::pair<double, double> finite_extremes(const at::Tensor& t, double max, double min);
+// What an anomalous tensor holds besides its statistics: the extremes of its finite elements
+// (NaN when there is none; msprobe's Max_except_inf_nan / Min_except_inf_nan) and how many
+// elements are NaN, +inf and -inf.
+struct NonFiniteFacts {
+  double max_except, min_except;
+  NonFiniteCounts counts;
+};
 
-// Sets a tensor entry's Max/Min/Mean/Norm, and the except fields where Max or Min is not finite.
-void set_statistics(Entry& e, double max, double min, double mean, double norm, double max_except,
-                    double min_except);
+// The facts of `t` where `max` or `min` (its statistics) is not finite: one more pass over an
+// anomalous tensor. For a finite one: NaN extremes and no counts, at no cost.
+NonFiniteFacts nonfinite_facts(const at::Tensor& t, double max, double min);
+
+// Sets a tensor entry's Max/Min/Mean/Norm, and where Max or Min is not finite the except fields
+// and the counts.
+void set_statistics(Entry& e, double max, double min, double mean, double norm,
+                    const NonFiniteFacts& facts);
 // The same entry without Max/Min/Mean/Norm (left absent): for statistics known already.
 Entry describe_tensor_layout(const at::Tensor& t);
 

@@ -11,6 +11,8 @@ class Overflow:
     numerical mutation). `tensors` lists each anomalous argument as a dict (position, type, dtype,
     shape, nan, posinf, neginf, text). `gradients` names the parameters whose gradients are not
     finite (backward origins); `masked` is True when a backward anomaly reached none of them.
+    `absorbed` is True for foreign NaN/inf that a call turned into finite outputs (no stop: the
+    report's first_anomaly of a step with nothing else).
     """
 
     step: int
@@ -29,6 +31,7 @@ class Overflow:
     tensors: List[Dict[str, Any]]
     gradients: List[str]
     masked: bool
+    absorbed: bool
     note: str
     message: str
     # torch.distributed: True on a rank stopped because another rank overflowed (peer_rank,

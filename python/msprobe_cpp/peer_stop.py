@@ -217,4 +217,4 @@ class PeerStop:
         return dict(step=step, rank=self._rank, call=None, scene=None, level=None, origin=None,
                     parameter=None, input_args_anomaly_indices=[], input_kwargs_anomaly_keys=[],
                     output_anomaly_indices=[], module=None, source=None, dump_dir=dump_dir, tensors=[],
-                    gradients=[], masked=False, note="", peer_stop=peer_stop)
+                    gradients=[], masked=False, absorbed=False, note="", peer_stop=peer_stop)
