@@ -69,18 +69,27 @@ void ExplainedKinds::add_constant(const Entry& e) {
 
 void ExplainedKinds::add_tensor(const Entry& e) {
   const KindCounts k = kinds_of(e);
-  for (int i = 0; i < 3; ++i) {
-    held_[i] += k.n[i];
-    held_kind_[i] = held_kind_[i] || k.n[i] > 0;
+  for (int i = 0; i < 3; ++i) held_kind_[i] = held_kind_[i] || k.n[i] > 0;
+  held_.push_back(Held{numel_of(e), k});
+}
+
+bool ExplainedKinds::bound_for(int64_t numel, std::array<int64_t, 3>& bound) const {
+  if (numel <= 0) return false;
+  bool same_size = false;
+  bound = {0, 0, 0};
+  for (const Held& h : held_) {
+    if (!h.kinds.counted || h.numel <= 0 || numel % h.numel != 0) return false;
+    same_size = same_size || h.numel == numel;
+    for (int i = 0; i < 3; ++i) bound[i] += h.kinds.n[i] * (numel / h.numel);
   }
-  counted_ = counted_ && k.counted;
-  numels_.push_back(numel_of(e));
+  return same_size;
 }
 
 std::string ExplainedKinds::unexplained_in(const CallRecord& rec,
                                            const std::vector<size_t>& outputs) const {
   std::array<int64_t, 3> fresh{0, 0, 0};  // kinds no explained input holds
   std::array<int64_t, 3> more{0, 0, 0};   // beyond the explained inputs' count
+  std::array<int64_t, 3> bound{0, 0, 0};  // ... which was this
   std::array<bool, 3> uncounted{false, false, false};
   auto check = [&](const Entry& e, auto&& self) -> void {
     if (e.kind == Entry::Kind::List) {
@@ -90,14 +99,16 @@ std::string ExplainedKinds::unexplained_in(const CallRecord& rec,
     if (!e.is_tensor()) return;  // a non-finite scalar result passes on what it was given
     const KindCounts k = kinds_of(e);
     if (!k.any()) return;
-    const bool same_size = std::find(numels_.begin(), numels_.end(), numel_of(e)) != numels_.end();
+    std::array<int64_t, 3> b;
+    const bool counts_apply = k.counted && bound_for(numel_of(e), b);
     for (int i = 0; i < 3; ++i) {
       if (k.n[i] == 0 || constant_[i]) continue;
       if (!held_kind_[i]) {
         fresh[i] += k.n[i];
         uncounted[i] = uncounted[i] || !k.counted;
-      } else if (same_size && counted_ && k.counted && k.n[i] > held_[i]) {
-        more[i] = std::max(more[i], k.n[i] - held_[i]);
+      } else if (counts_apply && k.n[i] - b[i] > more[i]) {
+        more[i] = k.n[i] - b[i];
+        bound[i] = b[i];
       }
     }
   };
@@ -111,7 +122,7 @@ std::string ExplainedKinds::unexplained_in(const CallRecord& rec,
            (uncounted[i] ? std::string("new") : std::to_string(fresh[i]) + " new");
     } else if (more[i]) {
       s += (s.empty() ? "" : "; ") + std::string(kKindNames[i]) + ": " + std::to_string(more[i]) +
-           " more than the explained inputs held (" + std::to_string(held_[i]) + ")";
+           " more than the explained inputs held (" + std::to_string(bound[i]) + ")";
     }
   }
   if (s.empty()) return s;

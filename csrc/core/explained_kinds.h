@@ -1,8 +1,10 @@
 // An explanation covers what its constant holds (docs/overflow-detection.md, "Kinds and counts"):
 // the live guard lets a call's NaN/inf output pass as explained only when its explained inputs
 // hold each kind of non-finite value (NaN, +inf, -inf) the output holds, and, where the output is
-// as large as one of them, at least as many of each. A constant given to the call explains its
-// kinds in any number. Anything beyond is new: the call made it.
+// as large as one of them, at least as many of each (an input broadcast over the output counts
+// once per repetition: a [T, T] mask added to [B, T, T] scores holds B times its count). A
+// constant given to the call explains its kinds in any number. Anything beyond is new: the call
+// made it.
 #pragma once
 
 #include <array>
@@ -40,11 +42,17 @@ class ExplainedKinds {
   std::string unexplained_in(const CallRecord& rec, const std::vector<size_t>& outputs) const;
 
  private:
-  std::array<int64_t, 3> held_{0, 0, 0};  // in explained tensors, added up
+  struct Held {
+    int64_t numel;
+    KindCounts kinds;
+  };
+  // How many of each kind the explained tensors hold over an output of `numel` elements, where
+  // the count applies (one of them is that large, and each one's size divides it).
+  bool bound_for(int64_t numel, std::array<int64_t, 3>& bound) const;
+
+  std::vector<Held> held_;  // the explained tensors
   std::array<bool, 3> held_kind_{false, false, false};
   std::array<bool, 3> constant_{false, false, false};  // any number explained
-  bool counted_ = true;
-  std::vector<int64_t> numels_;  // of the explained tensors
 };
 
 }  // namespace msprobe

@@ -41,6 +41,17 @@ std::optional<ModelTensors::Found> ModelTensors::find(const at::Tensor& t) const
   return Found{item.name, item.buffer, v == item.version_at_add, v != item.version_at_step};
 }
 
+std::optional<std::string> ModelTensors::gradient_of(const at::Tensor& t) const {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  for (const Item& item : entries_) {
+    if (item.buffer) continue;
+    auto strong = item.weak.lock();
+    if (!strong) continue;
+    if (at::Tensor(std::move(strong)).grad().unsafeGetTensorImpl() == impl) return item.name;
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> ModelTensors::non_finite_gradients() const {
   struct Group {
     c10::Device device;

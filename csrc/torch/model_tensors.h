@@ -27,6 +27,9 @@ class ModelTensors {
   // What "before this step" means for Found::written_this_step.
   void new_step();
   std::optional<Found> find(const at::Tensor& t) const;
+  // The parameter whose gradient (.grad) `t` is. A walk over the parameters: for anomalous
+  // tensors only.
+  std::optional<std::string> gradient_of(const at::Tensor& t) const;
 
   // The parameters whose gradients hold NaN or ±inf (one device sync per device).
   std::vector<std::string> non_finite_gradients() const;

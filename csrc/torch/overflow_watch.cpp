@@ -95,14 +95,30 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& ou
     }
     return;
   }
+  // After a backward anomaly, tensors nobody recorded making are its gradients (the optimizer,
+  // a loss scaler's unscale_, clip_grad_norm_ read them): downstream, not a new origin.
+  if (backward_anomaly_) {
+    out.explained = false;
+    return;
+  }
+  // Without one, a parameter's gradient holding NaN/inf was left by an earlier step (one that a
+  // loss scaler skipped, or that the program caught a stop in) and is being added onto.
+  if (auto p = models_.gradient_of(t)) {
+    out.explained = false;
+    if (!out.origin) {
+      out.origin = Origin::Input;
+      out.note = "the gradient of parameter " + *p +
+                 " holds NaN/inf from an earlier step: zero it (optimizer.zero_grad()) before this "
+                 "step accumulates onto it";
+    }
+    return;
+  }
   if (only_minus_inf(e)) {  // a mask made before the step (an attribute, not a buffer)
     out.kinds.add_tensor(e);
     return;
   }
   out.explained = false;
-  // After a backward anomaly, tensors nobody recorded making are its gradients (the optimizer,
-  // a loss scaler's unscale_, clip_grad_norm_ read them): downstream, not a new origin.
-  if (!backward_anomaly_ && !out.origin) out.origin = Origin::Input;
+  if (!out.origin) out.origin = Origin::Input;
 }
 
 OverflowWatch::Traced OverflowWatch::trace_forward_inputs(const CallRecord& rec, const Finding& f,
@@ -130,6 +146,29 @@ OverflowWatch::Traced OverflowWatch::trace_forward_inputs(const CallRecord& rec,
   return out;
 }
 
+// At mix, a module's anomalous outputs were made by the calls inside it, judged before it: the
+// module takes their judgement (true: all explained). None when some output was made by no
+// recorded call (at L0 always): then the module is judged like a call.
+std::optional<bool> OverflowWatch::judged_inside(const CallRecord& rec, const Finding& f,
+                                                 const LiveTensors& live) const {
+  bool all_known = true, explained = true;
+  for (size_t i : f.output_indices) {
+    if (i >= live.outputs.size()) return std::nullopt;
+    for_each_tensor(rec.outputs[i], live.outputs[i], [&](const Entry& e, const at::Tensor& t) {
+      if (!is_anomalous(e, detector_.options().compat)) return;
+      const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+      auto it = known_.find(impl);
+      if (it == known_.end() || it->second.weak.lock().get() != impl) {
+        all_known = false;
+      } else {
+        explained = explained && it->second.explained;
+      }
+    });
+  }
+  if (!all_known || f.output_indices.empty()) return std::nullopt;
+  return explained;
+}
+
 // A backward record's `input` holds gradients: anomalous ones came from an earlier backward call.
 // Without them the call only inherits its forward's anomaly, and with it the forward's judgement.
 bool OverflowWatch::backward_explained(const CallRecord& rec, const Finding& f) const {
@@ -151,7 +190,11 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
   const Finding& f = *v.finding;
   const bool raise = options_.action == Action::Raise;
   Judgement judgement = Judgement::Flagged;
-  if (f.scene == Scene::NumericalMutation) {
+  const bool module_forward = !backward && rec.name.rfind("Module.", 0) == 0;
+  const std::optional<bool> inner = module_forward ? judged_inside(rec, f, live) : std::nullopt;
+  if (inner) {
+    if (*inner) judgement = Judgement::Explained;  // else downstream of the inner call's anomaly
+  } else if (f.scene == Scene::NumericalMutation) {
     judgement = Judgement::Lead;  // finite data: a lead to the culprit, nothing to trace
   } else if (f.scene == Scene::InputNormalOutputAnomaly) {
     v.origin = peer_rank ? Origin::Peer : Origin::Op;

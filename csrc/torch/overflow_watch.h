@@ -75,6 +75,8 @@ class OverflowWatch {
                               const LiveTensors& live) const;
   void trace_tensor(const Entry& e, const at::Tensor& t, Traced& out) const;
   bool backward_explained(const CallRecord& rec, const Finding& f) const;
+  std::optional<bool> judged_inside(const CallRecord& rec, const Finding& f,
+                                    const LiveTensors& live) const;
   void remember_outputs(const CallRecord& rec, const LiveTensors& live, bool explained);
 
   Detector detector_;
