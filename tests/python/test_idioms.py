@@ -77,6 +77,8 @@ class MaskedAttentionLM(nn.Module):
             att = att + additive + torch.full((t, t), NEG_INF).triu(1)
         elif self.mask == "padding_fill":     # key padding only, by masked_fill
             att = att.masked_fill(pad[:, None, :], NEG_INF)
+        elif self.mask == "causal_and_padding":
+            att = att.masked_fill(~self.causal[:t, :t], NEG_INF).masked_fill(pad[:, None, :], NEG_INF)
         elif self.mask != "none":
             raise ValueError(self.mask)
         return att, v
@@ -433,6 +435,34 @@ def test_the_log_of_an_underflowed_softmax_stops_at_the_log(tmp_path, level):
     assert (e.step, e.call, e.origin, e.level) == (0, "Torch.log.0.forward", "op", "critical")
     # The way out when it is intended: the ignore rule that silences this call.
     assert 'api_name: "torch.log"' in str(e) and "output_ignore:" in str(e) and "- index: 0" in str(e)
+
+
+def left_padding(pad: torch.Tensor) -> torch.Tensor:
+    """The same lengths, padded on the left: a padded query's causal keys are all padding."""
+    return pad.flip(-1)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_left_padding_with_a_causal_mask_under_a_loss_scaler_stops_at_the_softmax(tmp_path, capfd, level):
+    """A forward NaN is never a loss scaler's skip: it stops where it is made, at step 0."""
+    torch.manual_seed(0)
+    model = MaskedAttentionLM("causal_and_padding")
+    scaler = DynamicLossScaler(2.0 ** 16)
+    dbg = guard(tmp_path, level)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y, pad = lm_batches(1)[0]
+    pad = left_padding(pad)
+    assert pad[:, 0].any()
+    dbg.start(model, loss_scaler=scaler)
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        loss = F.cross_entropy(model(x, pad).reshape(-1, VOCAB), y.reshape(-1))
+        scaler.scale_loss(loss).backward()
+        scaler.step(opt, 0)
+    e = info.value
+    assert (e.step, e.call, e.origin) == (0, "Functional.softmax.0.forward", "op")
+    assert "fully masked" in e.note
+    assert "the loss scaler skipped" not in capfd.readouterr().err
+    assert scaler.skipped == []
 
 
 # --- gradients left by a skipped step ---------------------------------------------------------------
