@@ -10,7 +10,6 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
-#include <type_traits>
 #include <unordered_map>
 
 namespace msprobe {
@@ -69,6 +68,7 @@ struct Moments {
 
 typedef double v4d __attribute__((vector_size(32)));
 typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -392,32 +392,84 @@ namespace {
 // One branch-free pass: counts of NaN, +inf and -inf, and the extremes of the finite elements
 // (a mask's tensor is half -inf: branches on the value would mispredict at every element).
 template <typename T>
-NonFiniteFacts scan_nonfinite(const T* p, int64_t n) {
-  const float finf = std::numeric_limits<float>::infinity();
+NonFiniteFacts scan_nonfinite_scalar(const T* p, int64_t n) {
   int64_t nan = 0, posinf = 0, neginf = 0;
-  float hi = -finf, lo = finf;
-  double dhi = -kInf, dlo = kInf;  // float64 data keeps its own precision
+  double hi = -kInf, lo = kInf;
   for (int64_t i = 0; i < n; ++i) {
-    const auto v = static_cast<std::conditional_t<std::is_same_v<T, double>, double, float>>(p[i]);
-    const bool is_nan = v != v;
-    const bool is_pos = v == std::numeric_limits<decltype(v)>::infinity();
-    const bool is_neg = v == -std::numeric_limits<decltype(v)>::infinity();
+    const double v = static_cast<double>(p[i]);
+    const bool is_nan = v != v, is_pos = v == kInf, is_neg = v == -kInf;
     nan += is_nan;
     posinf += is_pos;
     neginf += is_neg;
     const bool finite = !(is_nan || is_pos || is_neg);
-    if constexpr (std::is_same_v<T, double>) {
-      dhi = finite && v > dhi ? v : dhi;
-      dlo = finite && v < dlo ? v : dlo;
-    } else {
-      hi = finite && v > hi ? v : hi;
-      lo = finite && v < lo ? v : lo;
+    hi = finite && v > hi ? v : hi;
+    lo = finite && v < lo ? v : lo;
+  }
+  NonFiniteFacts f{kNaN, kNaN, {nan, posinf, neginf}};
+  if (nan + posinf + neginf < n) f.max_except = hi, f.min_except = lo;
+  return f;
+}
+
+// float32 eight at a time: comparisons give -1 lanes, subtracted into 32-bit counters that are
+// emptied into 64-bit ones before they could overflow.
+MSPROBE_SCAN_CLONES NonFiniteFacts scan_nonfinite_f32(const float* p, int64_t n) {
+  const float finf = std::numeric_limits<float>::infinity();
+  const v8f pinf = {finf, finf, finf, finf, finf, finf, finf, finf};
+  v8f hi = -pinf, lo = pinf;
+  int64_t total[3] = {0, 0, 0};
+  int64_t i = 0;
+  constexpr int64_t kFlush = int64_t{1} << 30;  // elements per lane before 32 bits could overflow
+  while (i + 8 <= n) {
+    v8i cnan = {}, cpos = {}, cneg = {};
+    const int64_t end = std::min(n - 7, i + 8 * kFlush);
+    for (; i < end; i += 8) {
+      v8f f;
+      std::memcpy(&f, p + i, sizeof(f));
+      const v8i is_nan = f != f, is_pos = f == pinf, is_neg = f == -pinf;
+      cnan -= is_nan;
+      cpos -= is_pos;
+      cneg -= is_neg;
+      const v8i finite = ~(is_nan | is_pos | is_neg);
+      hi = (finite & (f > hi)) ? f : hi;
+      lo = (finite & (f < lo)) ? f : lo;
+    }
+    for (int k = 0; k < 8; ++k) total[0] += cnan[k], total[1] += cpos[k], total[2] += cneg[k];
+  }
+  NonFiniteFacts f = scan_nonfinite_scalar(p + i, n - i);
+  f.counts = {total[0] + f.counts.nan, total[1] + f.counts.posinf, total[2] + f.counts.neginf};
+  double vhi = f.max_except, vlo = f.min_except;  // the tail's (NaN when it had none)
+  for (int k = 0; k < 8; ++k) {
+    if (hi[k] != -finf || lo[k] != finf) {  // this lane saw a finite element
+      vhi = std::isnan(vhi) ? hi[k] : std::max<double>(vhi, hi[k]);
+      vlo = std::isnan(vlo) ? lo[k] : std::min<double>(vlo, lo[k]);
     }
   }
-  if constexpr (!std::is_same_v<T, double>) dhi = hi, dlo = lo;
-  NonFiniteFacts f{kNaN, kNaN, {nan, posinf, neginf}};
-  if (nan + posinf + neginf < n) f.max_except = dhi, f.min_except = dlo;
+  f.max_except = vhi;
+  f.min_except = vlo;
   return f;
+}
+
+// Half and bfloat16 are widened to float a block at a time, like the statistics scan.
+template <typename T>
+NonFiniteFacts scan_nonfinite_narrow(const T* p, int64_t n) {
+  constexpr int64_t kBlock = 1024;
+  float buf[kBlock];
+  NonFiniteFacts all{kNaN, kNaN, {0, 0, 0}};
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t len = std::min(kBlock, n - start);
+    for (int64_t i = 0; i < len; ++i) buf[i] = static_cast<float>(p[start + i]);
+    const NonFiniteFacts b = scan_nonfinite_f32(buf, len);
+    all.counts.nan += b.counts.nan;
+    all.counts.posinf += b.counts.posinf;
+    all.counts.neginf += b.counts.neginf;
+    if (!std::isnan(b.max_except)) {
+      all.max_except =
+          std::isnan(all.max_except) ? b.max_except : std::max(all.max_except, b.max_except);
+      all.min_except =
+          std::isnan(all.min_except) ? b.min_except : std::min(all.min_except, b.min_except);
+    }
+  }
+  return all;
 }
 
 bool cpu_nonfinite(const at::Tensor& t, NonFiniteFacts& out) {
@@ -425,16 +477,16 @@ bool cpu_nonfinite(const at::Tensor& t, NonFiniteFacts& out) {
   const at::Tensor c = t.is_contiguous() ? t : t.contiguous();
   switch (c.scalar_type()) {
     case at::kFloat:
-      out = scan_nonfinite(c.data_ptr<float>(), c.numel());
+      out = scan_nonfinite_f32(c.data_ptr<float>(), c.numel());
       return true;
     case at::kDouble:
-      out = scan_nonfinite(c.data_ptr<double>(), c.numel());
+      out = scan_nonfinite_scalar(c.data_ptr<double>(), c.numel());
       return true;
     case at::kHalf:
-      out = scan_nonfinite(c.data_ptr<at::Half>(), c.numel());
+      out = scan_nonfinite_narrow(c.data_ptr<at::Half>(), c.numel());
       return true;
     case at::kBFloat16:
-      out = scan_nonfinite(c.data_ptr<at::BFloat16>(), c.numel());
+      out = scan_nonfinite_narrow(c.data_ptr<at::BFloat16>(), c.numel());
       return true;
     default:
       return false;

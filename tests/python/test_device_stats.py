@@ -74,6 +74,35 @@ def test_nan_and_inf_are_seen(tmp_path, device, dtype):
     assert (entry["Max"], entry["Min"]) == (math.inf, -math.inf) and math.isnan(entry["Mean"])
 
 
+@pytest.mark.parametrize("device", __import__("conftest").devices(), indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("n", [5, 8, 1003, 40000])
+def test_anomalous_tensors_are_counted_by_kind(tmp_path, device, dtype, n):
+    """The counts the live guard compares (and the stop message prints), with the finite extremes,
+    on the CPU's own scan (every length around its vector width) and on the device path."""
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(n, generator=g) * 100).to(dtype)
+    r = torch.rand(n, generator=g)
+    x[r < 0.1] = float("nan")
+    x[(r >= 0.1) & (r < 0.15)] = float("inf")
+    x[(r >= 0.15) & (r < 0.3)] = float("-inf")
+    x[0] = float("nan")
+    x = x.to(device)
+    dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "d"), sync="call")
+    dbg.start()
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        torch.neg(x)  # a foreign tensor: origin input, its counts in the message
+    t = info.value.tensors[0]
+    xc = x.cpu()
+    assert (t["nan"], t["posinf"], t["neginf"]) == (int(xc.isnan().sum()), int(xc.isposinf().sum()),
+                                                   int(xc.isneginf().sum()))
+    rec = json.loads((tmp_path / "d" / "step0" / "rank" / "dump.json").read_text())["data"]
+    entry = rec["Torch.neg.0.forward"]["input_args"][0]
+    finite = xc[xc.isfinite()].double()
+    assert entry["Max_except_inf_nan"] == finite.max().item()
+    assert entry["Min_except_inf_nan"] == finite.min().item()
+
+
 @pytest.mark.parametrize("device", GENERIC, indirect=True)
 def test_large_and_non_contiguous_tensors_are_reduced_in_chunks(tmp_path, device):
     # Over the 1 M-element chunk, as a flat tensor and as a transposed view; half precision so
