@@ -36,6 +36,29 @@ std::vector<LiveArg> live_grads(const variable_list& grads) {
   return out;
 }
 
+// Batched sync: queued like any call; under overflow_check the pass's end is asked to judge the
+// queue, so a stop comes before an optimizer uses the gradients.
+void defer_backward(Session& s, StoredCall&& call, const variable_list& inputs,
+                    const variable_list& outputs) {
+  LiveTensors live =
+      s.watching() ? LiveTensors{live_grads(inputs), {}, live_grads(outputs)} : LiveTensors{};
+  const bool flush = s.defer(std::move(call), std::move(live));
+  if (!flush && !s.claim_backward_flush()) return;
+  py::gil_scoped_acquire gil;
+  try {
+    if (flush) {
+      flush_deferred(s);
+    } else {
+      queue_backward_flush(s);
+    }
+  } catch (py::error_already_set& e) {
+    e.restore();
+    python_error err;
+    err.persist();
+    throw err;
+  }
+}
+
 class BackwardRecorder : public torch::autograd::FunctionPostHook {
  public:
   BackwardRecorder(std::weak_ptr<Session> session, std::string name, StackPtr stack, Selected parts,
@@ -50,60 +73,11 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
   variable_list operator()(const variable_list& outputs, const variable_list& inputs) override {
     std::shared_ptr<Session> s = session_.lock();
     if (!s || !s->collecting()) return outputs;
-    const DescribeOptions& options = s->describe_options();
-    StoredCall call = backward_call(name_, parts_, stack_, module_);
-    if (parts_.inputs)
-      call.record.inputs = describe_grads(inputs, options, options.stem(name_, "input"));
-    if (parts_.outputs)
-      call.record.outputs = describe_grads(outputs, options, options.stem(name_, "output"));
-    if (s->must_defer(call)) {
-      defer(*s, std::move(call), inputs, outputs);
-      return outputs;
-    }
-    if (!s->watching()) {
-      s->add(std::move(call));
-      return outputs;
-    }
-    const LiveTensors live{live_grads(inputs), {}, live_grads(outputs)};
-    if (auto event = s->add(std::move(call), &live)) {
-      py::gil_scoped_acquire gil;
-      try {
-        handle_overflow_event(*s, *event);
-      } catch (py::error_already_set& e) {
-        // Handed to the engine as torch's own Python error, so loss.backward() raises it as is.
-        e.restore();
-        python_error err;
-        err.persist();
-        throw err;
-      }
-    }
+    record_backward(*s, backward_call(name_, parts_, stack_, module_), inputs, outputs);
     return outputs;
   }
 
  private:
-  // Batched sync: queued like any call; under overflow_check the pass's end is asked to judge
-  // the queue, so a stop comes before an optimizer uses the gradients.
-  static void defer(Session& s, StoredCall&& call, const variable_list& inputs,
-                    const variable_list& outputs) {
-    LiveTensors live =
-        s.watching() ? LiveTensors{live_grads(inputs), {}, live_grads(outputs)} : LiveTensors{};
-    const bool flush = s.defer(std::move(call), std::move(live));
-    if (!flush && !s.claim_backward_flush()) return;
-    py::gil_scoped_acquire gil;
-    try {
-      if (flush) {
-        flush_deferred(s);
-      } else {
-        queue_backward_flush(s);
-      }
-    } catch (py::error_already_set& e) {
-      e.restore();
-      python_error err;
-      err.persist();
-      throw err;
-    }
-  }
-
   std::weak_ptr<Session> session_;
   std::string name_;
   StackPtr stack_;
@@ -112,6 +86,37 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
 };
 
 }  // namespace
+
+void record_backward(Session& s, StoredCall&& call, const variable_list& grads_in,
+                     const variable_list& grads_out) {
+  const DescribeOptions& options = s.describe_options();
+  const std::string& name = call.record.name;
+  if (call.record.has_inputs)
+    call.record.inputs = describe_grads(grads_in, options, options.stem(name, "input"));
+  if (call.record.has_outputs)
+    call.record.outputs = describe_grads(grads_out, options, options.stem(name, "output"));
+  if (s.must_defer(call)) {
+    defer_backward(s, std::move(call), grads_in, grads_out);
+    return;
+  }
+  if (!s.watching()) {
+    s.add(std::move(call));
+    return;
+  }
+  const LiveTensors live{live_grads(grads_in), {}, live_grads(grads_out)};
+  if (auto event = s.add(std::move(call), &live)) {
+    py::gil_scoped_acquire gil;
+    try {
+      handle_overflow_event(s, *event);
+    } catch (py::error_already_set& e) {
+      // Handed to the engine as torch's own Python error, so loss.backward() raises it as is.
+      e.restore();
+      python_error err;
+      err.persist();
+      throw err;
+    }
+  }
+}
 
 void add_backward_recorder(const std::shared_ptr<torch::autograd::Node>& node,
                            const std::shared_ptr<Session>& session, std::string name,

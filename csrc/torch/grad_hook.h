@@ -16,6 +16,13 @@
 
 namespace msprobe {
 
+// Describes the gradients flowing into (`grads_in`) and out of (`grads_out`) a backward call
+// named by `call` (backward_call()), then stores and judges it as any call: from an autograd hook,
+// without the GIL, which it takes only to tell Python of an overflow (a stop is thrown as torch's
+// persisted python_error, so loss.backward() raises it with its own type).
+void record_backward(Session& s, StoredCall&& call, const torch::autograd::variable_list& grads_in,
+                     const torch::autograd::variable_list& grads_out);
+
 // Records `<name>` (a ".backward" call name) in `session` when `node` runs. The hook holds the
 // session weakly: a graph that outlives its session records nothing.
 void add_backward_recorder(const std::shared_ptr<torch::autograd::Node>& node,

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,8 @@ class ReentryGuard {
   }
 };
 
+struct ModuleBackwardStart;  // module_backward.h
+
 // A module forward in progress: its name and inputs, captured by the pre-hook.
 struct OpenModuleCall {
   PyObject* module;  // identity only
@@ -46,6 +49,7 @@ struct OpenModuleCall {
   std::vector<LiveArg> live_inputs;  // task overflow_check
   StackPtr stack;
   std::optional<std::string> parent;
+  std::shared_ptr<ModuleBackwardStart> backward;  // levels L0 and mix, with grad mode on
 };
 
 std::vector<OpenModuleCall>& open_module_calls();  // this thread's; read only through these:

@@ -5,6 +5,7 @@
 #include "torch/call_submit.h"
 #include "torch/hook_scope.h"
 #include "torch/live_tensors.h"
+#include "torch/module_backward.h"
 #include "torch/overflow_raise.h"
 #include "torch/py_values.h"
 #include "torch/session.h"
@@ -50,16 +51,20 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
       open.stack = s->capture_stack();
       if (s->watching()) open.live_inputs = live_args_of(inputs.ptr());
     }
+    open.backward = module_backward_start(inputs.ptr());
     push_module_call(std::move(open));
   };
 
-  auto post = [](py::handle module, py::handle /*inputs*/, py::handle output) {
+  auto post = [base, backward_key](py::handle module, py::handle /*inputs*/, py::handle output) {
     OpenModuleCall open;
     // A forward that began before collection started has no open call: nothing to record.
     if (!pop_module_call(module.ptr(), open)) return;
     std::shared_ptr<Session> s = current_session();
     if (!s || !s->collecting()) return;
     s->selection().end(open.name);
+    if (open.backward) {
+      attach_module_backward(s, backward_key, base, *open.backward, output.ptr(), open.stack);
+    }
     if (!open.selected.forward) return;
     StoredCall call;
     call.record.name = std::move(open.name);
@@ -78,20 +83,9 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     });
   };
 
-  auto backward = [base, backward_key](py::handle /*module*/, py::handle grad_input,
-                                       py::handle grad_output) {
-    std::shared_ptr<Session> s = current_session();
-    if (!s || !s->collecting()) return;
-    const std::string name = backward_key + "." + std::to_string(s->next_index(backward_key));
-    const Selected sel = s->selection().module_backward(name, base);
-    if (sel.backward) {
-      submit_backward(*s, name, grad_output, grad_input, sel, s->capture_stack(), std::nullopt);
-    }
-  };
-
   return py::make_tuple(
       py::cpp_function(pre, py::arg("module"), py::arg("args"), py::arg("kwargs") = py::none()),
-      py::cpp_function(post), py::cpp_function(backward));
+      py::cpp_function(post));
 }
 
 }  // namespace msprobe

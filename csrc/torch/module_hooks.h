@@ -1,5 +1,7 @@
-// Module records (levels L0 and mix): forward pre/post hooks and a full backward hook per
-// submodule, each a C++ callable registered through nn.Module's own hook API.
+// Module records (levels L0 and mix): a forward pre-hook and a forward hook per submodule, C++
+// callables registered through nn.Module's own hook API. The forward hook also hooks the module's
+// autograd nodes for its backward record (module_backward.h): no full backward hook, no node
+// inserted into the user's graph.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -8,7 +10,7 @@
 
 namespace msprobe {
 
-// (pre_hook, forward_hook, backward_hook) for the module `Module.<qualname>.<class_name>`.
+// (pre_hook, forward_hook) for the module `Module.<qualname>.<class_name>`.
 // With `record` false the hooks only keep track of the enclosing module (level L1 of task
 // overflow_check, so that a stop names the module it happened in).
 pybind11::tuple make_module_hooks(const std::string& qualname, const std::string& class_name,

@@ -280,10 +280,8 @@ class PrecisionDebugger:
             if module is model or id(module) in self._hooked_modules:
                 continue  # the root passed to start() is not itself recorded
             self._hooked_modules.add(id(module))
-            pre, post, backward = _C.module_hooks(prefix + name, type(module).__name__, record)
+            pre, post = _C.module_hooks(prefix + name, type(module).__name__, record)
             self._module_handles += [_register_pre_hook(module, pre), module.register_forward_hook(post)]
-            if record:
-                self._module_handles.append(module.register_full_backward_hook(backward))
         if self._session.watching:
             for name, p in model.named_parameters():
                 self._session.add_model_tensor(prefix + name, p, False)

@@ -132,13 +132,7 @@ def test_masks_built_every_way_never_stop_and_write_nothing(tmp_path, level, mas
     assert dumped_steps(tmp_path) == []
 
 
-@pytest.mark.parametrize("level", [
-    "L1",
-    # At mix, PyTorch's full backward hook on `head` makes its output a view that may not be
-    # written in place: issue 19 (L0 and mix must never break a model) replaces those hooks.
-    pytest.param("mix", marks=pytest.mark.xfail(strict=True, raises=RuntimeError,
-                                                reason="issue 19: in-place on a module output at mix")),
-])
+@pytest.mark.parametrize("level", LEVELS)
 def test_a_vocabulary_mask_written_by_index_assignment_never_stops(tmp_path, level):
     banned = (3, 7, 11)
     torch.manual_seed(0)
