@@ -1,6 +1,7 @@
 #include "torch/module_hooks.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "torch/call_submit.h"
 #include "torch/hook_scope.h"
@@ -63,7 +64,17 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     if (!s || !s->collecting()) return;
     s->selection().end(open.name);
     if (open.backward) {
-      attach_module_backward(s, backward_key, base, *open.backward, output.ptr(), open.stack);
+      try {
+        attach_module_backward(s, backward_key, base, *open.backward, output.ptr(), open.stack);
+      } catch (const std::exception& e) {
+        // The model must train on: this module's backward records are skipped, said once.
+        if (s->warn_once("module backward " + base)) {
+          std::fprintf(stderr,
+                       "msprobe_cpp: warning: the backward records of %s are skipped: its "
+                       "autograd nodes could not be hooked (%s)\n",
+                       base.c_str(), e.what());
+        }
+      }
     }
     if (!open.selected.forward) return;
     StoredCall call;

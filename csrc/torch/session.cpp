@@ -213,6 +213,11 @@ void Session::advance() {
   epoch_ = ++g_epochs;
 }
 
+bool Session::warn_once(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return warned_.insert(what).second;
+}
+
 int64_t Session::next_index(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   return counters_[key]++;

@@ -129,6 +129,8 @@ class Session {
   // Writes this rank's records of the current step as a flagged step whose report names the
   // peer, and ends the step. Returns the folder written ("" if nothing could be). GIL required.
   std::string stop_for_peer(const PeerStop& peer);
+  // True the first time `what` is asked about in this session: warnings said once.
+  bool warn_once(const std::string& what);
   // True the first time only: the tool's own statistics failures are said once per session.
   bool first_statistics_failure() { return !said_statistics_failure_.exchange(true); }
 
