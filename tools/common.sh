@@ -43,3 +43,37 @@ build() {
   }
   cmake --build "$BUILD" --parallel "$(nproc)"
 }
+
+# The second torch: PyTorch 2.x (requirements-torch2.txt, test-only) in a venv of its own
+# (no system site packages), the extension built against it by the same CMake project into
+# $TORCH2_DIR/pkg/msprobe_cpp beside a copy of the package's Python files.
+TORCH2_DIR="${MSPROBE_TORCH2_DIR:-$ROOT/build-torch2}"
+TORCH2_VENV="$TORCH2_DIR/venv"
+TORCH2_PKG="$TORCH2_DIR/pkg"
+
+torch2_env() {
+  # Made once; made again only when the pinned requirements change.
+  local req="$ROOT/requirements-torch2.txt"
+  if cmp -s "$req" "$TORCH2_VENV/requirements-torch2.txt"; then return 0; fi
+  echo "== making the torch 2 venv in $TORCH2_VENV ($(grep -c '==' "$req") pinned packages)"
+  rm -rf "$TORCH2_VENV"
+  "$PYTHON" -m venv "$TORCH2_VENV"
+  "$TORCH2_VENV/bin/pip" install -q -r "$req"
+  cp "$req" "$TORCH2_VENV/requirements-torch2.txt"
+}
+
+torch2_build() {
+  echo "== building the extension against $("$TORCH2_VENV/bin/python" -c 'import torch; print("torch", torch.__version__)') in $TORCH2_DIR/cmake"
+  local generator=()
+  [ -f "$TORCH2_DIR/cmake/CMakeCache.txt" ] || generator=(-G Ninja)
+  mkdir -p "$TORCH2_DIR/cmake" "$TORCH2_PKG/msprobe_cpp"
+  cmake -S "$ROOT" -B "$TORCH2_DIR/cmake" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DPython3_EXECUTABLE="$TORCH2_VENV/bin/python" -DMSPROBE_BUILD_TESTS=OFF \
+    -DMSPROBE_EXTENSION_OUTPUT_DIR="$TORCH2_PKG/msprobe_cpp" >"$TORCH2_DIR/configure.log" 2>&1 || {
+    cat "$TORCH2_DIR/configure.log" >&2
+    return 1
+  }
+  cmake --build "$TORCH2_DIR/cmake" --parallel "$(nproc)" --target msprobe_extension
+  # The package's Python files beside that extension (copies: the source tree's own _C is 1.13's).
+  cp -u "$ROOT"/python/msprobe_cpp/*.py "$TORCH2_PKG/msprobe_cpp/"
+}

@@ -11,3 +11,12 @@ cd "$ROOT"
 PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
   MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
   "$PYTHON" -m pytest tests/python -q -p no:cacheprovider
+
+# The same suite on PyTorch 2.x (MSPROBE_SKIP_TORCH2=1 leaves it out, for a quick local run).
+[ "${MSPROBE_SKIP_TORCH2:-0}" = 1 ] && exit 0
+torch2_env
+torch2_build
+echo "== pytest on $("$TORCH2_VENV/bin/python" -c 'import torch; print("torch", torch.__version__)')"
+MSPROBE_CPP_PACKAGE_ROOT="$TORCH2_PKG" PYTHONPATH="$TORCH2_PKG" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
+  MSPROBE_TEST_INSTALL=0 \
+  "$TORCH2_VENV/bin/python" -m pytest tests/python -q -p no:cacheprovider

@@ -42,8 +42,7 @@ void collect_grad_fns(PyObject* obj, std::vector<const torch::autograd::Node*>& 
 
 // The autograd node that produced the call's first differentiable output, unless that node
 // existed before the call (an API that returned one of its inputs, like `x.to(x.dtype)`).
-std::shared_ptr<torch::autograd::Node> new_grad_fn(
-    PyObject* result, const std::vector<const torch::autograd::Node*>& before) {
+NodePtr new_grad_fn(PyObject* result, const std::vector<const torch::autograd::Node*>& before) {
   PyObject* first = result;
   if (PyTuple_Check(result) || PyList_Check(result)) {
     first = nullptr;
@@ -53,7 +52,7 @@ std::shared_ptr<torch::autograd::Node> new_grad_fn(
     }
   }
   if (!first || !THPVariable_Check(first)) return nullptr;
-  std::shared_ptr<torch::autograd::Node> fn = THPVariable_Unpack(first).grad_fn();
+  NodePtr fn = THPVariable_Unpack(first).grad_fn();
   if (!fn) return nullptr;
   for (const auto* b : before) {
     if (b == fn.get()) return nullptr;

@@ -61,9 +61,24 @@ void for_each_chunk(const at::Tensor& t, const F& f) {
 // where the reductions would copy: {sum, norm} as device scalars.
 std::pair<at::Tensor, at::Tensor> sum_and_norm(const at::Tensor& t, at::ScalarType acc,
                                                const at::Tensor* scale) {
+  // Scaled or converted chunks go through one buffer: a fresh chunk-sized tensor each time
+  // fragments the host heap (the small results land in the block just freed, and the next
+  // chunk no longer fits there), so the peak grew by the tensor's size on torch 2.x.
+  at::Tensor buffer;
   auto one = [&](const at::Tensor& c) {
+    at::Tensor x = c;
     // Integers are converted a chunk at a time: the norm takes floating input only.
-    const at::Tensor x = scale ? c.to(acc) / *scale : c.is_floating_point() ? c : c.to(acc);
+    if (scale || !c.is_floating_point()) {
+      if (!buffer.defined() || buffer.numel() < c.numel()) {
+        buffer = at::empty({c.numel()}, c.options().dtype(acc));
+      }
+      x = buffer.narrow(0, 0, c.numel()).view(c.sizes());
+      if (scale) {
+        at::div_out(x, c, *scale);
+      } else {
+        x.copy_(c);
+      }
+    }
     return std::make_pair(at::sum(x, acc), at::linalg_vector_norm(x, 2, c10::nullopt, false, acc));
   };
   if (!scale && !reductions_copy(t, acc)) return one(t);

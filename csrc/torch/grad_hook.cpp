@@ -118,9 +118,9 @@ void record_backward(Session& s, StoredCall&& call, const variable_list& grads_i
   }
 }
 
-void add_backward_recorder(const std::shared_ptr<torch::autograd::Node>& node,
-                           const std::shared_ptr<Session>& session, std::string name,
-                           StackPtr stack, Selected parts, std::optional<std::string> module) {
+void add_backward_recorder(const NodePtr& node, const std::shared_ptr<Session>& session,
+                           std::string name, StackPtr stack, Selected parts,
+                           std::optional<std::string> module) {
   node->add_post_hook(std::make_unique<BackwardRecorder>(session, std::move(name), std::move(stack),
                                                          parts, std::move(module)));
 }

@@ -7,6 +7,8 @@
 
 #include <torch/csrc/autograd/function.h>
 
+#include "torch/node_ptr.h"
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,8 +27,8 @@ void record_backward(Session& s, StoredCall&& call, const torch::autograd::varia
 
 // Records `<name>` (a ".backward" call name) in `session` when `node` runs. The hook holds the
 // session weakly: a graph that outlives its session records nothing.
-void add_backward_recorder(const std::shared_ptr<torch::autograd::Node>& node,
-                           const std::shared_ptr<Session>& session, std::string name,
-                           StackPtr stack, Selected parts, std::optional<std::string> module);
+void add_backward_recorder(const NodePtr& node, const std::shared_ptr<Session>& session,
+                           std::string name, StackPtr stack, Selected parts,
+                           std::optional<std::string> module);
 
 }  // namespace msprobe

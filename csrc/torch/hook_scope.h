@@ -47,6 +47,7 @@ struct OpenModuleCall {
   std::vector<Entry> inputs;
   std::vector<std::pair<std::string, Entry>> kwargs;
   std::vector<LiveArg> live_inputs;  // task overflow_check
+  std::vector<LiveArg> live_kwargs;  // ... in the order of `kwargs`
   StackPtr stack;
   std::optional<std::string> parent;
   std::shared_ptr<ModuleBackwardStart> backward;  // levels L0 and mix, with grad mode on

@@ -15,6 +15,7 @@
 
 #include "torch/call_submit.h"
 #include "torch/grad_hook.h"
+#include "torch/node_ptr.h"
 #include "torch/session.h"
 
 namespace msprobe {
@@ -201,7 +202,7 @@ void attach_module_backward(const std::shared_ptr<Session>& session,
 
   // The outputs' nodes, each with the output items it carries.
   const std::vector<PyObject*> items = output_items(output);
-  std::vector<std::shared_ptr<Node>> out_nodes;
+  std::vector<NodePtr> out_nodes;
   std::vector<std::vector<OutputHook::Use>> out_items, out_through;
   for (size_t k = 0; k < items.size(); ++k) {
     if (!THPVariable_Check(items[k])) continue;
@@ -221,7 +222,7 @@ void attach_module_backward(const std::shared_ptr<Session>& session,
   if (out_nodes.empty()) return;  // nothing of it takes a gradient: no backward, as in PyTorch
 
   // The module's own nodes, from its outputs back to its inputs' edges.
-  std::vector<std::pair<std::shared_ptr<Node>, std::vector<InputHook::Use>>> feeders;
+  std::vector<std::pair<NodePtr, std::vector<InputHook::Use>>> feeders;
   std::unordered_set<const Node*> seen;
   std::vector<Node*> todo;
   for (const auto& n : out_nodes) {
@@ -240,7 +241,7 @@ void attach_module_backward(const std::shared_ptr<Session>& session,
         todo.push_back(e.function.get());
       }
     }
-    if (!uses.empty()) feeders.emplace_back(n->shared_from_this(), std::move(uses));
+    if (!uses.empty()) feeders.emplace_back(node_ptr(n), std::move(uses));
   }
 
   auto p = std::make_shared<Pending>();

@@ -46,6 +46,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
             const std::string key = py::str(kv.first);
             open.kwargs.emplace_back(
                 key, describe_value(kv.second.ptr(), options, options.kwarg_stem(open.name, key)));
+            if (s->watching()) open.live_kwargs.push_back(live_arg_of(kv.second.ptr()));
           }
         }
       }
@@ -90,7 +91,8 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     call.stack = std::move(open.stack);
     call.parent = std::move(open.parent);
     submit(*s, std::move(call), [&] {
-      return LiveTensors{std::move(open.live_inputs), {}, live_args_of(output.ptr())};
+      return LiveTensors{std::move(open.live_inputs), std::move(open.live_kwargs),
+                         live_args_of(output.ptr())};
     });
   };
 

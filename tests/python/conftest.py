@@ -7,7 +7,10 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "data" / "msprobe-1.1.1"
-sys.path.insert(0, str(ROOT / "python"))
+# Where the package msprobe_cpp is imported from: the source tree (built in place against
+# Debian's torch), or the folder tools/test.sh builds against torch 2.x. Subprocesses get it too.
+PACKAGE_ROOT = pathlib.Path(os.environ.get("MSPROBE_CPP_PACKAGE_ROOT", ROOT / "python"))
+sys.path.insert(0, str(PACKAGE_ROOT))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 

@@ -21,6 +21,7 @@ from gloo import free_port, needs_gloo  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+from conftest import PACKAGE_ROOT  # noqa: E402
 WORKER = HERE / "dist_worker.py"
 WORLD_SIZE = 2
 TIMEOUT_S = 120.0
@@ -44,7 +45,7 @@ def _start_and_wait(tmp_path: pathlib.Path, config: pathlib.Path, port: int,
     env.update({
         "WORLD_SIZE": str(WORLD_SIZE), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "GLOO_SOCKET_IFNAME": "lo",  # loopback only
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(HERE)]
+        "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), str(HERE)]
                                       + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
         "OMP_NUM_THREADS": "1",
     })

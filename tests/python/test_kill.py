@@ -13,6 +13,7 @@ import torch
 import msprobe_cpp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+from conftest import PACKAGE_ROOT  # noqa: E402
 
 TRAIN = """
 import sys
@@ -33,7 +34,7 @@ for i in range(10 ** 6):
 
 def test_kill_9_leaves_only_complete_steps(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(TRAIN.format(python=str(ROOT / "python"), tests=str(ROOT / "tests" / "python")))
+    script.write_text(TRAIN.format(python=str(PACKAGE_ROOT), tests=str(ROOT / "tests" / "python")))
     dump = tmp_path / "dump"
     rng = random.Random(7)
     for _ in range(20):

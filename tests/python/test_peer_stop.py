@@ -15,6 +15,7 @@ from gloo import free_port, needs_gloo  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+from conftest import PACKAGE_ROOT  # noqa: E402
 WORLD = 3
 TIMEOUT_S = 90.0
 
@@ -24,7 +25,7 @@ pytestmark = needs_gloo
 def run_ranks(out: pathlib.Path, bad_rank: int, bad_step: int, mode: str = "nan", steps: int = 5) -> list:
     env = dict(os.environ, WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT / "python"), str(HERE)]))
+               PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), str(HERE)]))
     procs = [subprocess.Popen([sys.executable, str(HERE / "peer_worker.py"), str(out), str(bad_rank), str(bad_step), mode,
                                str(steps)],
                               env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -67,9 +68,10 @@ def test_every_rank_stops_with_the_one_that_overflowed(tmp_path, bad_rank):
         assert r["message"].startswith(f"[rank {r['rank']}] stopping: rank {bad_rank} overflowed at step 2 "
                                        f"({call}, origin input)"), r["message"]
         assert report["peer_stop"] == {"rank": bad_rank, "step": 2, "call": call, "origin": "input"}
-        # The records it had of the step: at least the whole forward of step 2.
+        # The records it had of the step, from its first call on: how far it got before its watcher
+        # saw the stop depends on timing (it stops at its next hooked call).
         data = json.loads((folder / "dump.json").read_text())["data"]
-        assert "Functional.cross_entropy.0.forward" in data, list(data)
+        assert list(data)[:1] == ["Functional.linear.0.forward"], list(data)
 
 
 def report(out: pathlib.Path, step: int, rank: int) -> dict:
