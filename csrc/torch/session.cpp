@@ -248,10 +248,18 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
     // An absorbed anomaly is no overflow: no on_overflow, no debugger.overflow; the step's first
     // one is told in one line and kept for the report.
     const bool absorbed = v.judgement == Judgement::Absorbed && !v.stop;
-    e.notify = v.flagged && !absorbed && !v.end_of_backward && !step_overflow_ &&
-               !pending_backward_ && !reached_gradients_;
+    // In a step whose loss a scaler scaled, non-finite gradients are the scaler's to skip: a
+    // backward finding waits for step() (an op origin waits for the end of the pass first). A
+    // GradScaler under autocast overflows in casts that no hooked call makes, so the first
+    // anomalous backward record often has no origin of its own.
+    const bool scaled_backward = loss_scaled_ && !v.end_of_backward && v.flagged && !v.stop &&
+                                 is_backward_name(call.record.name);
+    e.notify = v.flagged && !absorbed && !v.end_of_backward && !scaled_backward &&
+               !step_overflow_ && !pending_backward_ && !reached_gradients_;
     e.raise = v.stop;
     const bool first_backward = v.end_of_backward && !pending_backward_;
+    const bool first_scaled = scaled_backward && !reached_gradients_ && !pending_backward_;
+    if (first_scaled) reached_gradients_ = describe_overflow(call, v, tensors);
     const bool first_absorbed = absorbed && v.flagged && !step_absorbed_;
     if (e.notify || e.raise || first_backward || first_absorbed) {
       e.facts = describe_overflow(call, v, tensors);
@@ -262,7 +270,8 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
     }
     if (first_absorbed) absorbed_to_tell = true;
     if (e.notify || e.raise || e.queue_end_of_backward) event = std::move(e);
-    if (!event && !first_absorbed) stack.reset();
+    if (first_scaled) stack = call.stack;
+    if (!event && !first_absorbed && !first_scaled) stack.reset();
   }
   const std::string told_call = stack ? call.record.name : std::string();  // the facts' call
   calls_.push_back(std::move(call));
@@ -278,7 +287,8 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
     }
     if (event) event->facts.source = source;
     lock.lock();
-    for (auto* stored : {&pending_backward_, &step_overflow_, &step_absorbed_}) {
+    for (auto* stored :
+         {&pending_backward_, &step_overflow_, &step_absorbed_, &reached_gradients_}) {
       if (*stored && !(*stored)->source && (*stored)->finding.call == told_call) {
         (*stored)->source = source;
       }
