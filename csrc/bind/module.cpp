@@ -137,6 +137,16 @@ PYBIND11_MODULE(_C, m) {
           py::arg("name"), py::arg("tensor"), py::arg("buffer"))
       .def("set_loss_scaled", &Session::set_loss_scaled)
       .def(
+          "mark_compiled_outputs",
+          [](Session& s, py::handle output) {
+            if (!s.watching() || !s.collecting()) return;
+            for (const LiveArg& arg : live_args_of(output.ptr())) {
+              if (arg.tensor.defined()) s.mark_compiled_output(arg.tensor);
+              for (const at::Tensor& t : arg.items) s.mark_compiled_output(t);
+            }
+          },
+          py::arg("output"))
+      .def(
           "judge_loss_scale",
           [](Session& s, double before, double after) {
             if (auto event = s.judge_loss_scale(before, after)) handle_overflow_event(s, *event);

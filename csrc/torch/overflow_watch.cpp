@@ -46,11 +46,16 @@ OverflowWatch::OverflowWatch(const Config& config, const ModelTensors& models)
 void OverflowWatch::new_step() {
   detector_.reset();
   known_.clear();
+  compiled_outputs_.clear();
   unexplained_forwards_.clear();
   backward_anomaly_ = false;
   findings_.clear();
   judgements_.clear();
   step_flagged_ = false;
+}
+
+void OverflowWatch::mark_compiled_output(const at::Tensor& t) {
+  compiled_outputs_.insert_or_assign(t.unsafeGetTensorImpl(), WeakImpl(t.getIntrusivePtr()));
 }
 
 void OverflowWatch::remember_outputs(const CallRecord& rec, const LiveTensors& live,
@@ -118,7 +123,16 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& ou
     return;
   }
   out.explained = false;
-  if (!out.origin) out.origin = Origin::Input;
+  if (out.origin) return;
+  if (auto it = compiled_outputs_.find(impl);
+      it != compiled_outputs_.end() && it->second.lock().get() == impl) {
+    out.origin = Origin::Op;
+    out.note =
+        "made inside a compiled region (torch.compile), whose calls are not recorded: run the "
+        "model uncompiled (its _orig_mod) to find the op";
+    return;
+  }
+  out.origin = Origin::Input;
 }
 
 OverflowWatch::Traced OverflowWatch::trace_forward_inputs(const CallRecord& rec, const Finding& f,

@@ -57,6 +57,8 @@ class OverflowWatch {
   Verdict judge(const CallRecord& rec, const LiveTensors& live,
                 std::optional<int> peer_rank = std::nullopt);
   void new_step();
+  // An output of a compiled region (torch.compile), this step.
+  void mark_compiled_output(const at::Tensor& t);
 
   bool step_flagged() const { return step_flagged_; }
   const std::vector<Finding>& findings() const { return findings_; }
@@ -91,6 +93,7 @@ class OverflowWatch {
   };
   std::unordered_map<const c10::TensorImpl*, Known> known_;
   std::unordered_set<std::string> unexplained_forwards_;
+  std::unordered_map<const c10::TensorImpl*, WeakImpl> compiled_outputs_;
   // For the session: call sites ("Torch.nan_to_num.forward") that absorbed a foreign anomaly.
   std::unordered_set<std::string> absorbing_sites_;
   bool backward_anomaly_ = false;  // later unknown anomalous tensors are its gradients

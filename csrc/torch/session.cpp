@@ -213,6 +213,11 @@ void Session::advance() {
   epoch_ = ++g_epochs;
 }
 
+void Session::mark_compiled_output(const at::Tensor& t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (watch_) watch_->mark_compiled_output(t);
+}
+
 bool Session::warn_once(const std::string& what) {
   std::lock_guard<std::mutex> lock(mu_);
   return warned_.insert(what).second;

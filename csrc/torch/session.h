@@ -93,6 +93,9 @@ class Session {
   void set_python_side(std::unique_ptr<PythonSide> side);
   PythonSide* python_side() const { return py_.get(); }
   ModelTensors& models() { return models_; }
+  // A tensor that came out of a torch.compile'd model: NaN/inf in it was made where no call is
+  // recorded.
+  void mark_compiled_output(const at::Tensor& t);
   // The hooks raise at the origin; this writes the step and ends it first, so the next start()
   // begins the next step (and a step() in the user's handler does not skip a number).
   // Returns why the step's files could not be written, or "" when they were (or none were due).

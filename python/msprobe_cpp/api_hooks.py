@@ -1,5 +1,6 @@
 """Installs and removes the C++ API wrappers listed in rules/support_wrap_ops.yaml."""
 import os
+import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -32,12 +33,31 @@ def compiling_probe() -> Optional[Callable[[], bool]]:
     return probe if callable(probe) else None
 
 
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+# The code that runs a compiled region: torch's compile runtime (AOTAutograd's wrappers, inductor's
+# helpers) and the modules inductor generates (in its cache folder, "torchinductor_<user>").
+_COMPILED_RUNTIME = tuple(os.path.join(_TORCH_DIR, d) + os.sep for d in ("_inductor", "_functorch", "_dynamo"))
+_compiled_model_seen = [False]
+
+
+def mark_compiled_model_seen() -> None:
+    """From now on the wrappers look at who calls them: see _compile_aware."""
+    _compiled_model_seen[0] = True
+
+
+def _called_by_compiled_region(frame: Any) -> bool:
+    name = frame.f_code.co_filename
+    return name.startswith(_COMPILED_RUNTIME) or "torchinductor" in name
+
+
 def _compile_aware(hook: Any, original: Any, is_compiling: Callable[[], bool]) -> Callable[..., Any]:
     """Under torch.compile the wrapper is inlined by the tracer, which folds is_compiling() to True
     and so traces the original call: compiled regions are left alone (neither recorded nor judged,
-    never broken into pieces), and eager calls go to the hook."""
+    never broken into pieces), and eager calls go to the hook. A compiled region's own run time
+    (the buffers inductor's code allocates, AOTAutograd's backward) calls torch eagerly too: once a
+    compiled model was started, those calls, told by their caller's file, are left alone as well."""
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if is_compiling():
+        if is_compiling() or (_compiled_model_seen[0] and _called_by_compiled_region(sys._getframe(1))):
             return original(*args, **kwargs)
         return hook(*args, **kwargs)
     wrapper.__name__ = getattr(original, "__name__", "wrapper")

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 import torch
 
 from . import _C
+from . import api_hooks
 from .api_hooks import ApiHooks
 from .errors import Overflow, OverflowError
 from .loss_scalers import GradScalerWatch
@@ -206,6 +207,7 @@ class PrecisionDebugger:
                 self._warn_once("compiled", "a torch.compile'd model: the calls inside its compiled regions are "
                                 "left alone (neither recorded nor judged); run the model uncompiled (its "
                                 "_orig_mod) to watch them")
+                api_hooks.mark_compiled_model_seen()
             self._add_model(m)
         if self._loss_scaler is not None and self._scale_before is None:
             self._note_scale(self._loss_scaler)
@@ -275,6 +277,19 @@ class PrecisionDebugger:
         self._models.append(model)
         record = self._session.modules_hooked
         if not (record or self._session.watching):
+            return
+        compiled = getattr(model, "_orig_mod", None)
+        if isinstance(compiled, torch.nn.Module):
+            # A compiled region is left alone: no module hook inside it (the tracer would have to
+            # break its graph at each). What comes out of it is marked, so that NaN/inf it made is
+            # named as made there, at the first recorded call that meets it.
+            if self._session.watching:
+                self._module_handles.append(model.register_forward_hook(
+                    lambda module, inputs, output: self._session.mark_compiled_outputs(output)))
+                for name, p in compiled.named_parameters():
+                    self._session.add_model_tensor(prefix + name, p, False)
+                for name, b in compiled.named_buffers():
+                    self._session.add_model_tensor(prefix + name, b, True)
             return
         for name, module in model.named_modules():
             if module is model or id(module) in self._hooked_modules:

@@ -57,3 +57,31 @@ def test_a_compiled_model_is_said_to_be_left_alone(tmp_path, capfd):
         dbg.step()
     err = capfd.readouterr().err
     assert err.count("torch.compile'd model") == 1, err
+
+
+def test_module_keyword_arguments_are_recorded_where_torch_passes_them(tmp_path):
+    """msprobe on 2.x registers its forward hooks with_kwargs=True: a module called with keywords
+    has them in its record. PyTorch 1.13 hands forward pre-hooks no keywords (its reason)."""
+    import json
+    import torch.nn as nn
+
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor, *, scale: float = 1.0, bias=None) -> torch.Tensor:
+            return self.fc(x) * scale + (0 if bias is None else bias)
+
+    holder = nn.Sequential()
+    holder.add_module("m", Scaled())
+    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), level="mix", step=[0])
+    dbg.start(holder)
+    holder.m(torch.ones(2, 4), scale=0.5, bias=torch.zeros(4))
+    dbg.stop()
+    rec = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]["Module.m.Scaled.forward.0"]
+    if int(torch.__version__.split(".")[0]) < 2:
+        assert rec["input_kwargs"] == {}
+        return
+    assert rec["input_kwargs"]["scale"] == {"type": "float", "value": 0.5}
+    assert rec["input_kwargs"]["bias"]["type"] == "torch.Tensor" and rec["input_kwargs"]["bias"]["Max"] == 0.0
