@@ -38,6 +38,18 @@ def dumped_steps(tmp_path: pathlib.Path) -> List[int]:
     return sorted(int(p.name[4:]) for p in dump.glob("step*")) if dump.exists() else []
 
 
+def guarded_step(dbg, model: nn.Module, opt: torch.optim.Optimizer, loss_of: Callable[[], torch.Tensor]) -> float:
+    """One step as users write it: start, zero_grad, forward and loss, backward, step, stop, step."""
+    dbg.start(model)
+    opt.zero_grad()
+    loss = loss_of()
+    loss.backward()
+    opt.step()
+    dbg.stop()
+    dbg.step()
+    return loss.item()
+
+
 def first_anomaly(tmp_path: pathlib.Path, step: int) -> Dict[str, Any]:
     path = tmp_path / "dump" / f"step{step}" / "rank" / "overflow_report.json"
     return json.loads(path.read_text())["first_anomaly"]
@@ -107,18 +119,8 @@ def lm_batches(n: int, banned: Tuple[int, ...] = (), seed: int = 0):
 
 def train_lm(model: MaskedAttentionLM, dbg, steps: int, banned: Tuple[int, ...] = ()) -> List[float]:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    for x, y, pad in lm_batches(steps, banned):
-        dbg.start(model)
-        opt.zero_grad()
-        logits = model(x, pad)
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        dbg.stop()
-        dbg.step()
-        losses.append(loss.item())
-    return losses
+    return [guarded_step(dbg, model, opt, lambda: F.cross_entropy(model(x, pad).reshape(-1, VOCAB), y.reshape(-1)))
+            for x, y, pad in lm_batches(steps, banned)]
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -169,14 +171,7 @@ def test_pad_with_minus_inf_and_a_running_minimum_never_stop(tmp_path, level):
     g = torch.Generator().manual_seed(1)
     for _ in range(3):
         x, y = torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 5, (4,), generator=g)
-        dbg.start(model)
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        dbg.stop()
-        dbg.step()
-        assert math.isfinite(loss.item())
+        assert math.isfinite(guarded_step(dbg, model, opt, lambda: F.cross_entropy(model(x), y)))
     assert dumped_steps(tmp_path) == []
 
 
@@ -221,14 +216,7 @@ def test_writers_never_read_the_garbage_they_overwrite(tmp_path, level):
     g = torch.Generator().manual_seed(0)
     for _ in range(3):
         x, y = torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)
-        dbg.start(model)
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        dbg.stop()
-        dbg.step()
-        assert math.isfinite(loss.item())
+        assert math.isfinite(guarded_step(dbg, model, opt, lambda: F.cross_entropy(model(x), y)))
     assert dumped_steps(tmp_path) == []
 
 
@@ -269,17 +257,7 @@ def tabular_batches(n: int, nan_at: Tuple[int, ...]):
 
 def train_tabular(model: nn.Module, dbg, data) -> List[float]:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    losses = []
-    for x, y in data:
-        dbg.start(model)
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        dbg.stop()
-        dbg.step()
-        losses.append(loss.item())
-    return losses
+    return [guarded_step(dbg, model, opt, lambda: F.cross_entropy(model(x), y)) for x, y in data]
 
 
 @pytest.mark.parametrize("level", LEVELS)
