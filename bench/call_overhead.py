@@ -22,13 +22,15 @@ import argparse
 import math
 import shutil
 import pathlib
+import os
 import sys
 import tempfile
 import time
 from typing import Callable
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "python"))
+# The package as built in place, or (MSPROBE_CPP_PACKAGE_ROOT) the one tools/test.sh builds for torch 2.x.
+sys.path.insert(0, os.environ.get("MSPROBE_CPP_PACKAGE_ROOT", str(ROOT / "python")))
 
 import torch  # noqa: E402
 

@@ -47,6 +47,7 @@ import pathlib
 import re
 import shutil
 import statistics
+import os
 import sys
 import tempfile
 import time
@@ -55,7 +56,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
-sys.path.insert(0, str(ROOT / "python"))
+# The package as built in place, or (MSPROBE_CPP_PACKAGE_ROOT) the one tools/test.sh builds for torch 2.x.
+sys.path.insert(0, os.environ.get("MSPROBE_CPP_PACKAGE_ROOT", str(ROOT / "python")))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402

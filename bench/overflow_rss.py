@@ -6,11 +6,13 @@ the resident set size after the warm-up and at the end.
 """
 import argparse
 import pathlib
+import os
 import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "python"))
+# The package as built in place, or (MSPROBE_CPP_PACKAGE_ROOT) the one tools/test.sh builds for torch 2.x.
+sys.path.insert(0, os.environ.get("MSPROBE_CPP_PACKAGE_ROOT", str(ROOT / "python")))
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 import torch  # noqa: E402
