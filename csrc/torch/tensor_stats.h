@@ -37,6 +37,7 @@ Entry describe_tensor_layout(const at::Tensor& t);
 // Tests only: route CPU tensors through the reductions used on other devices (CUDA, NPU), so a
 // machine without them still exercises that code.
 void force_generic_statistics(bool on);
+bool generic_statistics_forced();
 
 // "torch.float32", "torch.bfloat16", ... as Python prints the dtype.
 const char* dtype_name(at::ScalarType t);
