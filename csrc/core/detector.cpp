@@ -99,10 +99,14 @@ std::optional<Finding> Detector::judge(const CallRecord& rec, bool* filtered) {
   if (filtered) *filtered = false;
   const bool compat = options_.compat;
   Finding f;
-  // What a call overwrites without reading is no input of its own (outside compat mode).
-  const size_t first_read = !compat && ignores_first_arg_values(rec.name) ? 1 : 0;
-  for (size_t i = first_read; i < rec.inputs.size(); ++i) {
+  for (size_t i = 0; i < rec.inputs.size(); ++i) {
     if (holds_anomaly(rec.inputs[i], compat)) f.input_indices.push_back(i);
+  }
+  // What a call overwrites without reading is no input of its own (outside compat mode). Asked
+  // only when that argument holds an anomaly: clean calls pay no name lookup.
+  if (!compat && !f.input_indices.empty() && f.input_indices[0] == 0 &&
+      ignores_first_arg_values(rec.name)) {
+    f.input_indices.erase(f.input_indices.begin());
   }
   for (const auto& kv : rec.kwargs) {
     if (!compat && kv.first == "out") continue;
