@@ -18,5 +18,5 @@ torch2_env
 torch2_build
 echo "== pytest on $("$TORCH2_VENV/bin/python" -c 'import torch; print("torch", torch.__version__)')"
 MSPROBE_CPP_PACKAGE_ROOT="$TORCH2_PKG" PYTHONPATH="$TORCH2_PKG" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
-  MSPROBE_TEST_INSTALL=0 \
+  MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
   "$TORCH2_VENV/bin/python" -m pytest tests/python -q -p no:cacheprovider

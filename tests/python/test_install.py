@@ -58,13 +58,28 @@ def run(*args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=1200, **kw)
 
 
+def make_venv(venv: pathlib.Path) -> None:
+    """A venv that sees the torch this test runs on: Debian's through the system site packages, or,
+    run from a venv of its own (tools/test.sh's torch 2 run), that venv's packages through a .pth
+    file, so that pip builds against that torch (a venv made from a venv sees only the base
+    interpreter's system packages)."""
+    if sys.prefix == sys.base_prefix:
+        r = run("/usr/bin/python3", "-m", "venv", "--system-site-packages", venv)
+        assert r.returncode == 0, r.stderr
+        return
+    r = run(pathlib.Path(sys.base_prefix) / "bin" / "python3", "-m", "venv", venv)
+    assert r.returncode == 0, r.stderr
+    site = run(venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    ours = [p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix)]
+    (pathlib.Path(site.stdout.strip()) / "torch_env.pth").write_text("\n".join(ours) + "\n")
+
+
 def test_pip_install_into_a_venv(tmp_path, fixtures):
     repo, venv, work = tmp_path / "repo", tmp_path / "venv", tmp_path / "elsewhere"
     repo.mkdir()
     work.mkdir()
     fresh_copy(repo)
-    r = run("/usr/bin/python3", "-m", "venv", "--system-site-packages", venv)
-    assert r.returncode == 0, r.stderr
+    make_venv(venv)
 
     start = time.monotonic()
     r = run(venv / "bin" / "pip", "install", "--no-build-isolation", "--no-index", "-v", repo)
