@@ -1,4 +1,4 @@
-# msprobe_cpp._C: the hooks (csrc/torch), their bindings (csrc/bind), and the core and the command
+# msprobe_cpp._C: the hooks (csrc/live), their bindings (csrc/bind), and the core and the command
 # line linked in from the same static libraries as the msprobe-cpp binary. Needs torch_facts.cmake.
 set(torch_libraries)
 foreach(name c10 torch torch_cpu torch_python)
@@ -9,7 +9,7 @@ foreach(name c10 torch torch_cpu torch_python)
   list(APPEND torch_libraries ${TORCH_LIB_${name}})
 endforeach()
 
-file(GLOB EXTENSION_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/csrc/torch/*.cpp
+file(GLOB EXTENSION_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/csrc/live/*/*.cpp
      ${CMAKE_SOURCE_DIR}/csrc/bind/*.cpp)
 add_library(msprobe_extension MODULE ${EXTENSION_SOURCES})
 set_target_properties(msprobe_extension PROPERTIES

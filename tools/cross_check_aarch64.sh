@@ -22,7 +22,7 @@ done
 # torch's and Python's headers are the same on every architecture; the kernel file is compiled
 # against the host's copies.
 # shellcheck disable=SC2086
-"$CXX" "${FLAGS[@]}" $TORCH_INCLUDE $PY_INCLUDE -c "$ROOT/csrc/torch/tensor_stats.cpp" \
+"$CXX" "${FLAGS[@]}" $TORCH_INCLUDE $PY_INCLUDE -c "$ROOT/csrc/live/stats/tensor_stats.cpp" \
   -o "$OUT/tensor_stats.o"
 file "$OUT/tensor_stats.o" | sed "s|$OUT/||"
-echo "aarch64: csrc/core, csrc/cli and csrc/torch/tensor_stats.cpp compile ($(ls "$OUT" | wc -l) objects)"
+echo "aarch64: csrc/core, csrc/cli and csrc/live/stats/tensor_stats.cpp compile ($(ls "$OUT" | wc -l) objects)"

@@ -12,14 +12,15 @@
 #include "core/config.h"
 #include "core/output_files.h"
 #include "core/rules.h"
-#include "torch/api_hook.h"
-#include "torch/call_submit.h"
-#include "torch/device_stats.h"
-#include "torch/hook_scope.h"
-#include "torch/module_hooks.h"
-#include "torch/overflow_raise.h"
-#include "torch/session.h"
-#include "torch/tensor_stats.h"
+#include "live/capture/call_values.h"
+#include "live/hooks/api_hook.h"
+#include "live/hooks/hook_scope.h"
+#include "live/hooks/module_hooks.h"
+#include "live/hooks/submit.h"
+#include "live/overflow/python_side.h"
+#include "live/session/session.h"
+#include "live/stats/device_stats.h"
+#include "live/stats/tensor_stats.h"
 
 namespace py = pybind11;
 using namespace msprobe;
@@ -126,13 +127,13 @@ PYBIND11_MODULE(_C, m) {
           [](Session& s, int rank, int64_t step, const std::string& call,
              const std::string& origin) {
             flush_deferred(s);
-            return s.stop_for_peer(PeerStop{rank, step, call, origin});
+            return s.stop_for_peer(PeerOverflow{rank, step, call, origin});
           },
           py::arg("rank"), py::arg("step"), py::arg("call"), py::arg("origin"))
       .def(
           "add_model_tensor",
           [](Session& s, const std::string& name, const at::Tensor& t, bool buffer) {
-            s.models().add(name, t, buffer);
+            s.add_model_tensor(name, t, buffer);
           },
           py::arg("name"), py::arg("tensor"), py::arg("buffer"))
       .def("set_loss_scaled", &Session::set_loss_scaled)

@@ -74,8 +74,7 @@ std::string indices_text(const Finding& f) {
     }
     s += "]";
   };
-  // Backward records keep their incoming gradients under msprobe's key `input`.
-  list(is_backward_name(f.call) ? "input" : "input_args", f.input_indices);
+  list(inputs_key(f.uses_input_key), f.input_indices);
   list("input_kwargs", f.kwarg_keys);
   list("output", f.output_indices);
   return s;
@@ -122,15 +121,11 @@ std::string source_text(const std::unordered_map<std::string, std::string>& sour
 }
 
 void write_text(std::ostream& out, const std::string& file, const Report& report) {
-  size_t counts[3] = {0, 0, 0};
-  for (const Finding& f : report.findings) ++counts[static_cast<int>(f.severity)];
   if (report.empty()) {
     out << file << ": no anomaly\n";
     return;
   }
-  out << file << ": " << report.findings.size() << " anomalous call"
-      << (report.findings.size() == 1 ? "" : "s") << " (" << counts[2] << " critical, " << counts[1]
-      << " high, " << counts[0] << " medium)\n";
+  out << file << ": " << severity_summary(report.findings) << "\n";
   const auto sources = sources_of(file, report);
   const Finding* origin = nullptr;
   for (Severity level : {Severity::Critical, Severity::High}) {

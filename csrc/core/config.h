@@ -10,12 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace msprobe {
+#include "core/config_error.h"
 
-class ConfigError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace msprobe {
 
 // Inclusive integer ranges from `[1, "4-6"]`; empty means "all".
 class RangeList {

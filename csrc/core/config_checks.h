@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/config.h"
+#include "core/config_error.h"
 
 namespace msprobe::config_checks {
 

@@ -54,11 +54,26 @@ struct NormMax {
 
 }  // namespace
 
+bool Finding::lists(const ArgPos& pos) const {
+  auto has = [](const auto& list, const auto& value) {
+    return std::find(list.begin(), list.end(), value) != list.end();
+  };
+  switch (pos.side) {
+    case ArgPos::Side::Input:
+      return has(input_indices, pos.index);
+    case ArgPos::Side::Kwarg:
+      return has(kwarg_keys, *pos.key);
+    case ArgPos::Side::Output:
+      break;
+  }
+  return has(output_indices, pos.index);
+}
+
 std::optional<std::pair<double, double>> mutation_norms(const CallRecord& rec) {
   NormMax in, out;
-  for (const Entry& e : rec.inputs) in.take(e);
-  for (const auto& kv : rec.kwargs) in.take(kv.second);
-  for (const Entry& e : rec.outputs) out.take(e);
+  for_each_arg(rec, [&](const ArgPos& pos, const Entry& e) {
+    (pos.side == ArgPos::Side::Output ? out : in).take(e);
+  });
   if (!in.any || !out.any) return std::nullopt;
   return std::make_pair(in.value, out.value);
 }
@@ -99,21 +114,28 @@ std::optional<Finding> Detector::judge(const CallRecord& rec, bool* filtered) {
   if (filtered) *filtered = false;
   const bool compat = options_.compat;
   Finding f;
-  for (size_t i = 0; i < rec.inputs.size(); ++i) {
-    if (holds_anomaly(rec.inputs[i], compat)) f.input_indices.push_back(i);
-  }
+  f.uses_input_key = rec.uses_input_key;
+  for_each_arg(rec, [&](const ArgPos& pos, const Entry& e) {
+    // An `out=` buffer is written, not read (outside compat mode).
+    if (pos.side == ArgPos::Side::Kwarg && !compat && *pos.key == "out") return;
+    if (!holds_anomaly(e, compat)) return;
+    switch (pos.side) {
+      case ArgPos::Side::Input:
+        f.input_indices.push_back(pos.index);
+        break;
+      case ArgPos::Side::Kwarg:
+        f.kwarg_keys.push_back(*pos.key);
+        break;
+      case ArgPos::Side::Output:
+        f.output_indices.push_back(pos.index);
+        break;
+    }
+  });
   // What a call overwrites without reading is no input of its own (outside compat mode). Asked
   // only when that argument holds an anomaly: clean calls pay no name lookup.
   if (!compat && !f.input_indices.empty() && f.input_indices[0] == 0 &&
       ignores_first_arg_values(rec.name)) {
     f.input_indices.erase(f.input_indices.begin());
-  }
-  for (const auto& kv : rec.kwargs) {
-    if (!compat && kv.first == "out") continue;
-    if (holds_anomaly(kv.second, compat)) f.kwarg_keys.push_back(kv.first);
-  }
-  for (size_t i = 0; i < rec.outputs.size(); ++i) {
-    if (holds_anomaly(rec.outputs[i], compat)) f.output_indices.push_back(i);
   }
   bool input_anomaly = !f.input_indices.empty() || !f.kwarg_keys.empty();
   const bool output_anomaly = !f.output_indices.empty();

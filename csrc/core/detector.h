@@ -28,12 +28,16 @@ struct Finding {
   Scene scene = Scene::InputNormalOutputAnomaly;
   Severity severity = Severity::Critical;
   std::vector<size_t> input_indices;  // positions in input_args (or backward `input`)
+  bool uses_input_key = false;        // the record's inputs are msprobe's `input` (backward)
   std::vector<std::string> kwarg_keys;
   std::vector<size_t> output_indices;
   // NumericalMutation only: the threshold, and the largest input and output Norms it compared.
   double threshold = 0.0;
   double input_norm = 0.0;
   double output_norm = 0.0;
+
+  // Whether the argument at `pos` is one of the anomalous ones listed above.
+  bool lists(const ArgPos& pos) const;
 };
 
 // msprobe 1.1.1's NumericalMutationScene test: max output Norm / max input Norm > threshold, over

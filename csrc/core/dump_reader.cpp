@@ -43,7 +43,7 @@ class RecordParser {
   [[noreturn]] void fail_expected(const std::string& field, const char* expected) {
     std::string where = context_ + field;
     if (!where.empty() && where.back() == '.') where.pop_back();
-    cur_.fail(where + ": expected " + expected + ", got " + describe_next(cur_));
+    cur_.fail(where + ": expected " + expected + ", got " + next_value_kind(cur_));
   }
 
   std::vector<Entry> entry_list(const std::string& field) {
@@ -172,7 +172,7 @@ void read_record(JsonCursor& cur, RecordParser& parser, CallRecord& rec) {
 }
 
 void read_data(JsonCursor& cur, const CallSink& on_call) {
-  if (cur.peek() != '{') cur.fail("data: expected an object, got " + describe_next(cur));
+  if (cur.peek() != '{') cur.fail("data: expected an object, got " + next_value_kind(cur));
   RecordParser parser(cur);
   std::string name;
   cur.begin_object();
@@ -188,7 +188,7 @@ void read_data(JsonCursor& cur, const CallSink& on_call) {
 
 std::string header_string(JsonCursor& cur, const char* key) {
   if (cur.peek() != '"')
-    cur.fail(std::string(key) + ": expected a string, got " + describe_next(cur));
+    cur.fail(std::string(key) + ": expected a string, got " + next_value_kind(cur));
   return cur.read_string();
 }
 
@@ -198,7 +198,7 @@ DumpHeader read_dump(JsonCursor& cur, const std::string& source, const CallSink&
   DumpHeader header;
   try {
     if (cur.at_end()) cur.fail("empty file, expected a dump.json object");
-    if (cur.peek() != '{') cur.fail("expected an object, got " + describe_next(cur));
+    if (cur.peek() != '{') cur.fail("expected an object, got " + next_value_kind(cur));
     bool saw_data = false;
     std::string key;
     cur.begin_object();

@@ -18,12 +18,6 @@ class DumpError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct DumpHeader {
-  std::string task;
-  std::string level;
-  std::optional<std::string> dump_data_dir;
-};
-
 using CallSink = std::function<void(CallRecord&&)>;
 
 class JsonCursor;

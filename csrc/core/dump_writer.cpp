@@ -92,10 +92,8 @@ static void write_list(JsonWriter& w, const char* key, const std::vector<Entry>&
 void write_record(JsonWriter& w, const CallRecord& rec) {
   w.key(rec.name);
   w.begin_object();
-  if (rec.has_inputs && rec.uses_input_key) {
-    write_list(w, "input", rec.inputs);
-  } else if (rec.has_inputs) {
-    write_list(w, "input_args", rec.inputs);
+  if (rec.has_inputs) write_list(w, inputs_key(rec.uses_input_key), rec.inputs);
+  if (rec.has_inputs && !rec.uses_input_key) {
     w.key("input_kwargs");
     w.begin_object();
     for (const auto& kv : rec.kwargs) {
@@ -108,7 +106,7 @@ void write_record(JsonWriter& w, const CallRecord& rec) {
   w.end_object();
 }
 
-std::string dump_json(const DumpHead& head, const std::vector<const CallRecord*>& records,
+std::string dump_json(const DumpHeader& head, const std::vector<const CallRecord*>& records,
                       std::string buffer) {
   JsonWriter w(1, std::move(buffer));
   w.begin_object();

@@ -17,14 +17,8 @@ void write_entry(JsonWriter& w, const Entry& e);
 // backward record), as one member of the enclosing "data" object.
 void write_record(JsonWriter& w, const CallRecord& rec);
 
-struct DumpHead {
-  std::string task;
-  std::string level;
-  std::optional<std::string> dump_data_dir;
-};
-
 // The whole dump.json text for `records` in order; `buffer` is reused for it when given.
-std::string dump_json(const DumpHead& head, const std::vector<const CallRecord*>& records,
+std::string dump_json(const DumpHeader& head, const std::vector<const CallRecord*>& records,
                       std::string buffer = {});
 
 }  // namespace msprobe

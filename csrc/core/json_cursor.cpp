@@ -333,7 +333,7 @@ std::string JsonCursor::raw_value() {
   return std::string(ptr(start), pos_ - start);
 }
 
-std::string describe_next(JsonCursor& cur) {
+std::string next_value_kind(JsonCursor& cur) {
   switch (cur.peek()) {
     case '{':
       return "an object";

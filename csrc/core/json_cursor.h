@@ -116,6 +116,6 @@ class JsonCursor {
 };
 
 // Short description of the value kind starting at the cursor, for "expected X, got Y" messages.
-std::string describe_next(JsonCursor& cur);
+std::string next_value_kind(JsonCursor& cur);
 
 }  // namespace msprobe

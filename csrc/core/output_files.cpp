@@ -138,6 +138,16 @@ void FileNames::clear() {
   used_.clear();
 }
 
+void FileNames::set_dir(std::string dir) {
+  std::lock_guard<std::mutex> lock(mu_);
+  dir_ = std::move(dir);
+}
+
+std::string FileNames::dir() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dir_;
+}
+
 bool is_temporary_name(const std::string& name) {
   const size_t at = name.rfind(".tmp.");
   if (at == std::string::npos || at == 0) return false;

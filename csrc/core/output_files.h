@@ -38,14 +38,18 @@ std::string safe_file_stem(const std::string& stem);
 
 // The file stems given out in one step: a stem already given (two names that became the same
 // when made safe) gets "~2", "~3", ... so no file overwrites another. Thread-safe.
+// The tensor files of a step, in its dump_tensor_data/ folder. Thread-safe.
 class FileNames {
  public:
   std::string claim(const std::string& stem);  // safe_file_stem(stem), made unique
-  void clear();
+  void clear();                                // a new step
+  void set_dir(std::string dir);               // the step's folder, once its rank is known
+  std::string dir() const;
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unordered_set<std::string> used_;
+  std::string dir_;
 };
 
 // The temporaries write_file_atomic leaves when a run is killed mid-write: "<file>.tmp.<6 letters

@@ -1,10 +1,19 @@
 #include "core/overflow_facts.h"
 
-#include "core/report.h"
+#include <algorithm>
+
+#include "core/anomaly.h"
 
 namespace msprobe {
 
 namespace {
+
+void write_indices(JsonWriter& w, const char* key, const std::vector<size_t>& indices) {
+  w.key(key);
+  w.begin_array();
+  for (size_t i : indices) w.value_int(static_cast<int64_t>(i));
+  w.end_array();
+}
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -22,6 +31,27 @@ void write_optional_string(JsonWriter& w, const char* key, const std::optional<s
 }
 
 }  // namespace
+
+void write_detail_fields(JsonWriter& w, const Finding& f) {
+  w.key("api_name");
+  w.value_string(f.call);
+  w.key("rank");
+  w.value_string(to_string(f.severity));
+  w.key("scene_type");
+  w.value_string(scene_name(f.scene));
+  write_indices(w, "input_args_anomaly_indices", f.input_indices);
+  w.key("input_kwargs_anomaly_keys");
+  w.begin_array();
+  for (const std::string& k : f.kwarg_keys) w.value_string(k);
+  w.end_array();
+  write_indices(w, "output_anomaly_indices", f.output_indices);
+  if (f.scene == Scene::NumericalMutation) {
+    w.key("threshold");
+    w.value_float(f.threshold);
+    w.key("scale_change_detected");
+    w.value_bool(true);
+  }
+}
 
 std::string ArgFacts::text() const {
   if (!is_tensor()) {
@@ -177,6 +207,62 @@ void OverflowFacts::write(JsonWriter& w) const {
   w.key("step");
   w.value_int(step);
   w.end_object();
+}
+
+namespace {
+
+ArgFacts tensor_arg_facts(const std::string& position, const Entry& e) {
+  ArgFacts a;
+  a.position = position;
+  a.type = "torch.Tensor";
+  a.dtype = e.dtype;
+  a.shape = e.shape;
+  if (e.nonfinite.known()) {
+    a.counted = true;
+    a.nan = e.nonfinite.nan;
+    a.posinf = e.nonfinite.posinf;
+    a.neginf = e.nonfinite.neginf;
+  }
+  return a;
+}
+
+void collect_arg_facts(const std::string& position, const Entry& e, bool compat,
+                       std::vector<ArgFacts>& out) {
+  if (e.is_tensor()) {
+    out.push_back(tensor_arg_facts(position, e));
+    return;
+  }
+  if (e.kind == Entry::Kind::Object) {
+    ArgFacts a;
+    a.position = position;
+    a.type = e.type.empty() ? "null" : e.type;
+    if (e.value.kind == Scalar::Kind::Float) a.value = e.value.number;
+    out.push_back(std::move(a));
+    return;
+  }
+  // A list: its tensor leaves, numbered in depth-first order, the anomalous ones told.
+  size_t k = 0;
+  auto walk = [&](const Entry& x, auto&& self) -> void {
+    if (x.is_tensor()) {
+      if (is_anomalous(x, compat)) {
+        out.push_back(tensor_arg_facts(position + "[" + std::to_string(k) + "]", x));
+      }
+      ++k;
+    } else if (x.kind == Entry::Kind::List) {
+      for (const Entry& item : x.items) self(item, self);
+    }
+  };
+  walk(e, walk);
+}
+
+}  // namespace
+
+std::vector<ArgFacts> anomalous_args(const CallRecord& rec, const Finding& finding, bool compat) {
+  std::vector<ArgFacts> out;
+  for_each_arg(rec, [&](const ArgPos& pos, const Entry& e) {
+    if (finding.lists(pos)) collect_arg_facts(pos.label(), e, compat, out);
+  });
+  return out;
 }
 
 }  // namespace msprobe

@@ -11,8 +11,16 @@
 #include "core/config.h"
 #include "core/detector.h"
 #include "core/json_writer.h"
+#include "core/record.h"
 
 namespace msprobe {
+
+// The members of one anomaly_details entry (api_name, rank, scene_type, indices, ...), written
+// into an object the caller opened.
+void write_detail_fields(JsonWriter& w, const Finding& f);
+
+// How each finding of a step was taken, for the summary and the report.
+enum class Judgement { Flagged, Explained, Lead, Absorbed };
 
 // One anomalous argument: a tensor with its NaN/+inf/-inf counts, or a non-finite constant.
 struct ArgFacts {
@@ -60,6 +68,11 @@ struct OverflowFacts {
   // overflow_report.json's `first_anomaly`: the report detail plus these facts.
   void write(JsonWriter& w) const;
 };
+
+// The facts of the anomalous arguments of `finding` in `rec`, from their entries: each anomalous
+// tensor with its dtype, shape and NaN/+inf/-inf counts (each anomalous tensor inside a list on
+// its own), each non-finite scalar with its value.
+std::vector<ArgFacts> anomalous_args(const CallRecord& rec, const Finding& finding, bool compat);
 
 // The masked note of a backward anomaly that no parameter gradient received.
 inline constexpr const char* kMaskedNote = "masked: reached no parameter gradient";

@@ -58,4 +58,20 @@ std::string torch_api_name(const std::string& call_name) {
   return out;
 }
 
+const char* inputs_key(bool uses_input_key) {
+  return uses_input_key ? "input" : "input_args";
+}
+
+std::string ArgPos::label() const {
+  switch (side) {
+    case Side::Input:
+      return std::string(inputs_key(uses_input_key)) + "[" + std::to_string(index) + "]";
+    case Side::Kwarg:
+      return *key;
+    case Side::Output:
+      break;
+  }
+  return "output[" + std::to_string(index) + "]";
+}
+
 }  // namespace msprobe

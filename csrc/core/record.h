@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -157,6 +158,35 @@ struct CallRecord {
   bool has_outputs = true;
 };
 
+// Where a top-level argument entry sits in its record.
+struct ArgPos {
+  enum class Side : uint8_t { Input, Kwarg, Output };
+  Side side;
+  size_t index;                      // in inputs, kwargs or outputs
+  const std::string* key = nullptr;  // kwargs: the keyword
+  bool uses_input_key = false;       // the record's inputs are msprobe's `input` (backward)
+
+  // How messages and reports name it: "input_args[0]", "input[1]" (backward), the keyword,
+  // "output[0]".
+  std::string label() const;
+};
+
+// msprobe's key of a record's positional inputs: "input" (backward records) or "input_args".
+const char* inputs_key(bool uses_input_key);
+
+// Calls `f(pos, entry)` for every top-level argument of `rec`: inputs, kwargs, outputs, in that
+// order (const or not, as `rec` is).
+template <typename Record, typename F>
+void for_each_arg(Record& rec, F&& f) {
+  const bool key = rec.uses_input_key;
+  for (size_t i = 0; i < rec.inputs.size(); ++i)
+    f(ArgPos{ArgPos::Side::Input, i, nullptr, key}, rec.inputs[i]);
+  for (size_t i = 0; i < rec.kwargs.size(); ++i)
+    f(ArgPos{ArgPos::Side::Kwarg, i, &rec.kwargs[i].first, key}, rec.kwargs[i].second);
+  for (size_t i = 0; i < rec.outputs.size(); ++i)
+    f(ArgPos{ArgPos::Side::Output, i, nullptr, key}, rec.outputs[i]);
+}
+
 // Calls `f(entry)` for every entry of `rec`, list items included (const or not, as `rec` is).
 template <typename Record, typename F>
 void for_each_entry(Record& rec, F&& f) {
@@ -183,5 +213,12 @@ std::string backward_name_of(const std::string& call_name);
 
 // msprobe 1.1.1's torch API name: the first two dot-separated parts, lower-cased.
 std::string torch_api_name(const std::string& call_name);
+
+// dump.json's members besides "data".
+struct DumpHeader {
+  std::string task;
+  std::string level;
+  std::optional<std::string> dump_data_dir;
+};
 
 }  // namespace msprobe

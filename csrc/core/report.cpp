@@ -14,35 +14,7 @@ void write_calls(JsonWriter& w, const char* key, const std::vector<Finding>& fin
   w.end_array();
 }
 
-void write_indices(JsonWriter& w, const char* key, const std::vector<size_t>& indices) {
-  w.key(key);
-  w.begin_array();
-  for (size_t i : indices) w.value_int(static_cast<int64_t>(i));
-  w.end_array();
-}
-
 }  // namespace
-
-void write_detail_fields(JsonWriter& w, const Finding& f) {
-  w.key("api_name");
-  w.value_string(f.call);
-  w.key("rank");
-  w.value_string(to_string(f.severity));
-  w.key("scene_type");
-  w.value_string(scene_name(f.scene));
-  write_indices(w, "input_args_anomaly_indices", f.input_indices);
-  w.key("input_kwargs_anomaly_keys");
-  w.begin_array();
-  for (const std::string& k : f.kwarg_keys) w.value_string(k);
-  w.end_array();
-  write_indices(w, "output_anomaly_indices", f.output_indices);
-  if (f.scene == Scene::NumericalMutation) {
-    w.key("threshold");
-    w.value_float(f.threshold);
-    w.key("scale_change_detected");
-    w.value_bool(true);
-  }
-}
 
 namespace {
 
@@ -91,6 +63,73 @@ std::string Report::to_json(int indent) const {
   JsonWriter w(indent);
   write(w);
   return w.take();
+}
+
+std::string severity_summary(const std::vector<Finding>& findings) {
+  size_t counts[3] = {0, 0, 0};
+  for (const Finding& f : findings) ++counts[static_cast<int>(f.severity)];
+  return std::to_string(findings.size()) + " anomalous call" + (findings.size() == 1 ? "" : "s") +
+         " (" + std::to_string(counts[2]) + " critical, " + std::to_string(counts[1]) + " high, " +
+         std::to_string(counts[0]) + " medium)";
+}
+
+namespace {
+
+// "a, b, c (and 4 more)": the calls of `findings` whose judgement is `which`.
+std::string join_calls(const std::vector<Finding>& findings, const std::vector<Judgement>& j,
+                       Judgement which, std::optional<Severity> level = std::nullopt) {
+  std::string s;
+  size_t n = 0;
+  for (size_t i = 0; i < findings.size() && i < j.size(); ++i) {
+    if (j[i] != which || (level && findings[i].severity != *level)) continue;
+    if (n < 3) s += (n ? ", " : "") + findings[i].call;
+    ++n;
+  }
+  if (n > 3) s += " (and " + std::to_string(n - 3) + " more)";
+  return s;
+}
+
+}  // namespace
+
+std::string step_summary(const Report& report, const std::vector<Judgement>& judgements,
+                         int64_t step, int rank, const std::string& dump) {
+  const std::vector<Finding>& findings = report.findings;
+  const std::string who = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
+  std::string text =
+      who + "msprobe_cpp: step " + std::to_string(step) +
+      (report.peer_stop ? " written for a peer stop (rank " +
+                              std::to_string(report.peer_stop->rank) + " overflowed): "
+                        : " flagged: ") +
+      severity_summary(findings) + (rank >= 0 ? " on this rank\n" : "\n");
+  if (const auto& first = report.first_anomaly) {
+    text += who + "  first anomaly: " + first->finding.call + " (" +
+            to_string(first->finding.severity) + ", " + scene_name(first->finding.scene);
+    if (first->origin) text += std::string(", origin ") + to_string(*first->origin);
+    if (first->absorbed) text += ", absorbed: no stop";
+    text += ")\n";
+    if (!first->note.empty()) text += who + "    " + first->note + "\n";
+    if (first->source) text += who + "    source: " + *first->source + "\n";
+    for (const ArgFacts& t : first->tensors) text += who + "    " + t.text() + "\n";
+  }
+  for (Severity level : {Severity::Critical, Severity::High, Severity::Medium}) {
+    const std::string calls = join_calls(findings, judgements, Judgement::Flagged, level);
+    if (!calls.empty()) text += who + "  " + to_string(level) + ": " + calls + "\n";
+  }
+  const std::string leads = join_calls(findings, judgements, Judgement::Lead);
+  if (!leads.empty()) {
+    text += who +
+            "  leads (finite values that jumped by more than the mutation threshold): " + leads +
+            "\n";
+  }
+  const std::string absorbed = join_calls(findings, judgements, Judgement::Absorbed);
+  if (!absorbed.empty()) {
+    text += who + "  absorbed (foreign NaN/inf turned finite, no stop): " + absorbed + "\n";
+  }
+  const std::string expected = join_calls(findings, judgements, Judgement::Explained);
+  if (!expected.empty()) {
+    text += who + "  expected (from -inf masks and other deliberate constants): " + expected + "\n";
+  }
+  return text + who + "  dump: " + dump + "\n";
 }
 
 }  // namespace msprobe

@@ -13,7 +13,7 @@
 namespace msprobe {
 
 // torch.distributed: another rank overflowed, and this one stopped with it (a peer stop).
-struct PeerStop {
+struct PeerOverflow {
   int rank = 0;        // the rank that overflowed
   int64_t step = 0;    // its step
   std::string call;    // its first flagged call
@@ -26,15 +26,21 @@ struct Report {
   // call where NaN or inf entered is named even when it came in with the data, with its origin,
   // module, source line and counts.
   std::optional<OverflowFacts> first_anomaly;
-  std::optional<PeerStop> peer_stop;  // overflow_report.json of a rank stopped by a peer
+  std::optional<PeerOverflow> peer_stop;  // overflow_report.json of a rank stopped by a peer
 
   bool empty() const { return findings.empty(); }
   void write(JsonWriter& w) const;
   std::string to_json(int indent = 1) const;
 };
 
-// The members of one anomaly_details entry (api_name, rank, scene_type, indices, ...), written
-// into an object the caller opened.
-void write_detail_fields(JsonWriter& w, const Finding& f);
+// "5 anomalous calls (1 critical, 2 high, 2 medium)".
+std::string severity_summary(const std::vector<Finding>& findings);
+
+// The one-screen stderr summary of a flagged step, each line prefixed "[rank R] " when `rank` is
+// not -1: the first anomaly with its origin, source and counts, the flagged calls by level, the
+// leads, the absorbed and the expected calls (three names a line), and where the dump went.
+// `judgements` is parallel to report.findings.
+std::string step_summary(const Report& report, const std::vector<Judgement>& judgements,
+                         int64_t step, int rank, const std::string& dump);
 
 }  // namespace msprobe

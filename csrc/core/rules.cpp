@@ -138,26 +138,26 @@ class RulesReader {
 }  // namespace
 
 bool IgnoreRule::covers(const CallRecord& rec, bool compat) const {
-  if (!input_indices.empty()) {
-    for (size_t i = 0; i < rec.inputs.size(); ++i) {
-      if (is_anomalous(rec.inputs[i], compat) && !input_indices.count(static_cast<int64_t>(i))) {
-        return false;
-      }
+  // Every anomalous argument must be one the rule names, on each side the rule restricts.
+  bool covered = true;
+  for_each_arg(rec, [&](const ArgPos& pos, const Entry& e) {
+    if (!covered) return;
+    const auto index = static_cast<int64_t>(pos.index);
+    bool named = true;
+    switch (pos.side) {
+      case ArgPos::Side::Input:
+        named = input_indices.empty() || input_indices.count(index);
+        break;
+      case ArgPos::Side::Kwarg:
+        named = input_names.empty() || input_names.count(*pos.key);
+        break;
+      case ArgPos::Side::Output:
+        named = output_indices.empty() || output_indices.count(index);
+        break;
     }
-  }
-  if (!input_names.empty()) {
-    for (const auto& kv : rec.kwargs) {
-      if (is_anomalous(kv.second, compat) && !input_names.count(kv.first)) return false;
-    }
-  }
-  if (!output_indices.empty()) {
-    for (size_t i = 0; i < rec.outputs.size(); ++i) {
-      if (is_anomalous(rec.outputs[i], compat) && !output_indices.count(static_cast<int64_t>(i))) {
-        return false;
-      }
-    }
-  }
-  return true;
+    if (!named && is_anomalous(e, compat)) covered = false;
+  });
+  return covered;
 }
 
 void RuleSet::add_yaml(const std::string& text, const std::string& source) {

@@ -1,0 +1,195 @@
+#include "core/overflow_decisions.h"
+
+#include <cmath>
+
+#include "core/json_writer.h"
+
+namespace msprobe {
+
+namespace {
+
+// 65536 rather than 65536.0: loss scales are powers of two.
+std::string scale_text(double scale) {
+  if (scale == std::floor(scale) && std::fabs(scale) < 1e15) {
+    return std::to_string(static_cast<long long>(scale));
+  }
+  return format_float(scale);
+}
+
+}  // namespace
+
+OverflowDecisions::OverflowDecisions(const OverflowSection& options) : options_(options) {}
+
+CallDecision OverflowDecisions::on_call(const Verdict& v, bool backward, const MakeFacts& facts) {
+  CallDecision d;
+  if (!v.finding) return d;
+  // Explained calls (every masked score of a causal model) are no evidence: their tensors are
+  // not kept, which also keeps the explained path as cheap as the clean one.
+  d.keep_tensors = v.judgement != Judgement::Explained && budget_left();
+  OverflowEvent e;
+  if (v.end_of_backward) {
+    e.queue_end_of_backward = !end_of_backward_queued_;
+    end_of_backward_queued_ = true;
+  }
+  // A backward op origin is told at the end of the pass, once it is known whether it mattered.
+  // After a backward op origin, what follows in the step (an optimizer or a loss scaler reading
+  // the gradients) is its consequence, not the step's story.
+  // An absorbed anomaly is no overflow: no on_overflow, no debugger.overflow; the step's first
+  // one is told in one line and kept for the report.
+  const bool absorbed = v.judgement == Judgement::Absorbed && !v.stop;
+  // In a step whose loss a scaler scaled, non-finite gradients are the scaler's to skip: a
+  // backward finding waits for step() (an op origin waits for the end of the pass first). A
+  // GradScaler under autocast overflows in casts that no hooked call makes, so the first
+  // anomalous backward record often has no origin of its own.
+  const bool scaled_backward =
+      loss_scaled_ && !v.end_of_backward && v.flagged && !v.stop && backward;
+  e.notify = v.flagged && !absorbed && !v.end_of_backward && !scaled_backward && !step_overflow_ &&
+             !pending_backward_ && !reached_gradients_;
+  e.raise = v.stop;
+  const bool first_backward = v.end_of_backward && !pending_backward_;
+  const bool first_scaled = scaled_backward && !reached_gradients_ && !pending_backward_;
+  const bool first_absorbed = absorbed && v.flagged && !step_absorbed_;
+  if (first_scaled) reached_gradients_ = facts();
+  const bool told = e.notify || e.raise || first_backward || first_absorbed;
+  if (told) {
+    e.facts = facts();
+    if (first_backward) pending_backward_ = e.facts;
+    if (e.notify) step_overflow_ = e.facts;
+    if (first_absorbed) step_absorbed_ = e.facts;
+  }
+  d.tell_absorbed = first_absorbed;
+  if (e.notify || e.raise || e.queue_end_of_backward) d.event = std::move(e);
+  d.wants_source = d.event || first_absorbed || first_scaled;
+  return d;
+}
+
+bool OverflowDecisions::backward_pass_ended() {
+  end_of_backward_queued_ = false;
+  return pending_backward_.has_value();
+}
+
+std::optional<OverflowEvent> OverflowDecisions::backward_verdict(
+    bool models_known, std::vector<std::string> gradients) {
+  if (!pending_backward_) return std::nullopt;
+  OverflowEvent e;
+  e.facts = std::move(*pending_backward_);
+  pending_backward_.reset();
+  OverflowFacts& facts = e.facts;
+  if (!models_known) {
+    facts.note =
+        "no model was given to start(): a backward anomaly counts as reaching the "
+        "parameter gradients";
+  } else {
+    facts.gradients = std::move(gradients);
+    if (facts.gradients.empty()) {
+      facts.masked = true;
+      facts.note = kMaskedNote;
+    }
+  }
+  if (!facts.masked && loss_scaled_) {
+    // The loss scaler is expected to skip this step; step() hears whether it did.
+    if (!reached_gradients_) reached_gradients_ = facts;
+    return std::nullopt;
+  }
+  e.notify = !step_overflow_;
+  if (e.notify) step_overflow_ = facts;
+  e.raise = !facts.masked && options_.action == Action::Raise && options_.stops_on(Origin::Op);
+  if (!e.notify && !e.raise) return std::nullopt;
+  return e;
+}
+
+ScaleDecision OverflowDecisions::loss_scale(double before, double after, int64_t step,
+                                            const MakeFacts& blank) {
+  ScaleDecision d;
+  auto base = [&]() {
+    if (reached_gradients_) return *reached_gradients_;
+    if (step_overflow_) return *step_overflow_;
+    return blank();
+  };
+  OverflowEvent e;
+  if (after < options_.min_loss_scale) {
+    e.facts = base();
+    e.facts.note = "the loss scale fell to " + scale_text(after) + ", below min_loss_scale " +
+                   format_float(options_.min_loss_scale) + ": the gradients overflow even unscaled";
+  } else if (after < before) {
+    skipped_by_scaler_ = true;
+    d.say = "msprobe_cpp: step " + std::to_string(step) + ": gradients overflowed at scale " +
+            scale_text(before) + "; the loss scaler skipped the step";
+    return d;
+  } else if (reached_gradients_) {
+    e.facts = *reached_gradients_;
+    e.facts.note = "the loss scale did not drop (" + scale_text(after) +
+                   "): the loss scaler missed these non-finite gradients";
+  } else {
+    return d;
+  }
+  e.notify = !step_overflow_;
+  if (e.notify) step_overflow_ = e.facts;
+  e.raise = options_.action == Action::Raise;
+  d.event = std::move(e);
+  return d;
+}
+
+bool OverflowDecisions::budget_left() const {
+  const int64_t nums = options_.overflow_nums;
+  return nums < 0 || step_dumped_ || dumped_steps_ < nums;
+}
+
+DumpDecision OverflowDecisions::dump_step(bool flagged, bool peer_stop, int64_t step) {
+  DumpDecision d;
+  if (peer_stop) {  // the evidence of every rank is the point of a peer stop
+    d.dump = true;
+    return d;
+  }
+  if (!flagged) return d;
+  if (skipped_by_scaler_ && !options_.dump_skipped_steps) return d;
+  if (!budget_left()) {
+    if (!said_no_more_dumps_) {
+      d.say = "msprobe_cpp: step " + std::to_string(step) + " flagged; overflow_nums (" +
+              std::to_string(options_.overflow_nums) +
+              ") reached: no more dumps are written, detection goes on";
+      said_no_more_dumps_ = true;
+    }
+    return d;
+  }
+  if (!step_dumped_) ++dumped_steps_;
+  step_dumped_ = true;
+  d.dump = true;
+  return d;
+}
+
+std::optional<OverflowFacts> OverflowDecisions::first_anomaly() const {
+  if (step_overflow_) return step_overflow_;
+  if (reached_gradients_) return reached_gradients_;
+  return step_absorbed_;
+}
+
+std::string OverflowDecisions::absorbed_line() const {
+  return step_absorbed_ ? step_absorbed_->absorbed_line() : std::string();
+}
+
+void OverflowDecisions::set_source(const std::string& call,
+                                   const std::optional<std::string>& source) {
+  for (auto* kept : {&pending_backward_, &step_overflow_, &step_absorbed_, &reached_gradients_}) {
+    if (*kept && !(*kept)->source && (*kept)->finding.call == call) (*kept)->source = source;
+  }
+}
+
+void OverflowDecisions::set_raised_calls_later(const std::string& call, int64_t later) {
+  for (auto* kept : {&step_overflow_, &pending_backward_, &reached_gradients_}) {
+    if (*kept && (*kept)->finding.call == call) (*kept)->raised_calls_later = later;
+  }
+}
+
+void OverflowDecisions::new_step() {
+  step_overflow_.reset();
+  step_absorbed_.reset();
+  pending_backward_.reset();
+  reached_gradients_.reset();
+  end_of_backward_queued_ = false;
+  loss_scaled_ = false;
+  skipped_by_scaler_ = false;
+  step_dumped_ = false;
+}
+
+}  // namespace msprobe

@@ -1,0 +1,116 @@
+// The live guard's decisions for one rank (docs/overflow-detection.md): given each judged call's
+// verdict, the end of a backward pass, what the loss scaler did and the dump budget, whether to
+// tell the program, stop, dump, wait for the end of the pass, or leave a step to its scaler. No
+// torch here: the hooks judge calls (OverflowWatch) and act on these decisions.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/detector.h"
+#include "core/overflow_facts.h"
+
+namespace msprobe {
+
+// What the guard made of one call.
+struct Verdict {
+  std::optional<Finding> finding;
+  Judgement judgement = Judgement::Flagged;
+  std::optional<Origin> origin;
+  std::optional<std::string> parameter;  // origin parameter
+  std::string note;
+  bool flagged = false;          // makes the step dumped
+  bool stop = false;             // raise now
+  bool end_of_backward = false;  // a backward op origin: judged when the backward pass ends
+};
+
+// What the hook that submitted a call must do next.
+struct OverflowEvent {
+  OverflowFacts facts;
+  bool notify = false;  // the step's first flagged finding: debugger.overflow, on_overflow
+  bool raise = false;
+  bool queue_end_of_backward = false;
+};
+
+// The decision about one judged call.
+struct CallDecision {
+  std::optional<OverflowEvent> event;  // something to tell or raise
+  bool keep_tensors = false;           // evidence for the dump: its tensors are saved
+  bool tell_absorbed = false;          // the first absorbed anomaly of the step: one stderr line
+  bool wants_source = false;           // facts were kept: their source line is wanted
+};
+
+// Whether a finished step is written, and a line to say (once) when it is not.
+struct DumpDecision {
+  bool dump = false;
+  std::string say;
+};
+
+// What a loss scaler's scale at step() means, and a line to say.
+struct ScaleDecision {
+  std::optional<OverflowEvent> event;
+  std::string say;
+};
+
+class OverflowDecisions {
+ public:
+  explicit OverflowDecisions(const OverflowSection& options);
+
+  // The facts of the call being decided, made only where they are kept (with step, rank and
+  // dump_dir filled in by the caller).
+  using MakeFacts = std::function<OverflowFacts()>;
+  // `backward`: the call is a backward record.
+  CallDecision on_call(const Verdict& v, bool backward, const MakeFacts& facts);
+
+  // A backward pass ended. True when a backward op origin waits for its verdict: then the caller
+  // looks at the parameters' gradients (without the lock) and calls backward_verdict().
+  bool backward_pass_ended();
+  // `gradients`: parameters whose gradients are not finite; `models_known`: a model was given
+  // to start() (without one, a backward op origin counts as reaching the gradients).
+  std::optional<OverflowEvent> backward_verdict(bool models_known,
+                                                std::vector<std::string> gradients);
+
+  // The loss scaler scaled this step's loss: its backward findings wait for step().
+  void set_loss_scaled() { loss_scaled_ = true; }
+  bool loss_scaled() const { return loss_scaled_; }
+  // At step(): the scale `before` (at start() or scale()) and `after`. `blank`: facts naming no
+  // call, for a scale that fell too low in a step without findings.
+  ScaleDecision loss_scale(double before, double after, int64_t step, const MakeFacts& blank);
+
+  // Whether a finished step is written: flagged (or a peer stop), not left to its scaler, within
+  // overflow_nums. A written step counts against overflow_nums once.
+  DumpDecision dump_step(bool flagged, bool peer_stop, int64_t step);
+  // overflow_nums not reached (this step's dump counts as left): facts name the dump folder.
+  bool budget_left() const;
+
+  // What flagged the step, for the report: the first notified finding, else the gradients the
+  // scaler should have skipped, else the first absorbed anomaly.
+  std::optional<OverflowFacts> first_anomaly() const;
+  // The stderr line of the step's first absorbed anomaly ("" if none).
+  std::string absorbed_line() const;
+  // Fill in facts kept for `call`: the source line (found without the lock), and under batched
+  // sync how many calls ran after it before the raise.
+  void set_source(const std::string& call, const std::optional<std::string>& source);
+  void set_raised_calls_later(const std::string& call, int64_t later);
+
+  void new_step();
+
+ private:
+  const OverflowSection& options_;
+  std::optional<OverflowFacts> step_overflow_;      // the step's first flagged finding
+  std::optional<OverflowFacts> step_absorbed_;      // the step's first absorbed anomaly
+  std::optional<OverflowFacts> pending_backward_;   // a backward op origin, until the pass ends
+  std::optional<OverflowFacts> reached_gradients_;  // ... that reached gradients in a scaled step
+  bool end_of_backward_queued_ = false;
+  bool loss_scaled_ = false;
+  bool skipped_by_scaler_ = false;  // not written unless dump_skipped_steps
+  bool step_dumped_ = false;
+  int64_t dumped_steps_ = 0;  // across steps
+  bool said_no_more_dumps_ = false;
+};
+
+}  // namespace msprobe

@@ -1,0 +1,151 @@
+#include "live/capture/call_stack.h"
+
+#include <frameobject.h>
+
+#include <algorithm>
+#include <fstream>
+
+namespace msprobe {
+
+namespace {
+
+constexpr size_t kMaxFrames = 64;
+
+std::string attr_string(PyObject* obj, const char* name) {
+  PyObject* v = PyObject_GetAttrString(obj, name);
+  std::string out;
+  if (v && PyUnicode_Check(v)) {
+    const char* s = PyUnicode_AsUTF8(v);
+    if (s) out = s;
+  }
+  Py_XDECREF(v);
+  PyErr_Clear();
+  return out;
+}
+
+std::string strip(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r\n");
+  if (a == std::string::npos) return "";
+  const size_t b = s.find_last_not_of(" \t\r\n");
+  return s.substr(a, b - a + 1);
+}
+
+}  // namespace
+
+CodeRegistry::~CodeRegistry() {
+  if (!Py_IsInitialized()) return;
+  PyGILState_STATE g = PyGILState_Ensure();
+  for (PyObject* c : codes_) Py_DECREF(c);
+  PyGILState_Release(g);
+}
+
+StackPtr CodeRegistry::capture() {
+  // The frames go to a reused buffer first: a training loop calls from the same few places every
+  // step, so most stacks are found among those seen before and nothing is allocated.
+  thread_local CallStack frames;
+  frames.clear();
+  size_t hash = 0;
+  PyFrameObject* f = PyEval_GetFrame();
+  Py_XINCREF(f);
+  while (f && frames.size() < kMaxFrames) {
+    PyCodeObject* code = PyFrame_GetCode(f);
+    PyObject* c = reinterpret_cast<PyObject*>(code);
+#if PY_VERSION_HEX >= 0x030B0000
+    // The line table is decoded only when the step is written.
+    const int offset = PyFrame_GetLasti(f);
+#else
+    const int offset = PyFrame_GetLineNumber(f);
+#endif
+    frames.push_back({c, offset});
+    hash = hash * 1000003u ^ (reinterpret_cast<size_t>(c) + static_cast<size_t>(offset));
+    Py_DECREF(code);  // registered below when the stack is new
+    PyFrameObject* back = PyFrame_GetBack(f);
+    Py_DECREF(f);
+    f = back;
+  }
+  Py_XDECREF(f);
+  auto [first, last] = interned_.equal_range(hash);
+  for (auto it = first; it != last; ++it) {
+    const CallStack& known = *it->second;
+    if (known.size() == frames.size() &&
+        std::equal(known.begin(), known.end(), frames.begin(), [](const Frame& a, const Frame& b) {
+          return a.code == b.code && a.offset == b.offset;
+        })) {
+      return it->second;
+    }
+  }
+  for (const Frame& frame : frames) {
+    if (codes_.insert(frame.code).second) Py_INCREF(frame.code);
+  }
+  auto stack = std::make_shared<const CallStack>(frames);
+  if (interned_.size() < kMaxInterned) {
+    interned_.emplace(hash, stack);
+    interned_ptrs_.insert(stack.get());
+  }
+  return stack;
+}
+
+const CodeRegistry::CodeInfo& CodeRegistry::info(PyObject* code) {
+  auto it = infos_.find(code);
+  if (it != infos_.end()) return it->second;
+  return infos_[code] = {attr_string(code, "co_filename"), attr_string(code, "co_name")};
+}
+
+int CodeRegistry::line_of(const Frame& f) const {
+#if PY_VERSION_HEX >= 0x030B0000
+  return f.offset < 0 ? -1 : PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(f.code), f.offset);
+#else
+  return f.offset;
+#endif
+}
+
+const std::string& CodeRegistry::source_line(const std::string& file, int line) {
+  static const std::string kNone;
+  auto lines = source_lines_.find(file);
+  if (lines == source_lines_.end()) {
+    std::vector<std::string> content;
+    std::ifstream in(file);
+    for (std::string l; std::getline(in, l);) content.push_back(strip(l));
+    lines = source_lines_.emplace(file, std::move(content)).first;
+  }
+  if (line < 1 || static_cast<size_t>(line) > lines->second.size()) return kNone;
+  return lines->second[static_cast<size_t>(line) - 1];
+}
+
+std::vector<std::string> CodeRegistry::format(const CallStack& stack,
+                                              const std::string& skip_prefix) {
+  std::vector<std::string> out;
+  for (const Frame& f : stack) {
+    const CodeInfo& ci = info(f.code);
+    if (!skip_prefix.empty() && ci.filename.rfind(skip_prefix, 0) == 0) continue;
+    const int line = line_of(f);
+    out.push_back("File " + ci.filename + ", line " + std::to_string(line) + ", in " + ci.name +
+                  ", \n " + source_line(ci.filename, line));
+  }
+  return out;
+}
+
+StackLines CodeRegistry::format_once(const StackPtr& stack, const std::string& skip_prefix) {
+  if (auto it = formatted_.find(stack.get()); it != formatted_.end()) return it->second;
+  auto lines = std::make_shared<const std::vector<std::string>>(format(*stack, skip_prefix));
+  // Interned stacks live as long as the registry, so their address names them for good.
+  if (interned_ptrs_.count(stack.get())) formatted_.emplace(stack.get(), lines);
+  return lines;
+}
+
+std::optional<std::string> CodeRegistry::first_frame_outside(const CallStack& stack,
+                                                             const std::vector<std::string>& skip) {
+  for (const Frame& f : stack) {
+    const CodeInfo& ci = info(f.code);
+    bool skipped = false;
+    for (const std::string& prefix : skip) {
+      skipped = skipped || (!prefix.empty() && ci.filename.rfind(prefix, 0) == 0);
+    }
+    if (skipped) continue;
+    const int line = line_of(f);
+    return ci.filename + ":" + std::to_string(line) + ": " + source_line(ci.filename, line);
+  }
+  return std::nullopt;
+}
+
+}  // namespace msprobe

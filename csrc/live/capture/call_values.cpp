@@ -1,0 +1,162 @@
+#include "live/capture/call_values.h"
+
+#include <limits>
+
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Layout.h>
+#include <torch/csrc/MemoryFormat.h>
+#include <torch/csrc/Size.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+namespace msprobe {
+
+namespace {
+
+constexpr int kMaxDepth = 32;  // nested argument lists deeper than this are cut, not recursed
+
+Scalar py_scalar(PyObject* v) {
+  if (v == Py_None) return Scalar::null();
+  if (PyBool_Check(v)) return Scalar::of_bool(v == Py_True);
+  if (PyLong_Check(v)) {
+    int overflow = 0;
+    const long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow == 0) return Scalar::of_int(i);
+    const double d = PyLong_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred()) {
+      // Beyond a double's range: recorded as the infinity of its sign, and no Python error left
+      // set for whatever C-API call comes next.
+      PyErr_Clear();
+      return Scalar::of_float(overflow > 0 ? std::numeric_limits<double>::infinity()
+                                           : -std::numeric_limits<double>::infinity());
+    }
+    return Scalar::of_float(d);
+  }
+  if (PyFloat_Check(v)) return Scalar::of_float(PyFloat_AS_DOUBLE(v));
+  return Scalar::null();
+}
+
+std::string py_str(PyObject* obj) {
+  PyObject* s = PyObject_Str(obj);
+  if (!s) {
+    PyErr_Clear();
+    return "";
+  }
+  Py_ssize_t n = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(s, &n);
+  std::string out = utf8 ? std::string(utf8, static_cast<size_t>(n)) : std::string();
+  if (!utf8) PyErr_Clear();
+  Py_DECREF(s);
+  return out;
+}
+
+// A value that is neither a tensor nor a list.
+Entry value_entry_of(PyObject* obj) {
+  if (obj == Py_None) return Entry::null_entry();
+  if (PyBool_Check(obj)) return Entry::scalar("bool", Scalar::of_bool(obj == Py_True));
+  if (PyLong_Check(obj)) return Entry::scalar("int", py_scalar(obj));
+  if (PyFloat_Check(obj)) return Entry::scalar("float", py_scalar(obj));
+  if (PyUnicode_Check(obj)) {
+    Py_ssize_t n = 0;
+    const char* utf8 = PyUnicode_AsUTF8AndSize(obj, &n);
+    if (!utf8) {
+      PyErr_Clear();
+      return Entry::scalar("str", Scalar::null());
+    }
+    return Entry::scalar("str", Scalar::of_string(std::string(utf8, static_cast<size_t>(n))));
+  }
+  if (THPSize_Check(obj)) {
+    std::vector<Scalar> dims;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(obj); ++i) {
+      dims.push_back(py_scalar(PyTuple_GET_ITEM(obj, i)));
+    }
+    return Entry::scalar("torch.Size", Scalar::of_list(std::move(dims)));
+  }
+  if (PySlice_Check(obj)) {
+    auto* sl = reinterpret_cast<PySliceObject*>(obj);
+    return Entry::scalar(
+        "slice", Scalar::of_list({py_scalar(sl->start), py_scalar(sl->stop), py_scalar(sl->step)}));
+  }
+  if (obj == Py_Ellipsis) return Entry::scalar("ellipsis", Scalar::of_string("..."));
+  if (THPDtype_Check(obj)) return Entry::scalar("torch.dtype", Scalar::of_string(py_str(obj)));
+  if (THPDevice_Check(obj)) return Entry::scalar("torch.device", Scalar::of_string(py_str(obj)));
+  if (THPMemoryFormat_Check(obj)) {
+    // msprobe writes {"type": "torch.memory_format", "format": "preserve_format"}.
+    std::string name = py_str(obj);
+    if (name.rfind("torch.", 0) == 0) name.erase(0, 6);
+    return Entry::scalar("torch.memory_format", Scalar::of_string(std::move(name)));
+  }
+  if (THPLayout_Check(obj)) return Entry::scalar("torch.layout", Scalar::of_string(py_str(obj)));
+  return Entry::null_entry();
+}
+
+bool is_sequence(PyObject* o) {
+  return (PyTuple_Check(o) && !THPSize_Check(o)) || PyList_Check(o);
+}
+
+// The one walk over a Python value: its entry (unless `options` is null) and, with `live`, its
+// tensors in the depth-first order of the entry's tensor leaves, so an anomalous entry can be
+// traced back to the tensor object that carried it.
+Entry walk(PyObject* obj, const EntryOptions* options, const std::string& stem, int depth,
+           LiveArg* live) {
+  if (THPVariable_Check(obj)) {
+    const at::Tensor& t = THPVariable_Unpack(obj);
+    if (live) (depth == 0 ? live->tensor : live->items.emplace_back()) = t;
+    return options ? tensor_entry(t, *options, stem) : Entry();
+  }
+  if (is_sequence(obj)) {
+    if (depth >= kMaxDepth) return Entry::null_entry();
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+    std::vector<Entry> items;
+    if (options) items.reserve(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      Entry item =
+          walk(PySequence_Fast_GET_ITEM(obj, i), options,
+               options ? options->item_stem(stem, static_cast<size_t>(i)) : stem, depth + 1, live);
+      if (options) items.push_back(std::move(item));
+    }
+    return Entry::list(std::move(items));
+  }
+  return options ? value_entry_of(obj) : Entry();
+}
+
+}  // namespace
+
+Entry value_entry(PyObject* obj, const EntryOptions& options, const std::string& stem,
+                  LiveArg* live) {
+  return walk(obj, &options, stem, 0, live);
+}
+
+std::vector<Entry> item_entries(PyObject* seq, const EntryOptions& options, const std::string& stem,
+                                std::vector<LiveArg>* live) {
+  if (!is_sequence(seq)) {
+    if (live) live->emplace_back();
+    return {walk(seq, &options, options.item_stem(stem, 0), 0, live ? &live->back() : nullptr)};
+  }
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  std::vector<Entry> out;
+  out.reserve(static_cast<size_t>(n));
+  if (live) live->reserve(live->size() + static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (live) live->emplace_back();
+    out.push_back(walk(PySequence_Fast_GET_ITEM(seq, i), &options,
+                       options.item_stem(stem, static_cast<size_t>(i)), 0,
+                       live ? &live->back() : nullptr));
+  }
+  return out;
+}
+
+std::vector<LiveArg> live_args_of(PyObject* seq) {
+  std::vector<LiveArg> out;
+  if (!is_sequence(seq)) {
+    walk(seq, nullptr, "", 0, &out.emplace_back());
+    return out;
+  }
+  out.resize(static_cast<size_t>(PySequence_Fast_GET_SIZE(seq)));
+  for (size_t i = 0; i < out.size(); ++i) {
+    walk(PySequence_Fast_GET_ITEM(seq, static_cast<Py_ssize_t>(i)), nullptr, "", 0, &out[i]);
+  }
+  return out;
+}
+
+}  // namespace msprobe

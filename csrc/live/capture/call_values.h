@@ -1,0 +1,32 @@
+// Turns the Python arguments and results of a call into dump entries (docs/formats.md) and, for
+// the overflow guard, the live tensors behind them, in one walk so both have the same layout.
+#pragma once
+
+#include <Python.h>
+
+#include <string>
+#include <vector>
+
+#include "core/record.h"
+#include "live/capture/live_tensors.h"
+#include "live/capture/tensor_entry.h"
+
+namespace msprobe {
+
+// Tensors get their statistics; int/float/bool/str, dtype, device, Size, slice, Ellipsis get
+// {"type", "value"}; None is null; tuples and lists become lists of entries (cut at 32 levels).
+// Anything else is recorded as null. GIL required. `stem` names saved tensors:
+// "<call>.input.0", and list items append ".<i>". With `live`, the tensors go there too.
+Entry value_entry(PyObject* obj, const EntryOptions& options, const std::string& stem,
+                  LiveArg* live = nullptr);
+
+// A sequence of values (a call's positional arguments, a tuple result): one entry per element,
+// element i named "<stem>.<i>"; a single value gives one entry named "<stem>.0". With `live`,
+// one LiveArg per entry is appended.
+std::vector<Entry> item_entries(PyObject* seq, const EntryOptions& options, const std::string& stem,
+                                std::vector<LiveArg>* live = nullptr);
+
+// The live tensors alone, laid out as item_entries would lay them out.
+std::vector<LiveArg> live_args_of(PyObject* seq);
+
+}  // namespace msprobe

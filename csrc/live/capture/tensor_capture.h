@@ -1,0 +1,41 @@
+// How a session's hooks turn tensors into entries: the statistics cache, the statistics still on
+// the device, the step's tensor file names and the tensor saver. Each part guards itself, and the
+// options are fixed at construction, so hooks on any thread read them without a lock.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/config.h"
+#include "core/output_files.h"
+#include "live/capture/tensor_entry.h"
+#include "live/capture/tensor_saver.h"
+#include "live/stats/pending_stats.h"
+#include "live/stats/stats_cache.h"
+
+namespace msprobe {
+
+class TensorCapture {
+ public:
+  // `dump_root`: where the saver may make folders (tasks tensor and overflow_check).
+  TensorCapture(const Config& config, const std::string& dump_root);
+  TensorCapture(const TensorCapture&) = delete;
+  TensorCapture& operator=(const TensorCapture&) = delete;
+
+  const EntryOptions& options() const { return options_; }
+  const StatsCache& stats_cache() const { return cache_; }
+  // Batched statistics: null where the bytes are needed on the host anyway (md5, tensor).
+  PendingStats* pending() { return options_.pending; }
+  FileNames& file_names() { return file_names_; }
+  TensorSaver* saver() { return saver_.get(); }  // null under task statistics
+  void new_step();
+
+ private:
+  std::unique_ptr<TensorSaver> saver_;
+  StatsCache cache_;
+  FileNames file_names_;
+  PendingStats pending_;
+  EntryOptions options_;
+};
+
+}  // namespace msprobe

@@ -1,0 +1,120 @@
+#include "live/capture/tensor_entry.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "core/crc32.h"
+#include "core/output_files.h"
+#include "live/capture/tensor_saver.h"
+#include "live/stats/stats_cache.h"
+#include "live/stats/tensor_stats.h"
+
+namespace msprobe {
+
+namespace {
+
+// msprobe's "md5" is a CRC-32 of the tensor's bytes as laid out contiguously on the host, taken
+// from numpy: bfloat16, which numpy lacks, goes through float32 first.
+std::string tensor_crc(const at::Tensor& t) {
+  at::Tensor host = t.detach().to(at::kCPU).contiguous();
+  if (host.scalar_type() == at::kBFloat16) host = host.to(at::kFloat);
+  return crc32_hex(crc32(host.data_ptr(), host.numel() * host.element_size()));
+}
+
+std::string first_line(const char* what) {
+  std::string s(what ? what : "");
+  const size_t nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+bool has_plain_bytes(const at::Tensor& t) {
+  return t.layout() == at::kStrided && !t.is_meta() && !t.is_quantized();
+}
+
+}  // namespace
+
+std::string file_stem(const std::string& call, const char* side) {
+  return call + "." + side;
+}
+std::string kwarg_file_stem(const std::string& call, const std::string& key) {
+  return call + ".kwargs." + key;
+}
+std::string item_file_stem(const std::string& stem, size_t i) {
+  return stem + "." + std::to_string(i);
+}
+
+std::string EntryOptions::stem(const std::string& call, const char* side) const {
+  return saver ? file_stem(call, side) : std::string();
+}
+std::string EntryOptions::kwarg_stem(const std::string& call, const std::string& key) const {
+  return saver ? kwarg_file_stem(call, key) : std::string();
+}
+std::string EntryOptions::item_stem(const std::string& stem, size_t i) const {
+  return saver ? item_file_stem(stem, i) : std::string();
+}
+
+namespace {
+
+// The entry, letting a failure through.
+Entry tensor_entry_unguarded(const at::Tensor& t, const EntryOptions& options,
+                             const std::string& stem) {
+  std::optional<DataStats> cached;
+  if (options.cache && t.defined()) cached = options.cache->find(t);
+  Entry e = cached ? tensor_layout_entry(t) : tensor_stats_entry(t, options.pending);
+  if (cached) {
+    e.max = std::move(cached->max);
+    e.min = std::move(cached->min);
+    e.mean = std::move(cached->mean);
+    e.norm = std::move(cached->norm);
+    e.max_except = std::move(cached->max_except);
+    e.min_except = std::move(cached->min_except);
+    e.nonfinite = cached->nonfinite;
+    e.md5 = std::move(cached->md5);
+    e.pending_stats = cached->pending_stats;
+  }
+  if (e.kind != Entry::Kind::Object || !has_plain_bytes(t)) return e;
+  if (options.md5 && !cached) e.md5 = tensor_crc(t);
+  if (options.cache && !cached)
+    options.cache->put(t, DataStats{e.max, e.min, e.mean, e.norm, e.max_except, e.min_except,
+                                    e.nonfinite, e.md5, e.pending_stats});
+  if (options.saver && options.file_names) {
+    // Made safe and unique: a module name may hold '/' or NUL, and data_name names the file as
+    // it is written.
+    std::string name = options.file_names->claim(stem) + ".pt";
+    if (options.saver->save(t, options.file_names->dir() + "/" + name))
+      e.data_name = std::move(name);
+  }
+  return e;
+}
+
+}  // namespace
+
+namespace {
+thread_local std::string pending_failure;
+}  // namespace
+
+std::string take_statistics_failure() {
+  return std::exchange(pending_failure, std::string());
+}
+
+Entry tensor_entry(const at::Tensor& t, const EntryOptions& options, const std::string& stem) {
+  try {
+    return tensor_entry_unguarded(t, options, stem);
+  } catch (const std::exception& err) {
+    // The tool's own failure (a tensor without storage, memory for the float64 copy) must not
+    // reach the training script: the entry says "not computed" (null statistics). The hook that
+    // submits the call names it in the warning.
+    if (pending_failure.empty()) pending_failure = first_line(err.what());
+    Entry e;
+    try {
+      e = tensor_layout_entry(t);
+    } catch (const std::exception&) {
+      e.kind = Entry::Kind::Object;  // not even the layout: type alone
+      e.type = "torch.Tensor";
+    }
+    e.max = e.min = e.mean = e.norm = Scalar::null();
+    return e;
+  }
+}
+
+}  // namespace msprobe

@@ -1,0 +1,174 @@
+#include "live/hooks/api_hook.h"
+
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <vector>
+
+#include "core/anomaly.h"
+#include "live/capture/call_values.h"
+#include "live/capture/live_tensors.h"
+#include "live/hooks/backward_recorder.h"
+#include "live/hooks/hook_scope.h"
+#include "live/hooks/submit.h"
+#include "live/overflow/python_side.h"
+#include "live/session/session.h"
+
+namespace py = pybind11;
+
+namespace msprobe {
+
+namespace {
+
+bool holds_any_anomaly(const CallRecord& rec) {
+  bool any = false;
+  for_each_entry(rec, [&](const Entry& e) { any = any || is_anomalous(e, false); });
+  return any;
+}
+
+}  // namespace
+
+namespace {
+
+void collect_grad_fns(PyObject* obj, std::vector<const torch::autograd::Node*>& out, int depth) {
+  if (THPVariable_Check(obj)) {
+    const torch::autograd::Node* fn = THPVariable_Unpack(obj).grad_fn().get();
+    if (fn) out.push_back(fn);
+  } else if ((PyTuple_Check(obj) || PyList_Check(obj)) && depth < 4) {
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj); ++i) {
+      collect_grad_fns(PySequence_Fast_GET_ITEM(obj, i), out, depth + 1);
+    }
+  }
+}
+
+// The autograd node that produced the call's first differentiable output, unless that node
+// existed before the call (an API that returned one of its inputs, like `x.to(x.dtype)`).
+NodePtr new_grad_fn(PyObject* result, const std::vector<const torch::autograd::Node*>& before) {
+  PyObject* first = result;
+  if (PyTuple_Check(result) || PyList_Check(result)) {
+    first = nullptr;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(result) && !first; ++i) {
+      PyObject* item = PySequence_Fast_GET_ITEM(result, i);
+      if (THPVariable_Check(item) && THPVariable_Unpack(item).grad_fn()) first = item;
+    }
+  }
+  if (!first || !THPVariable_Check(first)) return nullptr;
+  NodePtr fn = THPVariable_Unpack(first).grad_fn();
+  if (!fn) return nullptr;
+  for (const auto* b : before) {
+    if (b == fn.get()) return nullptr;
+  }
+  return fn;
+}
+
+}  // namespace
+
+// The original with the very argument tuple and dict we were given: pybind11's `*args, **kwargs`
+// unpacking would copy both on every call.
+py::object ApiHook::call_original(const py::args& args, const py::kwargs& kwargs) const {
+  PyObject* result = PyObject_Call(original_.ptr(), args.ptr(), kwargs.ptr());
+  if (!result) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(result);
+}
+
+int64_t ApiHook::next_index(const Session& session) {
+  const uint64_t epoch = session.epoch();
+  if (epoch_.load(std::memory_order_acquire) != epoch) {
+    std::lock_guard<std::mutex> lock(reset_mu_);
+    if (epoch_.load(std::memory_order_relaxed) != epoch) {
+      count_.store(0, std::memory_order_relaxed);
+      epoch_.store(epoch, std::memory_order_release);
+    }
+  }
+  return count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+py::object ApiHook::call(py::args args, py::kwargs kwargs) {
+  std::shared_ptr<Session> session = current_session();
+  if (!session || !session->collecting() || ReentryGuard::inside()) {
+    return call_original(args, kwargs);
+  }
+  if (session->peer_stopped()) raise_peer_stop(*session);  // another rank stopped: so does this
+  ReentryGuard guard;
+  // Named first, so that scope, list and data_mode are decided before any statistics: a call
+  // that is filtered out costs a counter and a few string compares.
+  const std::string prefix = api_ + "." + std::to_string(next_index(*session)) + ".";
+  const std::string name = prefix + "forward";
+  Selection& selection = session->selection();
+  // The backward name matters to the selection only through `list`.
+  const Selected sel = selection.begin(
+      name, selection.has_list() ? prefix + "backward" : std::string(), inside_listed_module());
+  // The call ends for the selection also when it raises: a scope that ends at it must close.
+  struct EndOnExit {
+    Selection& selection;
+    const std::string& name;
+    ~EndOnExit() { selection.end(name); }
+  };
+  if (!sel.any()) {
+    EndOnExit end{selection, name};
+    return call_original(args, kwargs);
+  }
+
+  // A collective's statistics are needed at once: whether its input was anomalous is told to the
+  // other ranks before it runs.
+  EntryOptions collective_options;
+  if (written_.index >= 0) {
+    collective_options = session->entry_options();
+    collective_options.pending = nullptr;
+  }
+  const EntryOptions& options = written_.index >= 0 ? collective_options : session->entry_options();
+  StoredCall call;
+  call.record.name = name;
+  call.record.has_inputs = sel.inputs;
+  call.record.has_outputs = sel.outputs;
+  std::vector<const torch::autograd::Node*> grad_fns_before;
+  if (sel.backward) {
+    for (py::handle a : args) collect_grad_fns(a.ptr(), grad_fns_before, 0);
+  }
+  // The overflow guard traces anomalous entries back to their tensor objects.
+  LiveTensors live;
+  const bool watching = session->watching();
+  if (sel.forward && sel.inputs) {
+    call.record.inputs = item_entries(args.ptr(), options, options.stem(name, "input"),
+                                      watching ? &live.inputs : nullptr);
+    for (auto kv : kwargs) {
+      const std::string key = py::str(kv.first);
+      call.record.kwargs.emplace_back(
+          key, value_entry(kv.second.ptr(), options, options.kwarg_stem(name, key),
+                           watching ? &live.kwargs.emplace_back() : nullptr));
+    }
+  }
+  call.stack = session->capture_stack();
+  call.parent = enclosing_module();
+  const bool collective_input_anomaly =
+      written_.index >= 0 && watching && holds_any_anomaly(call.record);
+  if (collective_input_anomaly) mark_anomalous_collective_input(*session, name);
+
+  py::object result;
+  {
+    EndOnExit end{selection, name};
+    result = call_original(args, kwargs);
+  }
+
+  if (sel.backward) {
+    if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {
+      add_backward_recorder(fn, session, prefix + "backward", call.stack, sel, call.parent);
+    }
+  }
+  if (sel.forward) {
+    // An in-place collective's result is in its buffer (when it ran synchronously: an async
+    // one's buffer is not ready until its work is waited for).
+    py::handle written = result.is_none() ? written_buffer(written_, args, kwargs) : py::handle();
+    py::object outputs = written ? py::object(py::make_tuple(written)) : result;
+    if (sel.outputs) {
+      call.record.outputs = item_entries(outputs.ptr(), options, options.stem(name, "output"),
+                                         watching ? &live.outputs : nullptr);
+    }
+    if (written && watching && !collective_input_anomaly && holds_any_anomaly(call.record)) {
+      call.peer_rank = anomalous_collective_input_rank(*session, name);
+    }
+    submit(*session, std::move(call), std::move(live));
+  }
+  return result;
+}
+
+}  // namespace msprobe

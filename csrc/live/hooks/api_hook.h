@@ -1,0 +1,41 @@
+// The wrapper that replaces a torch API (torch.*, torch.Tensor.*, torch.nn.functional.*, ...):
+// it records the outermost call's inputs, calls the original, records its outputs, and arranges a
+// backward record; the original's result is returned untouched.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "live/hooks/collectives.h"
+
+namespace msprobe {
+
+class Session;
+
+class ApiHook {
+ public:
+  ApiHook(std::string api, pybind11::object original)
+      : api_(std::move(api)), original_(std::move(original)), written_(written_argument(api_)) {}
+
+  pybind11::object call(pybind11::args args, pybind11::kwargs kwargs);
+  // n of this API's next call within the session's step: a counter of the hook's own, reset when
+  // the step changes, so naming a call takes no lock and no lookup.
+  int64_t next_index(const Session& session);
+  pybind11::object call_original(const pybind11::args& args, const pybind11::kwargs& kwargs) const;
+  const pybind11::object& original() const { return original_; }
+  const std::string& api() const { return api_; }
+
+ private:
+  std::string api_;  // "Functional.linear"
+  pybind11::object original_;
+  WrittenArgument written_;         // in-place collectives: the argument that holds the result
+  std::atomic<uint64_t> epoch_{0};  // Session::epoch() the count belongs to
+  std::atomic<int64_t> count_{0};
+  std::mutex reset_mu_;
+};
+
+}  // namespace msprobe

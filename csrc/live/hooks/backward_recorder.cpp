@@ -1,0 +1,80 @@
+#include "live/hooks/backward_recorder.h"
+
+#include <torch/csrc/autograd/function_hook.h>
+
+#include "live/capture/live_tensors.h"
+#include "live/capture/tensor_entry.h"
+#include "live/hooks/submit.h"
+
+namespace msprobe {
+
+namespace {
+
+using torch::autograd::variable_list;
+
+// The gradients' entries and, with `live`, the tensors behind them.
+std::vector<Entry> grad_entries(const variable_list& grads, const EntryOptions& options,
+                                const std::string& stem, std::vector<LiveArg>* live) {
+  std::vector<Entry> out;
+  out.reserve(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    out.push_back(grads[i].defined() ? tensor_entry(grads[i], options, options.item_stem(stem, i))
+                                     : Entry::null_entry());
+    if (live) live->push_back(LiveArg{grads[i], {}});
+  }
+  return out;
+}
+
+class BackwardRecorder : public torch::autograd::FunctionPostHook {
+ public:
+  BackwardRecorder(std::weak_ptr<Session> session, std::string name, StackPtr stack, Selected parts,
+                   std::optional<std::string> module)
+      : session_(std::move(session)),
+        name_(std::move(name)),
+        stack_(std::move(stack)),
+        parts_(parts),
+        module_(std::move(module)) {}
+
+  // The node's inputs are the gradients flowing into the call, its outputs those flowing out.
+  variable_list operator()(const variable_list& outputs, const variable_list& inputs) override {
+    std::shared_ptr<Session> s = session_.lock();
+    if (!s || !s->collecting()) return outputs;
+    record_backward(*s, backward_call(name_, parts_, stack_, module_), inputs, outputs);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<Session> session_;
+  std::string name_;
+  StackPtr stack_;
+  Selected parts_;
+  std::optional<std::string> module_;
+};
+
+}  // namespace
+
+void record_backward(Session& s, StoredCall&& call, const variable_list& grads_in,
+                     const variable_list& grads_out) {
+  const EntryOptions& options = s.entry_options();
+  const std::string& name = call.record.name;
+  LiveTensors live;
+  const bool watching = s.watching();
+  if (call.record.has_inputs) {
+    call.record.inputs = grad_entries(grads_in, options, options.stem(name, "input"),
+                                      watching ? &live.inputs : nullptr);
+  }
+  if (call.record.has_outputs) {
+    call.record.outputs = grad_entries(grads_out, options, options.stem(name, "output"),
+                                       watching ? &live.outputs : nullptr);
+  }
+  submit(s, std::move(call), std::move(live), Caller::AutogradEngine);
+}
+
+void add_backward_recorder(const NodePtr& node, const std::shared_ptr<Session>& session,
+                           std::string name, StackPtr stack, Selected parts,
+                           std::optional<std::string> module) {
+  node->add_post_hook(std::make_unique<BackwardRecorder>(session, std::move(name), std::move(stack),
+                                                         parts, std::move(module)));
+}
+
+}  // namespace msprobe

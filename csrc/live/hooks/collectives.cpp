@@ -1,0 +1,45 @@
+#include "live/hooks/collectives.h"
+
+#include <cstring>
+
+namespace msprobe {
+
+WrittenArgument written_argument(const std::string& api) {
+  static const char kPrefix[] = "Distributed.";
+  if (api.rfind(kPrefix, 0) != 0) return {};
+  const std::string name = api.substr(sizeof(kPrefix) - 1);
+  struct Row {
+    const char* name;
+    WrittenArgument arg;
+  };
+  static const Row kRows[] = {
+      {"all_reduce", {0, "tensor"}},
+      {"broadcast", {0, "tensor"}},
+      {"reduce", {0, "tensor"}},
+      {"all_gather", {0, "tensor_list"}},
+      {"all_gather_into_tensor", {0, "output_tensor"}},
+      {"_all_gather_base", {0, "output_tensor"}},
+      {"reduce_scatter", {0, "output"}},
+      {"reduce_scatter_tensor", {0, "output"}},
+      {"_reduce_scatter_base", {0, "output"}},
+      {"all_to_all", {0, "output_tensor_list"}},
+      {"all_to_all_single", {0, "output"}},
+      {"scatter", {0, "tensor"}},
+      {"gather", {1, "gather_list"}},
+      {"recv", {0, "tensor"}},
+  };
+  for (const Row& r : kRows) {
+    if (name == r.name) return r.arg;
+  }
+  return {};
+}
+
+pybind11::handle written_buffer(const WrittenArgument& w, const pybind11::args& args,
+                                const pybind11::kwargs& kwargs) {
+  if (w.index < 0) return {};
+  if (static_cast<size_t>(w.index) < args.size()) return args[static_cast<size_t>(w.index)];
+  if (kwargs.contains(w.keyword)) return kwargs[w.keyword];
+  return {};
+}
+
+}  // namespace msprobe

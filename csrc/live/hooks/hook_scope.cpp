@@ -1,0 +1,85 @@
+#include "live/hooks/hook_scope.h"
+
+#include <frameobject.h>
+
+#include <algorithm>
+
+namespace msprobe {
+
+std::vector<OpenModuleCall>& open_module_calls() {
+  thread_local std::vector<OpenModuleCall> calls;
+  return calls;
+}
+
+namespace {
+
+void drop_last(std::vector<OpenModuleCall>& calls) {
+  Py_XDECREF(calls.back().frame);
+  calls.pop_back();
+}
+
+// Whether `frame` is on this thread's Python stack. An open call's frame is a few frames up from
+// any call made inside it, so the walk is short unless the call is stale.
+bool on_stack(PyObject* frame) {
+  PyFrameObject* f = PyEval_GetFrame();
+  Py_XINCREF(f);
+  bool found = false;
+  for (int depth = 0; f && !found && depth < 256; ++depth) {
+    found = reinterpret_cast<PyObject*>(f) == frame;
+    PyFrameObject* back = PyFrame_GetBack(f);
+    Py_DECREF(f);
+    f = back;
+  }
+  Py_XDECREF(f);
+  return found;
+}
+
+// Calls whose forward raised are still open, their frames gone: they end here.
+void prune_stale() {
+  auto& calls = open_module_calls();
+  while (!calls.empty() && calls.back().frame && !on_stack(calls.back().frame)) drop_last(calls);
+}
+
+}  // namespace
+
+void push_module_call(OpenModuleCall&& call) {
+  PyFrameObject* f = PyEval_GetFrame();
+  Py_XINCREF(f);
+  call.frame = reinterpret_cast<PyObject*>(f);
+  open_module_calls().push_back(std::move(call));
+}
+
+bool pop_module_call(PyObject* module, OpenModuleCall& out) {
+  auto& calls = open_module_calls();
+  auto mine = std::find_if(calls.rbegin(), calls.rend(),
+                           [&](const OpenModuleCall& c) { return c.module == module; });
+  if (mine == calls.rend()) return false;
+  while (calls.size() > static_cast<size_t>(calls.rend() - mine)) drop_last(calls);
+  out = std::move(calls.back());
+  Py_XDECREF(out.frame);
+  out.frame = nullptr;
+  calls.pop_back();
+  return true;
+}
+
+void clear_module_calls() {
+  auto& calls = open_module_calls();
+  while (!calls.empty()) drop_last(calls);
+}
+
+std::optional<std::string> enclosing_module() {
+  prune_stale();
+  const auto& calls = open_module_calls();
+  if (calls.empty()) return std::nullopt;
+  return calls.back().name;
+}
+
+bool inside_listed_module() {
+  prune_stale();
+  for (const OpenModuleCall& c : open_module_calls()) {
+    if (c.listed) return true;
+  }
+  return false;
+}
+
+}  // namespace msprobe

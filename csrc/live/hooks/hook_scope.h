@@ -1,0 +1,70 @@
+// Per-thread state of the hooks: the re-entry depth (only the outermost hooked call is recorded)
+// and the stack of enclosing module calls (for construct.json parents).
+#pragma once
+
+#include <Python.h>
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/record.h"
+#include "core/selection.h"
+#include "live/capture/call_stack.h"
+#include "live/capture/live_tensors.h"
+
+namespace msprobe {
+
+class ReentryGuard {
+ public:
+  ReentryGuard() { ++depth(); }
+  ~ReentryGuard() { --depth(); }
+  ReentryGuard(const ReentryGuard&) = delete;
+  ReentryGuard& operator=(const ReentryGuard&) = delete;
+  static bool inside() { return depth() > 0; }
+
+ private:
+  static int& depth() {
+    thread_local int d = 0;
+    return d;
+  }
+};
+
+struct ModuleBackwardStart;  // module_backward.h
+
+// A module forward in progress: its name and inputs, captured by the pre-hook.
+struct OpenModuleCall {
+  PyObject* module;  // identity only
+  // The frame of the module's call (torch's _call_impl), one reference held (push/pop below): while
+  // it is on the Python stack the call is open; a forward that raised has left it.
+  PyObject* frame = nullptr;
+  std::string name;
+  Selected selected;
+  bool listed = false;  // named in `list`: everything inside it is collected (level mix)
+  std::vector<Entry> inputs;
+  std::vector<std::pair<std::string, Entry>> kwargs;
+  LiveTensors live;  // task overflow_check: inputs and kwargs, outputs added at the end
+  StackPtr stack;
+  std::optional<std::string> parent;
+  std::shared_ptr<ModuleBackwardStart> backward;  // levels L0 and mix, with grad mode on
+};
+
+std::vector<OpenModuleCall>& open_module_calls();  // this thread's; read only through these:
+// Opens a module call made from the current Python frame. GIL required.
+void push_module_call(OpenModuleCall&& call);
+// Closes the innermost open call of `module` and those opened inside it (they raised: their post
+// hooks never ran); false when `module` has none open. GIL required.
+bool pop_module_call(PyObject* module, OpenModuleCall& out);
+// Forgets every open call (a new step: a forward cut short by an exception). GIL required.
+void clear_module_calls();
+
+// Name of the innermost module call in progress on this thread, if any.
+std::optional<std::string> enclosing_module();
+
+// Whether a module named in `list` is running on this thread.
+bool inside_listed_module();
+
+}  // namespace msprobe

@@ -1,0 +1,270 @@
+#include "live/hooks/module_backward.h"
+
+#include <ATen/SequenceNumber.h>
+#include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <mutex>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "live/hooks/backward_recorder.h"
+#include "live/hooks/node_ptr.h"
+#include "live/hooks/submit.h"
+#include "live/session/session.h"
+
+namespace msprobe {
+
+using torch::autograd::Edge;
+using torch::autograd::Node;
+using torch::autograd::variable_list;
+
+struct ModuleBackwardStart {
+  uint64_t sequence_nr = 0;
+  std::vector<Edge> inputs;  // per positional argument; invalid: it takes no gradient
+};
+
+namespace {
+
+// AccumulateGrad nodes (parameters, leaves) carry the largest sequence number: never inside.
+constexpr uint64_t kNoSequence = UINT64_MAX;
+
+bool same_edge(const Edge& a, const Edge& b) {
+  return a.function && a.function.get() == b.function.get() && a.input_nr == b.input_nr;
+}
+
+// The top-level values of a module's output, as PyTorch's backward hooks see them: a tuple or
+// list's items, a dict's values, or the value itself.
+std::vector<PyObject*> output_items(PyObject* output) {
+  std::vector<PyObject*> items;
+  if (PyTuple_Check(output) || PyList_Check(output)) {
+    PyObject* fast = output;  // tuples and lists are their own fast sequence
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); ++i) {
+      items.push_back(PySequence_Fast_GET_ITEM(fast, i));
+    }
+  } else if (PyDict_Check(output)) {
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(output, &pos, &key, &value)) items.push_back(value);
+  } else {
+    items.push_back(output);
+  }
+  return items;
+}
+
+// One module call's backward while it runs. Shared by the hooks on its nodes.
+struct Pending {
+  std::weak_ptr<Session> session;
+  std::string key, base;
+  StackPtr stack;
+  std::mutex mu;
+  variable_list grads_in;   // per output item: the record's `input`
+  variable_list grads_out;  // per positional argument: its `output`
+  size_t waiting = 0;       // counted hooks still to run before the record is made
+  size_t counted = 0;
+
+  // Called by a counted hook, under `mu`: the record, when this was the last one.
+  std::optional<std::pair<variable_list, variable_list>> done() {
+    if (--waiting != 0) return std::nullopt;
+    waiting = counted;  // retain_graph: the next pass records again
+    auto out = std::make_pair(std::move(grads_in), std::move(grads_out));
+    grads_in.assign(out.first.size(), at::Tensor());
+    grads_out.assign(out.second.size(), at::Tensor());
+    return out;
+  }
+
+  void record(variable_list in, variable_list out) {
+    std::shared_ptr<Session> s = session.lock();
+    if (!s || !s->collecting()) return;
+    const std::string name = key + "." + std::to_string(s->next_index(key));
+    const Selected sel = s->selection().module_backward(name, base);
+    if (!sel.backward) return;
+    record_backward(*s, backward_call(name, sel, stack, std::nullopt), in, out);
+  }
+};
+
+void add_to(at::Tensor& sum, const at::Tensor& g) {
+  if (!g.defined()) return;
+  if (!sum.defined()) {
+    sum = g;
+    return;
+  }
+  at::NoGradGuard no_grad;
+  sum = sum + g;
+}
+
+// On an output's grad_fn: the gradients flowing into the module. `items` pairs the node's input
+// (the output's output_nr) with the output item; `through` with an argument that the module
+// handed back as this output.
+class OutputHook : public torch::autograd::FunctionPreHook {
+ public:
+  struct Use {
+    uint32_t input_nr;
+    size_t item;
+  };
+  OutputHook(std::shared_ptr<Pending> p, std::vector<Use> items, std::vector<Use> through,
+             bool counted)
+      : p_(std::move(p)),
+        items_(std::move(items)),
+        through_(std::move(through)),
+        counted_(counted) {}
+
+  variable_list operator()(const variable_list& grads) override {
+    std::optional<std::pair<variable_list, variable_list>> ready;
+    {
+      std::lock_guard<std::mutex> lock(p_->mu);
+      for (const Use& u : items_) {
+        if (u.input_nr < grads.size()) p_->grads_in[u.item] = grads[u.input_nr];
+      }
+      for (const Use& u : through_) {
+        if (u.input_nr < grads.size()) add_to(p_->grads_out[u.item], grads[u.input_nr]);
+      }
+      if (counted_) ready = p_->done();
+    }
+    if (ready) p_->record(std::move(ready->first), std::move(ready->second));
+    return grads;
+  }
+
+ private:
+  std::shared_ptr<Pending> p_;
+  std::vector<Use> items_, through_;
+  bool counted_;
+};
+
+// On a node of the module that sends gradient to an input: `uses` pairs the node's output (the
+// index of its next edge) with the positional argument.
+class InputHook : public torch::autograd::FunctionPostHook {
+ public:
+  struct Use {
+    size_t output;
+    size_t arg;
+  };
+  InputHook(std::shared_ptr<Pending> p, std::vector<Use> uses)
+      : p_(std::move(p)), uses_(std::move(uses)) {}
+
+  variable_list operator()(const variable_list& outputs, const variable_list& /*inputs*/) override {
+    std::optional<std::pair<variable_list, variable_list>> ready;
+    {
+      std::lock_guard<std::mutex> lock(p_->mu);
+      for (const Use& u : uses_) {
+        if (u.output < outputs.size()) add_to(p_->grads_out[u.arg], outputs[u.output]);
+      }
+      ready = p_->done();
+    }
+    if (ready) p_->record(std::move(ready->first), std::move(ready->second));
+    return outputs;
+  }
+
+ private:
+  std::shared_ptr<Pending> p_;
+  std::vector<Use> uses_;
+};
+
+}  // namespace
+
+std::shared_ptr<ModuleBackwardStart> module_backward_start(PyObject* args) {
+  if (!torch::autograd::GradMode::is_enabled()) return nullptr;
+  auto start = std::make_shared<ModuleBackwardStart>();
+  start->sequence_nr = at::sequence_number::peek();
+  if (PyTuple_Check(args)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
+      PyObject* a = PyTuple_GET_ITEM(args, i);
+      Edge edge;
+      if (THPVariable_Check(a)) {
+        const at::Tensor& t = THPVariable_Unpack(a);
+        if (t.requires_grad()) edge = torch::autograd::impl::gradient_edge(t);
+      }
+      start->inputs.push_back(std::move(edge));
+    }
+  }
+  return start;
+}
+
+void attach_module_backward(const std::shared_ptr<Session>& session,
+                            const std::string& backward_key, const std::string& base,
+                            const ModuleBackwardStart& start, PyObject* output, StackPtr stack) {
+  const uint64_t end = at::sequence_number::peek();
+  auto inside = [&](const Node* n) {
+    const uint64_t seq = n->sequence_nr();
+    return seq != kNoSequence && seq >= start.sequence_nr && seq < end;
+  };
+  auto arg_of = [&](const Edge& e) -> std::optional<size_t> {
+    for (size_t j = 0; j < start.inputs.size(); ++j) {
+      if (same_edge(e, start.inputs[j])) return j;
+    }
+    return std::nullopt;
+  };
+
+  // The outputs' nodes, each with the output items it carries.
+  const std::vector<PyObject*> items = output_items(output);
+  std::vector<NodePtr> out_nodes;
+  std::vector<std::vector<OutputHook::Use>> out_items, out_through;
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (!THPVariable_Check(items[k])) continue;
+    const at::Tensor& t = THPVariable_Unpack(items[k]);
+    if (!t.requires_grad() || !t.grad_fn()) continue;
+    const Edge e = torch::autograd::impl::gradient_edge(t);
+    size_t n = 0;
+    while (n < out_nodes.size() && out_nodes[n].get() != e.function.get()) ++n;
+    if (n == out_nodes.size()) {
+      out_nodes.push_back(e.function);
+      out_items.emplace_back();
+      out_through.emplace_back();
+    }
+    out_items[n].push_back({e.input_nr, k});
+    if (auto j = arg_of(e)) out_through[n].push_back({e.input_nr, *j});  // handed back as is
+  }
+  if (out_nodes.empty()) return;  // nothing of it takes a gradient: no backward, as in PyTorch
+
+  // The module's own nodes, from its outputs back to its inputs' edges.
+  std::vector<std::pair<NodePtr, std::vector<InputHook::Use>>> feeders;
+  std::unordered_set<const Node*> seen;
+  std::vector<Node*> todo;
+  for (const auto& n : out_nodes) {
+    if (inside(n.get()) && seen.insert(n.get()).second) todo.push_back(n.get());
+  }
+  while (!todo.empty()) {
+    Node* n = todo.back();
+    todo.pop_back();
+    std::vector<InputHook::Use> uses;
+    for (size_t i = 0; i < n->num_outputs(); ++i) {
+      const Edge& e = n->next_edge(i);
+      if (!e.is_valid()) continue;
+      if (auto j = arg_of(e)) {
+        uses.push_back({i, *j});
+      } else if (inside(e.function.get()) && seen.insert(e.function.get()).second) {
+        todo.push_back(e.function.get());
+      }
+    }
+    if (!uses.empty()) feeders.emplace_back(node_ptr(n), std::move(uses));
+  }
+
+  auto p = std::make_shared<Pending>();
+  p->session = session;
+  p->key = backward_key;
+  p->base = base;
+  p->stack = std::move(stack);
+  p->grads_in.resize(items.size());
+  p->grads_out.resize(start.inputs.size());
+  // Without an input that takes a gradient, the record is made when the outputs' nodes have run
+  // (PyTorch's hook fires with None for every input then).
+  const bool through_inputs = !feeders.empty();
+  for (size_t n = 0; n < out_nodes.size(); ++n) {
+    const bool counted = through_inputs ? !out_through[n].empty() : true;
+    if (counted) ++p->counted;
+    out_nodes[n]->add_pre_hook(std::make_unique<OutputHook>(p, std::move(out_items[n]),
+                                                            std::move(out_through[n]), counted));
+  }
+  for (auto& [node, uses] : feeders) {
+    ++p->counted;
+    node->add_post_hook(std::make_unique<InputHook>(p, std::move(uses)));
+  }
+  p->waiting = p->counted;
+}
+
+}  // namespace msprobe

@@ -1,0 +1,104 @@
+#include "live/hooks/module_hooks.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "live/capture/call_values.h"
+#include "live/capture/live_tensors.h"
+#include "live/hooks/hook_scope.h"
+#include "live/hooks/module_backward.h"
+#include "live/hooks/submit.h"
+#include "live/overflow/python_side.h"
+#include "live/session/session.h"
+
+namespace py = pybind11;
+
+namespace msprobe {
+
+py::tuple make_module_hooks(const std::string& qualname, const std::string& class_name,
+                            bool record) {
+  const std::string base = "Module." + qualname + "." + class_name;
+  const std::string forward_key = base + ".forward";
+  const std::string backward_key = base + ".backward";
+
+  // PyTorch >= 2.0 passes keyword arguments too (registered with with_kwargs=True).
+  auto pre = [forward_key, record](py::handle module, py::handle inputs, py::handle kwargs) {
+    std::shared_ptr<Session> s = current_session();
+    if (!s || !s->collecting()) return;
+    if (s->peer_stopped()) raise_peer_stop(*s);
+    Selection& selection = s->selection();
+    OpenModuleCall open;
+    open.module = module.ptr();
+    open.name = forward_key + "." + std::to_string(s->next_index(forward_key));
+    if (!record) {
+      push_module_call(std::move(open));
+      return;
+    }
+    open.selected = selection.begin(open.name, "", inside_listed_module());
+    open.listed = selection.has_list() && selection.listed(open.name);
+    open.parent = enclosing_module();
+    if (open.selected.forward) {
+      const EntryOptions& options = s->entry_options();
+      if (open.selected.inputs) {
+        const bool watching = s->watching();
+        open.inputs = item_entries(inputs.ptr(), options, options.stem(open.name, "input"),
+                                   watching ? &open.live.inputs : nullptr);
+        if (PyDict_Check(kwargs.ptr())) {
+          for (auto kv : py::reinterpret_borrow<py::dict>(kwargs)) {
+            const std::string key = py::str(kv.first);
+            open.kwargs.emplace_back(
+                key, value_entry(kv.second.ptr(), options, options.kwarg_stem(open.name, key),
+                                 watching ? &open.live.kwargs.emplace_back() : nullptr));
+          }
+        }
+      }
+      open.stack = s->capture_stack();
+    }
+    open.backward = module_backward_start(inputs.ptr());
+    push_module_call(std::move(open));
+  };
+
+  auto post = [base, backward_key](py::handle module, py::handle /*inputs*/, py::handle output) {
+    OpenModuleCall open;
+    // A forward that began before collection started has no open call: nothing to record.
+    if (!pop_module_call(module.ptr(), open)) return;
+    std::shared_ptr<Session> s = current_session();
+    if (!s || !s->collecting()) return;
+    s->selection().end(open.name);
+    if (open.backward) {
+      try {
+        attach_module_backward(s, backward_key, base, *open.backward, output.ptr(), open.stack);
+      } catch (const std::exception& e) {
+        // The model must train on: this module's backward records are skipped, said once.
+        if (s->warn_once("module backward " + base)) {
+          std::fprintf(stderr,
+                       "msprobe_cpp: warning: the backward records of %s are skipped: its "
+                       "autograd nodes could not be hooked (%s)\n",
+                       base.c_str(), e.what());
+        }
+      }
+    }
+    if (!open.selected.forward) return;
+    StoredCall call;
+    call.record.name = std::move(open.name);
+    call.record.has_inputs = open.selected.inputs;
+    call.record.has_outputs = open.selected.outputs;
+    call.record.inputs = std::move(open.inputs);
+    call.record.kwargs = std::move(open.kwargs);
+    if (open.selected.outputs) {
+      const EntryOptions& options = s->entry_options();
+      call.record.outputs =
+          item_entries(output.ptr(), options, options.stem(call.record.name, "output"),
+                       s->watching() ? &open.live.outputs : nullptr);
+    }
+    call.stack = std::move(open.stack);
+    call.parent = std::move(open.parent);
+    submit(*s, std::move(call), std::move(open.live));
+  };
+
+  return py::make_tuple(
+      py::cpp_function(pre, py::arg("module"), py::arg("args"), py::arg("kwargs") = py::none()),
+      py::cpp_function(post));
+}
+
+}  // namespace msprobe

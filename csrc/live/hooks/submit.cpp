@@ -1,0 +1,93 @@
+#include "live/hooks/submit.h"
+
+#include <torch/csrc/Exceptions.h>
+
+#include <cstdio>
+
+#include "live/capture/call_values.h"
+#include "live/capture/live_tensors.h"
+#include "live/capture/tensor_entry.h"
+
+namespace msprobe {
+
+void warn_statistics_failure(Session& session, const std::string& call) {
+  const std::string why = take_statistics_failure();
+  if (why.empty() || !session.first_statistics_failure()) return;
+  std::fprintf(stderr,
+               "msprobe_cpp: warning: statistics of a tensor of %s could not be computed, "
+               "recorded as null (said once): %s\n",
+               call.c_str(), why.c_str());
+}
+
+void submit(Session& session, StoredCall&& call, LiveTensors&& live, Caller caller) {
+  warn_statistics_failure(session, call.record.name);
+  bool flush = false, queue_flush = false;
+  std::optional<OverflowEvent> event;
+  if (session.must_defer(call)) {
+    // Batched sync: judged when its batch comes back (at once under sync "call"). A backward
+    // pass asks for its queue to be judged at its end, before an optimizer uses the gradients.
+    flush = session.defer(std::move(call), std::move(live));
+    queue_flush = !flush && caller == Caller::AutogradEngine && session.claim_backward_flush();
+    if (!flush && !queue_flush) return;
+  } else if (!session.watching()) {
+    session.add(std::move(call));
+    return;
+  } else {
+    event = session.add(std::move(call), &live);
+    if (!event) return;
+  }
+  auto act = [&] {
+    if (flush) {
+      flush_deferred(session);
+    } else if (queue_flush) {
+      queue_backward_flush(session);
+    } else {
+      handle_overflow_event(session, *event);
+    }
+  };
+  if (caller == Caller::Python) {
+    act();
+    return;
+  }
+  pybind11::gil_scoped_acquire gil;
+  try {
+    act();
+  } catch (pybind11::error_already_set& e) {
+    e.restore();
+    python_error err;
+    err.persist();
+    throw err;
+  }
+}
+
+StoredCall backward_call(const std::string& name, Selected parts, StackPtr stack,
+                         std::optional<std::string> module_hint) {
+  StoredCall call;
+  call.record.name = name;
+  call.record.uses_input_key = true;
+  call.record.has_inputs = parts.inputs;
+  call.record.has_outputs = parts.outputs;
+  call.stack = std::move(stack);
+  call.module_hint = std::move(module_hint);
+  return call;
+}
+
+void submit_backward(Session& session, const std::string& name, pybind11::handle grads_in,
+                     pybind11::handle grads_out, Selected parts, StackPtr stack,
+                     std::optional<std::string> module_hint) {
+  const EntryOptions& options = session.entry_options();
+  StoredCall call = backward_call(name, parts, std::move(stack), std::move(module_hint));
+  LiveTensors live;
+  const bool watching = session.watching();
+  if (parts.inputs) {
+    call.record.inputs = item_entries(grads_in.ptr(), options, options.stem(name, "input"),
+                                      watching ? &live.inputs : nullptr);
+  }
+  if (parts.outputs) {
+    call.record.outputs = item_entries(grads_out.ptr(), options, options.stem(name, "output"),
+                                       watching ? &live.outputs : nullptr);
+  }
+  submit(session, std::move(call), std::move(live));
+}
+
+}  // namespace msprobe

@@ -1,0 +1,99 @@
+#include "live/overflow/model_tensors.h"
+
+#include <algorithm>
+
+namespace msprobe {
+
+namespace {
+
+// Inference tensors have no version counter.
+uint32_t version_of(const at::Tensor& t) {
+  return t.is_inference() ? 0 : static_cast<uint32_t>(t._version());
+}
+
+}  // namespace
+
+void ModelTensors::add(const std::string& name, const at::Tensor& t, bool buffer) {
+  if (!t.defined()) return;
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (auto it = index_.find(impl); it != index_.end() && entries_[it->second].weak.lock()) {
+    return;  // shared between modules or models: the first name stays
+  }
+  const uint32_t v = version_of(t);
+  index_[impl] = entries_.size();
+  entries_.push_back(Item{name, WeakImpl(t.getIntrusivePtr()), buffer, v, v});
+}
+
+void ModelTensors::new_step() {
+  for (Item& item : entries_) {
+    if (auto strong = item.weak.lock()) {
+      item.version_at_step = version_of(at::Tensor(std::move(strong)));
+    }
+  }
+}
+
+std::optional<ModelTensors::Found> ModelTensors::find(const at::Tensor& t) const {
+  auto it = index_.find(t.unsafeGetTensorImpl());
+  if (it == index_.end()) return std::nullopt;
+  const Item& item = entries_[it->second];
+  if (item.weak.lock().get() != t.unsafeGetTensorImpl()) return std::nullopt;  // address reused
+  const uint32_t v = version_of(t);
+  return Found{item.name, item.buffer, v == item.version_at_add, v != item.version_at_step};
+}
+
+std::optional<std::string> ModelTensors::gradient_of(const at::Tensor& t) const {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  for (const Item& item : entries_) {
+    if (item.buffer) continue;
+    auto strong = item.weak.lock();
+    if (!strong) continue;
+    if (at::Tensor(std::move(strong)).grad().unsafeGetTensorImpl() == impl) return item.name;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> ModelTensors::gradients() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const Item& item : entries_) {
+    if (item.buffer) continue;
+    auto strong = item.weak.lock();
+    if (!strong) continue;
+    at::Tensor grad = at::Tensor(std::move(strong)).grad();
+    if (!grad.defined() || !grad.is_floating_point() || grad.layout() != at::kStrided) continue;
+    out.emplace_back(item.name, grad.detach());
+  }
+  return out;
+}
+
+std::vector<std::string> non_finite_gradients(
+    const std::vector<std::pair<std::string, at::Tensor>>& gradients) {
+  struct Group {
+    c10::Device device;
+    std::vector<at::Tensor> flags;
+    std::vector<size_t> items;
+  };
+  std::vector<Group> by_device;
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    const at::Tensor& grad = gradients[i].second;
+    auto group = std::find_if(by_device.begin(), by_device.end(),
+                              [&](const Group& g) { return g.device == grad.device(); });
+    if (group == by_device.end())
+      group = by_device.insert(by_device.end(), Group{grad.device(), {}, {}});
+    group->flags.push_back(at::isfinite(grad).all());
+    group->items.push_back(i);
+  }
+  std::vector<size_t> bad;
+  for (const Group& g : by_device) {
+    const at::Tensor flags = at::stack(g.flags).cpu();
+    const bool* ok = flags.data_ptr<bool>();
+    for (size_t k = 0; k < g.items.size(); ++k) {
+      if (!ok[k]) bad.push_back(g.items[k]);
+    }
+  }
+  std::sort(bad.begin(), bad.end());
+  std::vector<std::string> names;
+  for (size_t i : bad) names.push_back(gradients[i].first);
+  return names;
+}
+
+}  // namespace msprobe

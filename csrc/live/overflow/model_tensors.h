@@ -1,0 +1,56 @@
+// The parameters and buffers of the models given to start(): how NaN/inf that entered through one
+// is named (origin `parameter`), and which parameter gradients a backward anomaly reached.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace msprobe {
+
+class ModelTensors {
+ public:
+  struct Found {
+    std::string name;  // qualified, with the model's prefix
+    bool buffer = false;
+    bool never_written = false;      // unchanged since the model was started: a constant
+    bool written_this_step = false;  // changed since this step's start()
+  };
+
+  // Not thread-safe: the session calls these under its step lock.
+  void add(const std::string& name, const at::Tensor& t, bool buffer);
+  bool empty() const { return entries_.empty(); }
+
+  // What "before this step" means for Found::written_this_step.
+  void new_step();
+  std::optional<Found> find(const at::Tensor& t) const;
+  // The parameter whose gradient (.grad) `t` is. A walk over the parameters: for anomalous
+  // tensors only.
+  std::optional<std::string> gradient_of(const at::Tensor& t) const;
+
+  // The parameters' floating-point gradients, with their names: what non_finite_gradients()
+  // looks at, taken under the step's lock so the look itself (a device sync) can come after it.
+  std::vector<std::pair<std::string, at::Tensor>> gradients() const;
+
+ private:
+  using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  struct Item {
+    std::string name;
+    WeakImpl weak;
+    bool buffer;
+    uint32_t version_at_add;
+    uint32_t version_at_step;
+  };
+  std::vector<Item> entries_;
+  std::unordered_map<const c10::TensorImpl*, size_t> index_;
+};
+
+// The names of `gradients` (ModelTensors::gradients()) that hold NaN or ±inf, in their order: one
+// device sync per device.
+std::vector<std::string> non_finite_gradients(
+    const std::vector<std::pair<std::string, at::Tensor>>& gradients);
+
+}  // namespace msprobe

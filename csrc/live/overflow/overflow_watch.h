@@ -1,0 +1,92 @@
+// Live overflow detection (task overflow_check, docs/overflow-detection.md): every collected call
+// goes through the core Detector as it completes, and each anomaly the detector leaves is either
+// *explained*, *absorbed*, or traced to an *origin*:
+//   - explained: it derives, within the step, from a non-finite constant passed on purpose
+//     (masked_fill(mask, -inf), a one-element ±inf tensor, a constant -inf buffer, a tensor
+//     holding only -inf) or an ignore rule expects it, and holds no kind and no more of a kind
+//     than its explained inputs held (ExplainedKinds). Never flags a step, never stops.
+//   - origin `op`: a call whose inputs were clean made it, or made more than its explained inputs
+//     explain (forward; backward: judged at the end of the backward pass by whether it reached a
+//     parameter gradient).
+//   - origin `input` / `parameter`: it entered the step through a tensor argument that no
+//     recorded call of the step made, and reached an output: a parameter or buffer of a started
+//     model, else the batch.
+//   - absorbed: such a foreign NaN/inf went into a call whose outputs are all finite (nan_to_num,
+//     isnan, where). Flags the step the first time its call site absorbs; never stops.
+//   - no origin: downstream of an earlier anomaly, or a numerical mutation (a lead, not a flag).
+// The first origin named in stop_on stops the run (action raise); findings without an origin stop
+// when their level reaches stop_level.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/config.h"
+#include "core/detector.h"
+#include "core/explained_kinds.h"
+#include "core/overflow_decisions.h"
+#include "live/capture/live_tensors.h"
+#include "live/overflow/model_tensors.h"
+
+namespace msprobe {
+
+class OverflowWatch {
+ public:
+  // Throws RulesError for an unusable rules file of the config.
+  OverflowWatch(const Config& config, const ModelTensors& models);
+
+  // `peer_rank`: a collective whose anomalous result came from that rank's anomalous input.
+  Verdict judge(const CallRecord& rec, const LiveTensors& live,
+                std::optional<int> peer_rank = std::nullopt);
+  void new_step();
+  // An output of a compiled region (torch.compile), this step.
+  void mark_compiled_output(const at::Tensor& t);
+
+  bool step_flagged() const { return step_flagged_; }
+  const std::vector<Finding>& findings() const { return findings_; }
+  // Parallel to findings().
+  const std::vector<Judgement>& judgements() const { return judgements_; }
+
+ private:
+  struct Traced {
+    bool explained = true;
+    std::optional<Origin> origin;  // a foreign tensor: input or parameter
+    std::optional<std::string> parameter;
+    std::string note;
+    ExplainedKinds kinds;  // what the explained inputs hold
+  };
+  Traced trace_forward_inputs(const CallRecord& rec, const Finding& f,
+                              const LiveTensors& live) const;
+  void trace_tensor(const Entry& e, const at::Tensor& t, Traced& out) const;
+  bool backward_explained(const CallRecord& rec, const Finding& f) const;
+  std::optional<bool> judged_inside(const CallRecord& rec, const Finding& f,
+                                    const LiveTensors& live) const;
+  void remember_outputs(const CallRecord& rec, const LiveTensors& live, bool explained);
+
+  Detector detector_;
+  const OverflowSection& options_;
+  const ModelTensors& models_;
+
+  // Per step. Anomalous tensors made by recorded calls, by identity, and whether explained.
+  using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  struct Known {
+    WeakImpl weak;
+    bool explained;
+  };
+  std::unordered_map<const c10::TensorImpl*, Known> known_;
+  std::unordered_set<std::string> unexplained_forwards_;
+  std::unordered_map<const c10::TensorImpl*, WeakImpl> compiled_outputs_;
+  // For the session: call sites ("Torch.nan_to_num.forward") that absorbed a foreign anomaly.
+  std::unordered_set<std::string> absorbing_sites_;
+  bool backward_anomaly_ = false;  // later unknown anomalous tensors are its gradients
+  std::vector<Finding> findings_;
+  std::vector<Judgement> judgements_;
+  bool step_flagged_ = false;
+};
+
+}  // namespace msprobe

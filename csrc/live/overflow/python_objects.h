@@ -1,0 +1,24 @@
+// The Python objects the overflow guard hands facts to: given once, when the debugger is made, so
+// nothing is looked up by name when an overflow happens. GIL required to use them.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace msprobe {
+
+struct PythonSide {
+  pybind11::object overflow_type;   // msprobe_cpp.Overflow(**facts)
+  pybind11::object error_type;      // msprobe_cpp.OverflowError(message, overflow)
+  pybind11::object on_flagged;      // the debugger's callback, given an Overflow
+  pybind11::object queue_callback;  // torch.autograd.Variable._execution_engine.queue_callback
+  // torch.distributed (None otherwise): told of this rank's stop before it is raised, so that
+  // every other rank stops too; and what a hook calls, to raise the stop of a peer.
+  pybind11::object on_stop;
+  pybind11::object raise_peer_stop;
+  // Collectives: tells the other ranks that this rank's input to `call` held NaN/inf; asks which
+  // rank's input to `call` did (int or None).
+  pybind11::object mark_collective_input;
+  pybind11::object collective_input_rank;
+};
+
+}  // namespace msprobe

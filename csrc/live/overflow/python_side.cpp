@@ -1,0 +1,138 @@
+#include "live/overflow/python_side.h"
+
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+
+namespace msprobe {
+
+namespace {
+
+py::object optional_str(const std::optional<std::string>& s) {
+  return s ? py::object(py::str(*s)) : py::object(py::none());
+}
+
+py::dict tensor_dict(const ArgFacts& t) {
+  py::dict d;
+  d["position"] = t.position;
+  d["type"] = t.type;
+  if (t.is_tensor()) {
+    d["dtype"] = t.dtype;
+    d["shape"] = t.shape;
+    if (t.counted) {
+      d["nan"] = t.nan;
+      d["posinf"] = t.posinf;
+      d["neginf"] = t.neginf;
+    }
+  } else if (t.value) {
+    d["value"] = *t.value;
+  }
+  d["text"] = t.text();
+  return d;
+}
+
+// The end of the backward pass: runs on the thread that finished it, with the GIL (torch's
+// queue_callback wrapper takes it), and an exception raised here leaves loss.backward() with its
+// own type.
+void queue_end_of_backward(Session& session) {
+  PythonSide* side = session.python_side();
+  if (!side || !side->queue_callback) return;
+  std::weak_ptr<Session> weak = current_session();
+  side->queue_callback(py::cpp_function([weak] {
+    std::shared_ptr<Session> s = weak.lock();
+    if (!s) return;
+    if (auto event = s->end_of_backward()) handle_overflow_event(*s, *event);
+  }));
+}
+
+}  // namespace
+
+void mark_anomalous_collective_input(Session& session, const std::string& call) {
+  PythonSide* side = session.python_side();
+  if (side && side->mark_collective_input && !side->mark_collective_input.is_none()) {
+    side->mark_collective_input(call);
+  }
+}
+
+std::optional<int> anomalous_collective_input_rank(Session& session, const std::string& call) {
+  PythonSide* side = session.python_side();
+  if (!side || !side->collective_input_rank || side->collective_input_rank.is_none()) return {};
+  py::object rank = side->collective_input_rank(call);
+  if (rank.is_none()) return {};
+  return rank.cast<int>();
+}
+
+void raise_peer_stop(Session& session) {
+  PythonSide* side = session.python_side();
+  if (side && side->raise_peer_stop && !side->raise_peer_stop.is_none()) side->raise_peer_stop();
+}
+
+void queue_backward_flush(Session& session) {
+  PythonSide* side = session.python_side();
+  if (!side || !side->queue_callback) return;
+  std::weak_ptr<Session> weak = current_session();
+  side->queue_callback(py::cpp_function([weak] {
+    if (std::shared_ptr<Session> s = weak.lock()) flush_deferred(*s);
+  }));
+}
+
+py::object overflow_object(const PythonSide& side, const OverflowFacts& facts) {
+  const Finding& f = facts.finding;
+  py::list tensors;
+  for (const ArgFacts& t : facts.tensors) tensors.append(tensor_dict(t));
+  py::dict kw;
+  kw["step"] = facts.step;
+  kw["rank"] = facts.rank;
+  kw["call"] = f.call;
+  kw["scene"] = scene_name(f.scene);
+  kw["level"] = to_string(f.severity);
+  kw["origin"] = facts.origin ? py::object(py::str(to_string(*facts.origin))) : py::none();
+  kw["parameter"] = optional_str(facts.parameter);
+  kw["input_args_anomaly_indices"] = f.input_indices;
+  kw["input_kwargs_anomaly_keys"] = f.kwarg_keys;
+  kw["output_anomaly_indices"] = f.output_indices;
+  kw["module"] = optional_str(facts.module);
+  kw["source"] = optional_str(facts.source);
+  kw["dump_dir"] = facts.dump_dir.empty() ? py::object(py::none()) : py::str(facts.dump_dir);
+  kw["tensors"] = tensors;
+  kw["gradients"] = facts.gradients;
+  kw["masked"] = facts.masked;
+  kw["absorbed"] = facts.absorbed;
+  kw["note"] = facts.note;
+  kw["message"] = facts.message();
+  return side.overflow_type(**kw);
+}
+
+void flush_deferred(Session& session) {
+  std::vector<OverflowEvent> events = session.resolve_deferred();
+  const OverflowEvent* stop = nullptr;
+  for (const OverflowEvent& e : events) {
+    if (e.raise) {
+      if (!stop) stop = &e;
+      continue;
+    }
+    handle_overflow_event(session, e);
+  }
+  if (stop) handle_overflow_event(session, *stop);  // raises
+}
+
+void handle_overflow_event(Session& session, const OverflowEvent& event) {
+  PythonSide* side = session.python_side();
+  if (event.queue_end_of_backward) queue_end_of_backward(session);
+  if (!side) return;
+  if (event.notify && side->on_flagged) side->on_flagged(overflow_object(*side, event.facts));
+  if (!event.raise) return;
+  OverflowFacts facts = event.facts;
+  const std::string write_error = session.end_step_for_raise();
+  if (!write_error.empty() && !facts.dump_dir.empty()) {
+    facts.dump_dir.clear();  // never name a folder that is not there
+    facts.dump_error = write_error;
+  }
+  py::object overflow = overflow_object(*side, facts);
+  if (side->on_stop && !side->on_stop.is_none()) side->on_stop(overflow);
+  py::object error = side->error_type(facts.message(), overflow);
+  PyErr_SetObject(side->error_type.ptr(), error.ptr());
+  throw py::error_already_set();
+}
+
+}  // namespace msprobe

@@ -1,0 +1,38 @@
+// Where the overflow guard crosses into Python: debugger.overflow and on_overflow, the callback
+// queued on the autograd engine at the end of a backward pass, and the OverflowError itself.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <optional>
+#include <string>
+
+#include "live/overflow/python_objects.h"
+#include "live/session/session.h"
+
+namespace msprobe {
+
+// Collectives under torch.distributed (nothing, or nullopt, without a peer side). GIL required.
+void mark_anomalous_collective_input(Session& session, const std::string& call);
+std::optional<int> anomalous_collective_input_rank(Session& session, const std::string& call);
+
+// A peer rank stopped: raises its stop here (GIL required). Nothing when there is no peer side.
+void raise_peer_stop(Session& session);
+
+// Does what `event` says: tells the debugger, queues the end-of-backward check, raises. A raise
+// throws pybind11::error_already_set with msprobe_cpp.OverflowError set, after the step's files
+// are written. GIL required.
+void handle_overflow_event(Session& session, const OverflowEvent& event);
+
+// Judges the queued calls (Session::resolve_deferred) and does what their verdicts say: notices
+// first, then the first stop, raised here. GIL required.
+void flush_deferred(Session& session);
+
+// Batched sync: asks the autograd engine to judge the queued calls when the backward pass ends.
+// GIL required.
+void queue_backward_flush(Session& session);
+
+// The facts as a msprobe_cpp.Overflow object. GIL required.
+pybind11::object overflow_object(const PythonSide& side, const OverflowFacts& facts);
+
+}  // namespace msprobe

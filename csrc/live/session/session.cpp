@@ -1,0 +1,434 @@
+#include "live/session/session.h"
+
+#include <pybind11/pybind11.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/output_files.h"
+#include "live/hooks/hook_scope.h"
+#include "live/overflow/python_objects.h"
+
+namespace msprobe {
+
+namespace {
+
+std::shared_ptr<Session> g_session;  // accessed with std::atomic_load/store
+std::atomic<uint64_t> g_epochs{0};
+
+}  // namespace
+
+std::shared_ptr<Session> current_session() {
+  return std::atomic_load(&g_session);
+}
+void set_current_session(std::shared_ptr<Session> s) {
+  std::atomic_store(&g_session, std::move(s));
+}
+
+namespace {
+
+// A dump_path that can never be written is a config error, found before any hook goes in. The
+// folder itself is not created here: task overflow_check creates nothing for a clean run.
+void check_writable(const std::string& path, const std::string& source) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  std::error_code ec;
+  while (!p.empty() && !fs::exists(p, ec)) p = p.parent_path();
+  std::string reason;
+  if (p.empty()) {
+    reason = "no existing parent folder";
+  } else if (!fs::is_directory(p, ec)) {
+    reason = "\"" + p.string() + "\" is not a folder";
+  } else if (access(p.c_str(), W_OK | X_OK) != 0) {
+    reason = "\"" + p.string() + "\" is not writable";
+  }
+  if (!reason.empty()) {
+    throw ConfigError(source + ": dump_path: cannot write dumps under \"" + path + "\": " + reason);
+  }
+}
+
+SessionPaths session_paths(const Config& config, std::string package_dir, std::string library_dir,
+                           const std::string& source) {
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(config.dump_path, ec);
+  std::string root = ec ? config.dump_path : abs.lexically_normal().string();
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  check_writable(root, source);
+  return SessionPaths{std::move(package_dir), std::move(library_dir), std::move(root)};
+}
+
+std::string section_name(const Config& c, const std::string& source) {
+  return source + ": " + (c.task == Task::Tensor ? "tensor" : "statistics");
+}
+
+}  // namespace
+
+Session::Session(Config config, std::string package_dir, const std::string& source,
+                 std::string library_dir)
+    : config_(std::move(config)),
+      paths_(session_paths(config_, std::move(package_dir), std::move(library_dir), source)),
+      epoch_(++g_epochs),
+      selection_(config_.collect(), config_.level, section_name(config_, source)),
+      capture_(config_, paths_.dump_root),
+      writer_(paths_.dump_root, to_string(config_.task), to_string(config_.level),
+              capture_.saver()) {
+  if (!watching()) return;
+  state_.with_lock([&](StepState& s) {
+    try {
+      s.watch = std::make_unique<OverflowWatch>(config_, s.models);
+    } catch (const RulesError& e) {
+      // A rules file the config names is part of the config: its error names both.
+      throw ConfigError(source + ": overflow_check.rules: " + e.what());
+    }
+    s.decisions = std::make_unique<OverflowDecisions>(config_.overflow_check);
+  });
+}
+
+Session::~Session() {
+  collecting_ = false;
+  if (!py_) return;
+  if (!Py_IsInitialized()) {
+    // The interpreter is gone, and with it the objects: nothing may be released any more.
+    py_->overflow_type.release();
+    py_->error_type.release();
+    py_->on_flagged.release();
+    py_->queue_callback.release();
+    return;
+  }
+  pybind11::gil_scoped_acquire gil;
+  py_.reset();
+}
+
+void Session::set_python_side(std::unique_ptr<PythonSide> side) {
+  py_ = std::move(side);
+}
+
+int64_t Session::current_step() const {
+  return state_.with_lock([](const StepState& s) { return s.step; });
+}
+
+std::string Session::step_dir() const {
+  return state_.with_lock([&](const StepState& s) { return dir_of(s); });
+}
+
+int Session::folder_rank() const {
+  return state_.with_lock([](const StepState& s) { return s.rank < 0 ? 0 : s.rank; });
+}
+
+bool Session::finished() const {
+  const auto& ranges = config_.step.ranges();
+  if (ranges.empty()) return false;
+  int64_t last = 0;
+  for (const auto& r : ranges) last = std::max(last, r.second);
+  return current_step() > last;
+}
+
+void Session::start(int rank) {
+  // A forward that an exception cut short (an overflow stop, a user's error) left its module
+  // calls open on this thread.
+  clear_module_calls();
+  if (said_.first(" stale temporaries")) {
+    // What a run killed mid-write left in this rank's folders (other ranks may be writing theirs).
+    const std::string rank_dir = rank < 0 ? "rank" : "rank" + std::to_string(rank);
+    std::error_code ec;
+    for (const auto& step : std::filesystem::directory_iterator(paths_.dump_root, ec)) {
+      if (step.is_directory(ec) && !step.is_symlink(ec)) {
+        remove_stale_temporaries((step.path() / rank_dir).string());
+      }
+    }
+  }
+  const auto [step, dir] = state_.with_lock([&](StepState& s) {
+    s.ended_by_raise = false;
+    if (!s.began) {
+      s.began = true;
+      if (s.watch) s.models.new_step();  // what "written before this step began" compares with
+    }
+    s.rank = rank;
+    return std::make_pair(s.step, dir_of(s));
+  });
+  if (capture_.saver()) capture_.file_names().set_dir(dir + "/dump_tensor_data");
+  const bool rank_ok =
+      rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
+  const bool collect = rank_ok && config_.step.contains(step) && !finished();
+  if (collect) state_.with_lock([](StepState& s) { s.collected = true; });
+  collecting_ = collect;
+}
+
+void Session::warn_unmatched_selection(int64_t step) {
+  if (!selection_.filters()) return;
+  const std::string section = config_.task == Task::Tensor ? "tensor" : "statistics";
+  for (const std::string& entry : selection_.unmatched()) {
+    if (!said_.first("unmatched " + entry)) continue;
+    std::fprintf(stderr,
+                 "msprobe_cpp: warning: %s.%s matched no call in step %lld (names look like "
+                 "\"Functional.relu.0.forward\" or \"Module.fc1.Linear.forward.0\"; an "
+                 "unfiltered run's dump.json lists them)\n",
+                 section.c_str(), entry.c_str(), static_cast<long long>(step));
+  }
+}
+
+void Session::pause() {
+  collecting_ = false;
+}
+
+void Session::stop() {
+  collecting_ = false;
+  write_step(/*at_stop=*/true);
+}
+
+void Session::step() {
+  collecting_ = false;
+  const auto [raised, collected, step] = state_.with_lock([](StepState& s) {
+    const bool raised = std::exchange(s.ended_by_raise, false);
+    return std::make_tuple(raised, s.collected, s.step);
+  });
+  if (raised) return;  // the raise already ended this step
+  write_step();
+  if (collected) warn_unmatched_selection(step);
+  advance();
+}
+
+std::string Session::end_step_for_raise() {
+  collecting_ = false;
+  const std::string write_error = write_step();
+  advance();
+  state_.with_lock([](StepState& s) { s.ended_by_raise = true; });
+  return write_error;
+}
+
+void Session::advance() {
+  capture_.new_step();
+  selection_.new_step();
+  state_.with_lock([](StepState& s) {
+    s.calls.clear();
+    s.counters.clear();
+    s.dirty = false;
+    s.collected = false;
+    s.began = false;
+    s.peer_stop.reset();
+    if (s.watch) s.watch->new_step();
+    if (s.decisions) s.decisions->new_step();
+    ++s.step;
+  });
+  epoch_ = ++g_epochs;
+}
+
+void Session::add_model_tensor(const std::string& name, const at::Tensor& t, bool buffer) {
+  state_.with_lock([&](StepState& s) { s.models.add(name, t, buffer); });
+}
+
+void Session::mark_compiled_output(const at::Tensor& t) {
+  state_.with_lock([&](StepState& s) {
+    if (s.watch) s.watch->mark_compiled_output(t);
+  });
+}
+
+int64_t Session::next_index(const std::string& key) {
+  return state_.with_lock([&](StepState& s) { return s.counters[key]++; });
+}
+
+OverflowFacts Session::facts_of(const StepState& s, const StoredCall& call,
+                                const Verdict& v) const {
+  OverflowFacts facts;
+  facts.finding = *v.finding;
+  facts.origin = v.origin;
+  facts.parameter = v.parameter;
+  facts.note = v.note;
+  facts.absorbed = v.judgement == Judgement::Absorbed;
+  facts.module = call.parent ? call.parent : call.module_hint;
+  facts.step = s.step;
+  facts.rank = s.rank < 0 ? 0 : s.rank;
+  if (s.decisions->budget_left()) facts.dump_dir = dir_of(s);
+  // The source line is added by add(), outside the lock (it needs the GIL).
+  facts.tensors = anomalous_args(call.record, facts.finding, config_.overflow_check.compat);
+  return facts;
+}
+
+std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* live) {
+  static const LiveTensors kNone;
+  const LiveTensors& tensors = live ? *live : kNone;
+  CallDecision d;
+  KeptTensors keep;
+  const std::string name = call.record.name;
+  StackPtr stack = call.stack;
+  int rank = -1;
+  state_.with_lock([&](StepState& s) {
+    if (s.watch) {
+      const Verdict v = s.watch->judge(call.record, tensors, call.peer_rank);
+      d = s.decisions->on_call(v, is_backward_name(call.record.name),
+                               [&] { return facts_of(s, call, v); });
+      if (d.keep_tensors) keep.names = claim_tensor_files(call.record, tensors);
+    }
+    keep.index = s.calls.size();
+    keep.epoch = epoch_.load(std::memory_order_relaxed);
+    rank = s.rank;
+    s.calls.push_back(std::move(call));
+    s.dirty = true;
+  });
+  if (!keep.names.empty()) keep_tensors(keep, name, tensors);
+  // The source line needs the GIL, which must never be waited for while holding the step's lock:
+  // a thread holding the GIL may be waiting for it (backward recorders run without the GIL).
+  if (d.wants_source) tell_source(stack, name, d.event ? &*d.event : nullptr);
+  if (d.tell_absorbed) {
+    const std::string line =
+        state_.with_lock([](const StepState& s) { return s.decisions->absorbed_line(); });
+    const std::string who = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
+    if (!line.empty()) std::fprintf(stderr, "%s%s\n", who.c_str(), line.c_str());
+  }
+  return std::move(d.event);
+}
+
+std::vector<std::pair<ArgPos, std::string>> Session::claim_tensor_files(CallRecord& rec,
+                                                                        const LiveTensors& live) {
+  std::vector<std::pair<ArgPos, std::string>> names;
+  for_each_arg(rec, [&](const ArgPos& pos, Entry& e) {
+    const at::Tensor* t = live.tensor(pos);
+    if (!t || !e.is_tensor() || t->is_meta() || t->layout() != at::kStrided) return;
+    const std::string stem =
+        pos.side == ArgPos::Side::Kwarg
+            ? kwarg_file_stem(rec.name, *pos.key)
+            : item_file_stem(
+                  file_stem(rec.name, pos.side == ArgPos::Side::Input ? "input" : "output"),
+                  pos.index);
+    e.data_name = capture_.file_names().claim(stem) + ".pt";
+    names.emplace_back(pos, e.data_name);
+  });
+  return names;
+}
+
+void Session::keep_tensors(const KeptTensors& keep, const std::string& call,
+                           const LiveTensors& live) {
+  std::vector<std::pair<at::Tensor, std::string>> copies;
+  for (const auto& [pos, name] : keep.names) {
+    copies.emplace_back(live.tensor(pos)->detach().clone(), name);
+  }
+  state_.with_lock([&](StepState& s) {
+    // The step may have been written and ended meanwhile (another thread's step()): then its
+    // files are out, and the copies are dropped.
+    if (epoch_.load(std::memory_order_relaxed) != keep.epoch || keep.index >= s.calls.size())
+      return;
+    StoredCall& stored = s.calls[keep.index];
+    if (stored.record.name == call) stored.tensors = std::move(copies);
+  });
+}
+
+void Session::tell_source(const StackPtr& stack, const std::string& call, OverflowEvent* event) {
+  if (!stack) return;
+  std::optional<std::string> source;
+  {
+    pybind11::gil_scoped_acquire gil;
+    source = codes_.first_frame_outside(*stack, {paths_.package_dir, paths_.library_dir});
+  }
+  if (event) event->facts.source = source;
+  state_.with_lock([&](StepState& s) { s.decisions->set_source(call, source); });
+}
+
+std::string Session::write_step(bool at_stop) {
+  // Under the lock: whether the step is due, and its calls taken out with what the files need.
+  std::string say;
+  std::optional<FinishedStep> done = state_.with_lock([&](StepState& s) {
+    std::optional<FinishedStep> f;
+    // A scaled step is written at step(), once the loss scaler has said whether it skipped it.
+    if (!s.dirty || (at_stop && s.decisions && s.decisions->loss_scaled())) return f;
+    s.dirty = false;
+    if (s.watch) {
+      // Task overflow_check writes only the steps it flagged; a clean step leaves nothing.
+      DumpDecision d =
+          s.decisions->dump_step(s.watch->step_flagged(), s.peer_stop.has_value(), s.step);
+      say = std::move(d.say);
+      if (!d.dump) return f;
+    }
+    f.emplace();
+    f->step = s.step;
+    f->rank = s.rank;
+    f->dir = dir_of(s);
+    f->calls = std::move(s.calls);
+    s.calls.clear();
+    // At L1 the overflow guard keeps a module stack of the started model: it names the parents.
+    f->construct = config_.level != Level::L1 || (s.watch && !s.models.empty());
+    if (s.watch) {
+      f->report = Report{s.watch->findings(), s.decisions->first_anomaly(), s.peer_stop};
+      f->judgements = s.watch->judgements();
+    }
+    return f;
+  });
+  if (!say.empty()) std::fprintf(stderr, "%s\n", say.c_str());
+  if (!done) return "";
+  // With the GIL: the stack lines (formatted once per distinct stack).
+  done->stacks.reserve(done->calls.size());
+  for (const StoredCall& c : done->calls) {
+    done->stacks.push_back(c.stack && !is_backward_name(c.record.name)
+                               ? codes_.format_once(c.stack, paths_.package_dir)
+                               : StackLines());
+  }
+  std::string error;
+  {
+    pybind11::gil_scoped_release no_gil;
+    error = writer_.write(*done);
+  }
+  // The calls go back: a later stop() in the same step writes them again, with those made since.
+  state_.with_lock([&](StepState& s) {
+    if (s.step != done->step) return;
+    for (StoredCall& c : s.calls) done->calls.push_back(std::move(c));
+    s.calls = std::move(done->calls);
+  });
+  return error;
+}
+
+std::optional<OverflowEvent> Session::end_of_backward() {
+  if (!watching()) return std::nullopt;
+  // The gradients are gathered under the lock and looked at (a device sync) after it.
+  std::optional<std::vector<std::pair<std::string, at::Tensor>>> gradients;
+  bool models_known = false;
+  state_.with_lock([&](StepState& s) {
+    if (!s.decisions->backward_pass_ended()) return;
+    models_known = !s.models.empty();
+    gradients = s.models.gradients();
+  });
+  if (!gradients) return std::nullopt;
+  std::vector<std::string> bad = non_finite_gradients(*gradients);
+  return state_.with_lock(
+      [&](StepState& s) { return s.decisions->backward_verdict(models_known, std::move(bad)); });
+}
+
+void Session::set_loss_scaled() {
+  state_.with_lock([](StepState& s) {
+    if (s.decisions) s.decisions->set_loss_scaled();
+  });
+}
+
+std::optional<OverflowEvent> Session::judge_loss_scale(double before, double after) {
+  if (!watching()) return std::nullopt;
+  ScaleDecision d = state_.with_lock([&](StepState& s) {
+    return s.decisions->loss_scale(before, after, s.step, [&] {
+      OverflowFacts f;
+      f.finding.call = "(loss scaler)";
+      f.step = s.step;
+      f.rank = s.rank < 0 ? 0 : s.rank;
+      if (s.decisions->budget_left()) f.dump_dir = dir_of(s);
+      return f;
+    });
+  });
+  if (!d.say.empty()) std::fprintf(stderr, "%s\n", d.say.c_str());
+  return std::move(d.event);
+}
+
+bool Session::step_flagged() const {
+  return state_.with_lock([](const StepState& s) { return s.watch && s.watch->step_flagged(); });
+}
+
+std::string Session::stop_for_peer(const PeerOverflow& peer) {
+  if (!watching()) return "";
+  const std::string dir = state_.with_lock([&](StepState& s) {
+    s.peer_stop = peer;
+    s.dirty = true;  // written even when this rank collected nothing yet
+    return dir_of(s);
+  });
+  end_step_for_raise();
+  std::error_code ec;
+  return std::filesystem::exists(dir + "/dump.json", ec) ? dir : "";
+}
+
+}  // namespace msprobe

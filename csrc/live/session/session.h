@@ -1,0 +1,179 @@
+// One debugging session: the validated config, the step and rank gates, and the wiring of the
+// parts a call goes through (capture, the overflow guard, the step's state, the writer). Hooks
+// find the current session through current_session(); a new PrecisionDebugger replaces it.
+//
+// Threading: the lifecycle (start, stop, step, pause) and everything marked "GIL required" run on
+// a Python thread with the GIL. Hooks run there too, or on the autograd engine's threads without
+// the GIL (backward records). The step's state is reached only under its lock (Guarded), which is
+// never held while waiting for the GIL or a device: device syncs, clones and stack formatting come
+// before or after it, and files are written with neither the lock nor the GIL held. The other
+// parts guard themselves (Selection, TensorCapture's parts, StepWriter) or are atomics.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "core/config.h"
+#include "core/guarded.h"
+#include "core/overflow_decisions.h"
+#include "core/report.h"
+#include "core/selection.h"
+#include "live/capture/call_stack.h"
+#include "live/capture/live_tensors.h"
+#include "live/capture/tensor_capture.h"
+#include "live/session/step_state.h"
+#include "live/session/step_writer.h"
+#include "live/stats/device_stats.h"
+
+namespace msprobe {
+
+struct PythonSide;
+
+// Messages said once per session. Thread-safe.
+class SaidOnce {
+ public:
+  bool first(const std::string& what) {  // true the first time `what` is asked about
+    std::lock_guard<std::mutex> lock(mu_);
+    return said_.insert(what).second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::string> said_;
+};
+
+struct SessionPaths {
+  std::string package_dir, library_dir;  // frames under these are ours, not the user's
+  std::string dump_root;                 // dump_path, absolute, without a trailing '/'
+};
+
+class Session {
+ public:
+  // `package_dir`: frames under it are left out of stack.json. `source` names the config in
+  // errors about it (ConfigError).
+  Session(Config config, std::string package_dir, const std::string& source,
+          std::string library_dir = "");
+  ~Session();
+
+  const Config& config() const { return config_; }
+  bool apis_hooked() const { return config_.level != Level::L0; }
+  bool modules_hooked() const { return config_.level != Level::L1; }
+
+  // Lifecycle, called from Python with the GIL held.
+  void start(int rank);   // rank -1: torch.distributed not initialized
+  void stop();            // writes the step's files (everything collected in this step so far)
+  void step();            // writes if stop() was not called, then moves to the next step
+  void pause();           // forward_backward_dump_end: stop collecting until the next start()
+  bool finished() const;  // past the last configured step
+  int64_t current_step() const;
+  std::string step_dir() const;  // <dump_path>/step<S>/rank<R>
+  int folder_rank() const;       // outside distributed: rank 0
+
+  // Hot path.
+  bool collecting() const { return collecting_.load(std::memory_order_relaxed); }
+  int64_t next_index(const std::string& key);  // n of `key` within the step
+  // Unique among all sessions' steps: API hooks reset their own call counters when it changes.
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  // Stores a call; with task overflow_check judges it first (`live`: its tensors) and says what
+  // the hook must do about it.
+  std::optional<OverflowEvent> add(StoredCall&& call, const LiveTensors* live = nullptr);
+  bool watching() const { return config_.task == Task::OverflowCheck; }
+  StackPtr capture_stack() { return codes_.capture(); }  // GIL required
+  Selection& selection() { return selection_; }
+  const EntryOptions& entry_options() const { return capture_.options(); }
+  const StatsCache& stats_cache() const { return capture_.stats_cache(); }
+
+  // Task overflow_check. GIL required for all of these.
+  void set_python_side(std::unique_ptr<PythonSide> side);
+  PythonSide* python_side() const { return py_.get(); }
+  // A parameter (or buffer, `buffer`) of a model given to start(), named `name`.
+  void add_model_tensor(const std::string& name, const at::Tensor& t, bool buffer);
+  // A tensor that came out of a torch.compile'd model: NaN/inf in it was made where no call is
+  // recorded.
+  void mark_compiled_output(const at::Tensor& t);
+  // The hooks raise at the origin; this writes the step and ends it first, so the next start()
+  // begins the next step (and a step() in the user's handler does not skip a number).
+  // Returns why the step's files could not be written, or "" when they were (or none were due).
+  std::string end_step_for_raise();
+  // Called by the autograd engine when a backward pass with a backward op anomaly ends.
+  std::optional<OverflowEvent> end_of_backward();
+  void set_loss_scaled();
+  // At step(), for a step whose loss a scaler scaled: `before` at start() (or scale()), `after`
+  // now. A stop to raise, or nothing.
+  std::optional<OverflowEvent> judge_loss_scale(double before, double after);
+  bool step_flagged() const;
+
+  // Batched sync (overflow_check.sync). Whether `call` must queue: behind calls already queued,
+  // or for statistics still on the device, or because every call is judged in batches.
+  bool must_defer(const StoredCall& call) const;
+  // Queues a call with its live tensors; true when it is time to flush (sync "call", or a full
+  // batch). Thread-safe.
+  bool defer(StoredCall&& call, LiveTensors&& live);
+  bool has_deferred() const { return deferred_count_.load(std::memory_order_relaxed) != 0; }
+  // Reads every queued call's device statistics back at once, then stores and judges the calls
+  // in the order they were made, as add() would have one by one. Returns what the hooks must do;
+  // a raise carries how many calls ran after its call.
+  std::vector<OverflowEvent> resolve_deferred();
+  // A backward pass queued calls under task overflow_check: their verdicts are wanted at its
+  // end, before an optimizer uses the gradients. True once per pass (the caller queues it).
+  bool claim_backward_flush();
+  // Times this session's statistics waited for a device: the process's count since the session
+  // began (the statistics code does not know its session; one session is live at a time).
+  int64_t host_syncs() const { return msprobe::host_syncs() - host_syncs_at_start_; }
+
+  // torch.distributed: another rank stopped. Set from the watcher thread; the hooks read it.
+  void set_peer_stopped() { peer_stopped_.store(true, std::memory_order_release); }
+  bool peer_stopped() const { return peer_stopped_.load(std::memory_order_acquire); }
+  // Writes this rank's records of the current step as a flagged step whose report names the
+  // peer, and ends the step. Returns the folder written ("" if nothing could be). GIL required.
+  std::string stop_for_peer(const PeerOverflow& peer);
+  // True the first time `what` is asked about in this session: warnings said once.
+  bool warn_once(const std::string& what) { return said_.first(what); }
+  // True the first time only: the tool's own statistics failures are said once per session.
+  bool first_statistics_failure() { return said_.first(" statistics failure"); }
+
+ private:
+  void advance();
+  void warn_unmatched_selection(int64_t step);  // once per entry and session
+  // Writes the step if anything was collected since the last write ("" or why it could not be).
+  // `at_stop`: a scaled step waits for step(), when the loss scaler has said whether it skipped.
+  std::string write_step(bool at_stop = false);
+  std::string dir_of(const StepState& s) const { return paths_.dump_root + "/" + s.folder(); }
+  OverflowFacts facts_of(const StepState& s, const StoredCall& call, const Verdict& v) const;
+  // Task overflow_check: a call's evidence. The file names are the step's, claimed under the
+  // lock (and set as the entries' data_name); the copies are made after it and attached to the
+  // stored call, the `index`-th of the step whose epoch is `epoch`.
+  struct KeptTensors {
+    std::vector<std::pair<ArgPos, std::string>> names;
+    size_t index = 0;
+    uint64_t epoch = 0;
+  };
+  std::vector<std::pair<ArgPos, std::string>> claim_tensor_files(CallRecord& rec,
+                                                                 const LiveTensors& live);
+  void keep_tensors(const KeptTensors& keep, const std::string& call, const LiveTensors& live);
+  void tell_source(const StackPtr& stack, const std::string& call, OverflowEvent* event);
+
+  const Config config_;
+  const SessionPaths paths_;
+  std::atomic<bool> collecting_{false};
+  std::atomic<uint64_t> epoch_;
+  Guarded<StepState> state_;
+  std::atomic<size_t> deferred_count_{0};  // state_'s queue length, read without the lock
+  CodeRegistry codes_;                     // GIL
+  Selection selection_;
+  TensorCapture capture_;
+  std::unique_ptr<PythonSide> py_;  // GIL
+  StepWriter writer_;
+  SaidOnce said_;
+  std::atomic<bool> peer_stopped_{false};
+  const int64_t host_syncs_at_start_ = msprobe::host_syncs();
+};
+
+std::shared_ptr<Session> current_session();
+void set_current_session(std::shared_ptr<Session> s);
+
+}  // namespace msprobe

@@ -1,0 +1,151 @@
+#include "live/session/step_writer.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <unordered_map>
+
+#include "core/dump_writer.h"
+#include "core/json_writer.h"
+#include "core/output_files.h"
+
+namespace msprobe {
+
+StepWriter::StepWriter(std::string dump_root, std::string task, std::string level,
+                       TensorSaver* saver)
+    : dump_root_(std::move(dump_root)),
+      task_(std::move(task)),
+      level_(std::move(level)),
+      saver_(saver) {}
+
+std::string StepWriter::write(FinishedStep& step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A step that cannot be completed leaves nothing: neither files that no dump.json names nor
+  // empty folders.
+  std::vector<std::string> written;
+  std::string error;
+  try {
+    write_files(step, written);
+  } catch (const WriteError& e) {
+    error = e.what();
+    for (const std::string& f : written) unlink(f.c_str());
+    if (saver_) remove_empty_folders(step.dir + "/dump_tensor_data", dump_root_);
+    remove_empty_folders(step.dir, dump_root_);
+  }
+  if (step.report) {
+    const std::string dump = error.empty()
+                                 ? step.dir + "  (msprobe-cpp check " + step.dir + "/dump.json)"
+                                 : "not written: " + error;
+    std::fputs(step_summary(*step.report, step.judgements, step.step, step.rank, dump).c_str(),
+               stderr);
+  }
+  if (!error.empty() && !said_error_) {
+    // The run being observed goes on: a full disk or a blocked folder costs the dump, not the
+    // training.
+    std::fprintf(stderr, "msprobe_cpp: the dump of step %lld could not be written: %s\n",
+                 static_cast<long long>(step.step), error.c_str());
+    said_error_ = true;
+  }
+  return error;
+}
+
+void StepWriter::save_tensors(FinishedStep& step, const std::string& tensor_dir, DumpHeader& header,
+                              std::vector<std::string>& written) {
+  for (StoredCall& c : step.calls) {
+    for (auto& [tensor, name] : c.tensors) saver_->save(tensor, tensor_dir + "/" + name);
+    c.tensors.clear();
+  }
+  const std::string error = saver_->flush();
+  if (!error.empty() && !said_error_) {
+    // Training goes on: a full disk must not kill the run being observed.
+    std::fprintf(stderr,
+                 "msprobe_cpp: saving tensors failed at step %lld: %s; tensor saving stops, and "
+                 "this step's dump keeps statistics only\n",
+                 static_cast<long long>(step.step), error.c_str());
+    said_error_ = true;
+  }
+  if (saver_->stopped()) {
+    // A step's tensors are all saved or none: the files of a partial set are removed (which
+    // also gives the statistics room), and dump.json names no file.
+    for (StoredCall& c : step.calls) {
+      for_each_entry(c.record, [&](Entry& e) {
+        if (e.data_name.empty()) return;
+        unlink((tensor_dir + "/" + e.data_name).c_str());
+        e.data_name.clear();
+      });
+    }
+    remove_empty_folders(tensor_dir, step.dir);
+    return;
+  }
+  header.dump_data_dir = tensor_dir;
+  for (StoredCall& c : step.calls) {
+    for_each_entry(c.record, [&](Entry& e) {
+      if (!e.data_name.empty()) written.push_back(tensor_dir + "/" + e.data_name);
+    });
+  }
+}
+
+void StepWriter::write_files(FinishedStep& step, std::vector<std::string>& written) {
+  const std::string& dir = step.dir;
+  make_dirs(dir, dump_root_);
+  DumpHeader header{task_, level_, std::nullopt};
+  if (saver_) save_tensors(step, dir + "/dump_tensor_data", header, written);
+
+  JsonWriter stack(1, std::move(buffer_));
+  stack.begin_object();
+  for (size_t i = 0; i < step.calls.size(); ++i) {
+    // msprobe writes no stack for backward records: the engine runs them, not a Python line. (We
+    // keep the forward's stack in memory, for the source line an overflow stop names.)
+    const std::string& name = step.calls[i].record.name;
+    if (is_backward_name(name)) continue;
+    stack.key(name);
+    stack.begin_array();
+    if (i < step.stacks.size() && step.stacks[i]) {
+      for (const std::string& line : *step.stacks[i]) stack.value_string(line);
+    }
+    stack.end_array();
+  }
+  stack.end_object();
+  buffer_ = stack.take();
+  write_file_atomic(dir + "/stack.json", buffer_);
+  written.push_back(dir + "/stack.json");
+
+  JsonWriter construct(1, std::move(buffer_));
+  construct.begin_object();
+  if (step.construct) {
+    // A module's backward record has, as msprobe writes it, the backward of the module call that
+    // enclosed its forward; API backward records have none.
+    std::unordered_map<std::string, const std::string*> forward_parents;
+    for (const StoredCall& c : step.calls) {
+      const std::string& name = c.record.name;
+      std::optional<std::string> parent = c.parent;
+      if (!parent && name.rfind("Module.", 0) == 0 && is_backward_name(name)) {
+        auto it = forward_parents.find(forward_name_of(name));
+        if (it != forward_parents.end() && it->second) parent = backward_name_of(*it->second);
+      }
+      if (!is_backward_name(name)) forward_parents[name] = c.parent ? &*c.parent : nullptr;
+      construct.key(name);
+      if (parent) {
+        construct.value_string(*parent);
+      } else {
+        construct.value_null();
+      }
+    }
+  }
+  construct.end_object();
+  buffer_ = construct.take();
+  write_file_atomic(dir + "/construct.json", buffer_);
+  written.push_back(dir + "/construct.json");
+
+  if (step.report) {
+    write_file_atomic(dir + "/overflow_report.json", step.report->to_json(1));
+    written.push_back(dir + "/overflow_report.json");
+  }
+  std::vector<const CallRecord*> records;
+  records.reserve(step.calls.size());
+  for (const StoredCall& c : step.calls) records.push_back(&c.record);
+  buffer_ = dump_json(header, records, std::move(buffer_));
+  write_file_atomic(dir + "/dump.json", buffer_);
+}
+
+}  // namespace msprobe

@@ -1,0 +1,54 @@
+// Turns a finished step into its files (docs/formats.md): tensors, stack.json, construct.json,
+// overflow_report.json, and dump.json last, so a folder with a dump.json has everything else too.
+// A function of its inputs: it runs with no session lock held and without the GIL.
+#pragma once
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/overflow_facts.h"
+#include "core/report.h"
+#include "live/capture/call_stack.h"
+#include "live/capture/tensor_saver.h"
+#include "live/session/step_state.h"
+
+namespace msprobe {
+
+struct FinishedStep {
+  int64_t step = 0;
+  int rank = -1;
+  std::string dir;  // <dump_root>/step<S>/rank<R>
+  std::vector<StoredCall> calls;
+  std::vector<StackLines> stacks;  // parallel to calls; null for backward records
+  bool construct = false;          // construct.json names each call's enclosing module
+  // Task overflow_check: the report, and how each of its findings was taken.
+  std::optional<Report> report;
+  std::vector<Judgement> judgements;
+};
+
+class StepWriter {
+ public:
+  // `saver`: where kept tensors go (null under task statistics).
+  StepWriter(std::string dump_root, std::string task, std::string level, TensorSaver* saver);
+
+  // Writes `step`'s files; under overflow_check also the one-screen summary on stderr. A step
+  // that cannot be completed (a full disk) leaves nothing and returns why ("" when written); the
+  // first such failure of a session is said on stderr. Thread-safe.
+  std::string write(FinishedStep& step);
+
+ private:
+  void write_files(FinishedStep& step, std::vector<std::string>& written);
+  void save_tensors(FinishedStep& step, const std::string& tensor_dir, DumpHeader& header,
+                    std::vector<std::string>& written);
+
+  const std::string dump_root_;
+  const std::string task_, level_;
+  TensorSaver* const saver_;
+  std::mutex mu_;            // one step at a time; guards the members below
+  std::string buffer_;       // the files' text, its capacity kept from step to step
+  bool said_error_ = false;  // a failed write or save is said once per session
+};
+
+}  // namespace msprobe

@@ -1,0 +1,373 @@
+#include "live/stats/tensor_stats.h"
+
+#include "live/stats/device_stats.h"
+#include "live/stats/nonfinite_facts.h"
+#include "live/stats/pending_stats.h"
+#include "live/stats/scan_vectors.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <unordered_map>
+
+namespace msprobe {
+
+const char* dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return "torch.float32";
+    case at::kDouble:
+      return "torch.float64";
+    case at::kHalf:
+      return "torch.float16";
+    case at::kBFloat16:
+      return "torch.bfloat16";
+    case at::kByte:
+      return "torch.uint8";
+    case at::kChar:
+      return "torch.int8";
+    case at::kShort:
+      return "torch.int16";
+    case at::kInt:
+      return "torch.int32";
+    case at::kLong:
+      return "torch.int64";
+    case at::kBool:
+      return "torch.bool";
+    case at::kComplexHalf:
+      return "torch.complex32";
+    case at::kComplexFloat:
+      return "torch.complex64";
+    case at::kComplexDouble:
+      return "torch.complex128";
+    case at::kQInt8:
+      return "torch.qint8";
+    case at::kQUInt8:
+      return "torch.quint8";
+    case at::kQInt32:
+      return "torch.qint32";
+    case at::kQUInt4x2:
+      return "torch.quint4x2";
+    default:
+      return "torch.unknown";
+  }
+}
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct Moments {
+  double max = -std::numeric_limits<double>::infinity();
+  double min = std::numeric_limits<double>::infinity();
+  double sum = 0.0;
+  double sumsq = 0.0;
+};
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Lanes of partial results, folded into one Moments.
+template <int N>
+struct Lanes {
+  double sum[N], sumsq[N], max[N], min[N];
+};
+
+template <int N>
+Moments fold(const Lanes<N>& l) {
+  Moments m;
+  for (int k = 0; k < N; ++k) {
+    m.sum += l.sum[k];
+    m.sumsq += l.sumsq[k];
+    m.max = std::max(m.max, l.max[k]);
+    m.min = std::min(m.min, l.min[k]);
+  }
+  return m;
+}
+
+// The scalar tail, in float64 like the vectors.
+template <typename T>
+__attribute__((always_inline)) inline void scan_tail(const T* p, int64_t i, int64_t n, Moments& m) {
+  for (; i < n; ++i) {
+    const double v = p[i];
+    m.sum += v;
+    m.sumsq += v * v;
+    m.max = v > m.max ? v : m.max;
+    m.min = v < m.min ? v : m.min;
+  }
+}
+
+// float32, sixteen elements at a time: Max and Min in float32 (exact, and half the work), sums of
+// values and squares in float64 (exact enough for rtol 1e-6, and finite for any finite float32).
+// Branch-free: NaN fails the min/max comparisons and shows up in the sum instead, which
+// summarize() checks. Vectors of 256 bits and twelve accumulators: they stay in AVX2's sixteen
+// registers (wider vectors or more accumulators are split and spilled to the stack there, at a
+// fifth of the speed), and AVX-512 and SSE handle them as well. Vectors go through references:
+// by value they would change calling convention between the clones.
+__attribute__((always_inline)) inline Moments scan_floats(const float* p, int64_t n) {
+  const v4d zero = {0, 0, 0, 0};
+  v4d s[4] = {zero, zero, zero, zero}, q[4] = {zero, zero, zero, zero};
+  const float finf = std::numeric_limits<float>::infinity();
+  v8f hi[2], lo[2];
+  for (int a = 0; a < 2; ++a) {
+    for (int k = 0; k < 8; ++k) hi[a][k] = -finf, lo[a][k] = finf;
+  }
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int a = 0; a < 2; ++a) {
+      v8f f;
+      std::memcpy(&f, p + i + 8 * a, sizeof(f));
+      hi[a] = f > hi[a] ? f : hi[a];
+      lo[a] = f < lo[a] ? f : lo[a];
+      const v4d d0 = __builtin_convertvector(__builtin_shufflevector(f, f, 0, 1, 2, 3), v4d);
+      const v4d d1 = __builtin_convertvector(__builtin_shufflevector(f, f, 4, 5, 6, 7), v4d);
+      s[2 * a] += d0;
+      s[2 * a + 1] += d1;
+      q[2 * a] += d0 * d0;
+      q[2 * a + 1] += d1 * d1;
+    }
+  }
+  Lanes<8> l;
+  for (int k = 0; k < 4; ++k) {
+    l.sum[k] = s[0][k] + s[2][k], l.sum[k + 4] = s[1][k] + s[3][k];
+    l.sumsq[k] = q[0][k] + q[2][k], l.sumsq[k + 4] = q[1][k] + q[3][k];
+  }
+  for (int k = 0; k < 8; ++k) {
+    l.max[k] = std::max(hi[0][k], hi[1][k]), l.min[k] = std::min(lo[0][k], lo[1][k]);
+  }
+  Moments m = fold(l);
+  scan_tail(p, i, n, m);
+  return m;
+}
+
+__attribute__((always_inline)) inline Moments scan_doubles(const double* p, int64_t n) {
+  const v4d zero = {0, 0, 0, 0};
+  v4d s[2] = {zero, zero}, q[2] = {zero, zero}, hi[2], lo[2];
+  for (int a = 0; a < 2; ++a) {
+    for (int k = 0; k < 4; ++k) hi[a][k] = -kInf, lo[a][k] = kInf;
+  }
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int a = 0; a < 2; ++a) {
+      v4d d;
+      std::memcpy(&d, p + i + 4 * a, sizeof(d));
+      s[a] += d;
+      q[a] += d * d;
+      hi[a] = d > hi[a] ? d : hi[a];
+      lo[a] = d < lo[a] ? d : lo[a];
+    }
+  }
+  Lanes<8> l;
+  for (int k = 0; k < 4; ++k) {
+    for (int a = 0; a < 2; ++a) {
+      l.sum[4 * a + k] = s[a][k], l.sumsq[4 * a + k] = q[a][k];
+      l.max[4 * a + k] = hi[a][k], l.min[4 * a + k] = lo[a][k];
+    }
+  }
+  Moments m = fold(l);
+  scan_tail(p, i, n, m);
+  return m;
+}
+
+MSPROBE_SCAN_CLONES Moments scan_f32(const float* p, int64_t n) {
+  return scan_floats(p, n);
+}
+MSPROBE_SCAN_CLONES Moments scan_f64(const double* p, int64_t n) {
+  return scan_doubles(p, n);
+}
+
+// Half and bfloat16 are widened to float a block at a time and scanned like float.
+template <typename T>
+Moments scan_narrow(const T* p, int64_t n) {
+  constexpr int64_t kBlock = 1024;
+  float buf[kBlock];
+  Moments m;
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t len = std::min(kBlock, n - start);
+    for (int64_t i = 0; i < len; ++i) buf[i] = static_cast<float>(p[start + i]);
+    const Moments b = scan_f32(buf, len);
+    m.sum += b.sum;
+    m.sumsq += b.sumsq;
+    m.max = std::max(m.max, b.max);
+    m.min = std::min(m.min, b.min);
+  }
+  return m;
+}
+
+// Integer data: exact in double up to 2^53, and rare enough not to need vectors.
+template <typename T>
+Moments scan_int(const T* p, int64_t n) {
+  Moments m;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(p[i]);
+    m.sum += v;
+    m.sumsq += v * v;
+    m.max = std::max(m.max, v);
+    m.min = std::min(m.min, v);
+  }
+  return m;
+}
+
+Moments scan(const float* p, int64_t n) {
+  return scan_f32(p, n);
+}
+Moments scan(const double* p, int64_t n) {
+  return scan_f64(p, n);
+}
+Moments scan(const at::Half* p, int64_t n) {
+  return scan_narrow(p, n);
+}
+Moments scan(const at::BFloat16* p, int64_t n) {
+  return scan_narrow(p, n);
+}
+template <typename T>
+Moments scan(const T* p, int64_t n) {
+  return scan_int(p, n);
+}
+
+struct Summary {
+  double max, min, mean, norm;
+};
+
+template <typename T>
+Summary summarize(const T* p, int64_t n, Moments m) {
+  const bool has_nan = std::isnan(m.sum) && !(std::isinf(m.max) && std::isinf(m.min));
+  bool any_nan = has_nan;
+  if (std::isnan(m.sum) && !has_nan) {
+    // +inf and -inf together also make the sum NaN: look for a real NaN.
+    for (int64_t i = 0; i < n && !any_nan; ++i) any_nan = std::isnan(static_cast<double>(p[i]));
+  }
+  if (any_nan) return {kNaN, kNaN, kNaN, kNaN};
+  const bool all_finite = std::isfinite(m.max) && std::isfinite(m.min);
+  if (all_finite && (!std::isfinite(m.sum) || !std::isfinite(m.sumsq))) {
+    // Only float64 data near its limit gets here: rescale by the largest magnitude.
+    const double scale = std::max(std::fabs(m.max), std::fabs(m.min));
+    double s = 0.0, q = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = static_cast<double>(p[i]) / scale;
+      s += v;
+      q += v * v;
+    }
+    return {m.max, m.min, s / static_cast<double>(n) * scale, std::sqrt(q) * scale};
+  }
+  return {m.max, m.min, m.sum / static_cast<double>(n), std::sqrt(m.sumsq)};
+}
+
+template <typename T>
+Summary cpu_summary(const at::Tensor& c) {
+  const T* p = c.data_ptr<T>();
+  const int64_t n = c.numel();
+  return summarize(p, n, scan(p, n));
+}
+
+bool cpu_fast_path(const at::Tensor& t, Summary& out) {
+  if (generic_statistics_forced()) return false;
+  if (t.device().type() != at::kCPU || t.layout() != at::kStrided) return false;
+  const at::Tensor c = t.is_contiguous() ? t : t.contiguous();
+  switch (c.scalar_type()) {
+    case at::kFloat:
+      out = cpu_summary<float>(c);
+      return true;
+    case at::kHalf:
+      out = cpu_summary<at::Half>(c);
+      return true;
+    case at::kBFloat16:
+      out = cpu_summary<at::BFloat16>(c);
+      return true;
+    case at::kDouble:
+      out = cpu_summary<double>(c);
+      return true;
+    case at::kLong:
+      out = cpu_summary<int64_t>(c);
+      return true;
+    case at::kInt:
+      out = cpu_summary<int32_t>(c);
+      return true;
+    case at::kShort:
+      out = cpu_summary<int16_t>(c);
+      return true;
+    case at::kChar:
+      out = cpu_summary<int8_t>(c);
+      return true;
+    case at::kByte:
+      out = cpu_summary<uint8_t>(c);
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool has_statistics(const at::Tensor& t) {
+  if (t.layout() != at::kStrided || t.is_quantized() || t.is_meta() || t.is_complex()) {
+    return false;
+  }
+  return t.numel() > 0;
+}
+
+}  // namespace
+
+Entry tensor_layout_entry(const at::Tensor& t) {
+  Entry e;
+  if (!t.defined()) return e;
+  e.kind = Entry::Kind::Object;
+  e.type = "torch.Tensor";
+  e.dtype = dtype_name(t.scalar_type());
+  e.has_shape = true;
+  e.shape.assign(t.sizes().begin(), t.sizes().end());
+  e.requires_grad = Scalar::of_bool(t.requires_grad());
+  return e;
+}
+
+// What the statistics of `t` are taken over, when not its own elements: the magnitudes of a
+// complex tensor (NaN or inf in either part shows in them), the stored values of a sparse one.
+at::Tensor statistics_source(const at::Tensor& t) {
+  at::Tensor x = t.detach();
+  if (x.is_sparse()) x = x.coalesce().values();
+  if (x.is_complex()) x = at::abs(x);
+  return x;
+}
+
+Entry tensor_stats_entry(const at::Tensor& t, PendingStats* pending) {
+  Entry e = tensor_layout_entry(t);
+  if (!t.defined()) return e;
+  if ((t.is_complex() || t.is_sparse()) && !t.is_meta() && !t.is_quantized()) {
+    const Entry inner = tensor_stats_entry(statistics_source(t));
+    e.max = inner.max;
+    e.min = inner.min;
+    e.mean = inner.mean;
+    e.norm = inner.norm;
+    e.max_except = inner.max_except;
+    e.min_except = inner.min_except;
+    e.nonfinite = inner.nonfinite;
+    return e;
+  }
+  if (!has_statistics(t)) {
+    e.max = e.min = e.mean = e.norm = Scalar::null();
+    return e;
+  }
+  if (t.scalar_type() == at::kBool) {
+    const at::Tensor x = t.detach();
+    const at::Tensor packed = at::stack({x.any(), x.all()}).cpu();
+    if (!x.is_cpu()) count_host_sync();
+    e.max = Scalar::of_bool(packed[0].item<bool>());
+    e.min = Scalar::of_bool(packed[1].item<bool>());
+    e.mean = e.norm = Scalar::null();
+    return e;
+  }
+  Summary s;
+  if (!cpu_fast_path(t, s)) {
+    if (pending) {
+      e.pending_stats = pending->add(t);
+      return e;
+    }
+    const DeviceSummary d = device_summary(t);
+    s = {d.max, d.min, d.mean, d.norm};
+  }
+  set_statistics(e, s.max, s.min, s.mean, s.norm, nonfinite_facts(t, s.max, s.min));
+  return e;
+}
+
+}  // namespace msprobe
