@@ -1,0 +1,341 @@
+// The live guard's decisions, one rule of docs/overflow-detection.md at a time: what a judged call,
+// the end of a backward pass, the loss scaler and the dump budget lead to.
+#include <gtest/gtest.h>
+
+#include "core/overflow_decisions.h"
+
+namespace msprobe {
+namespace {
+
+Verdict verdict(const std::string& call, Judgement j, bool flagged, bool stop,
+                std::optional<Origin> origin = std::nullopt) {
+  Verdict v;
+  v.finding = Finding{};
+  v.finding->call = call;
+  v.judgement = j;
+  v.flagged = flagged;
+  v.stop = stop;
+  v.origin = origin;
+  return v;
+}
+
+Verdict op_origin(const std::string& call) {  // critical, raise under the defaults
+  return verdict(call, Judgement::Flagged, true, true, Origin::Op);
+}
+Verdict downstream(const std::string& call) {  // high, no origin: flags, does not stop
+  return verdict(call, Judgement::Flagged, true, false);
+}
+Verdict backward_op(const std::string& call) {
+  Verdict v = verdict(call, Judgement::Flagged, true, false, Origin::Op);
+  v.end_of_backward = true;
+  return v;
+}
+
+class Decisions : public ::testing::Test {
+ protected:
+  OverflowSection options;
+  int facts_made = 0;
+
+  OverflowDecisions::MakeFacts facts_for(const Verdict& v) {
+    return [this, v] {
+      ++facts_made;
+      OverflowFacts f;
+      f.finding = *v.finding;
+      f.origin = v.origin;
+      return f;
+    };
+  }
+  CallDecision on(OverflowDecisions& d, const Verdict& v, bool backward = false) {
+    return d.on_call(v, backward, facts_for(v));
+  }
+};
+
+TEST_F(Decisions, ACleanCallIsNoEventAndMakesNoFacts) {
+  OverflowDecisions d(options);
+  Verdict clean;  // no finding
+  const CallDecision c = d.on_call(clean, false, facts_for(verdict("x", Judgement::Flagged, 0, 0)));
+  EXPECT_FALSE(c.event);
+  EXPECT_FALSE(c.keep_tensors);
+  EXPECT_FALSE(c.wants_source);
+  EXPECT_EQ(facts_made, 0);
+  EXPECT_FALSE(d.first_anomaly());
+}
+
+TEST_F(Decisions, ExplainedFindingsNeverStopNotifyNorKeepTensors) {
+  OverflowDecisions d(options);
+  const CallDecision c =
+      on(d, verdict("Tensor.masked_fill.0.forward", Judgement::Explained, false, false));
+  EXPECT_FALSE(c.event);
+  EXPECT_FALSE(c.keep_tensors);
+  EXPECT_FALSE(c.tell_absorbed);
+  EXPECT_EQ(facts_made, 0);
+  EXPECT_FALSE(d.first_anomaly());
+}
+
+TEST_F(Decisions, AnOpOriginNotifiesAndRaisesWithItsFacts) {
+  OverflowDecisions d(options);
+  const CallDecision c = on(d, op_origin("Torch.log.0.forward"));
+  ASSERT_TRUE(c.event);
+  EXPECT_TRUE(c.event->notify);
+  EXPECT_TRUE(c.event->raise);
+  EXPECT_FALSE(c.event->queue_end_of_backward);
+  EXPECT_EQ(c.event->facts.finding.call, "Torch.log.0.forward");
+  EXPECT_TRUE(c.keep_tensors);
+  EXPECT_TRUE(c.wants_source);
+  ASSERT_TRUE(d.first_anomaly());
+  EXPECT_EQ(d.first_anomaly()->finding.call, "Torch.log.0.forward");
+}
+
+TEST_F(Decisions, OnlyTheStepsFirstFlaggedFindingNotifies) {
+  OverflowDecisions d(options);
+  ASSERT_TRUE(on(d, downstream("Functional.linear.0.forward")).event);
+  const CallDecision second = on(d, downstream("Functional.relu.0.forward"));
+  EXPECT_FALSE(second.event);
+  EXPECT_TRUE(second.keep_tensors);  // still evidence for the dump
+  EXPECT_EQ(d.first_anomaly()->finding.call, "Functional.linear.0.forward");
+  d.new_step();
+  EXPECT_FALSE(d.first_anomaly());
+  EXPECT_TRUE(on(d, downstream("Functional.relu.1.forward")).event);
+}
+
+TEST_F(Decisions, AStopAfterTheNoticeStillRaises) {
+  OverflowDecisions d(options);
+  on(d, downstream("Functional.linear.0.forward"));
+  const CallDecision c = on(d, op_origin("Torch.log.0.forward"));
+  ASSERT_TRUE(c.event);
+  EXPECT_FALSE(c.event->notify);
+  EXPECT_TRUE(c.event->raise);
+}
+
+TEST_F(Decisions, AbsorbedAnomaliesAreToldOnceAndDoNotStop) {
+  OverflowDecisions d(options);
+  const CallDecision c =
+      on(d, verdict("Torch.nan_to_num.0.forward", Judgement::Absorbed, true, false, Origin::Input));
+  EXPECT_FALSE(c.event);
+  EXPECT_TRUE(c.tell_absorbed);
+  EXPECT_TRUE(c.wants_source);
+  ASSERT_TRUE(d.first_anomaly());
+  EXPECT_EQ(d.first_anomaly()->finding.call, "Torch.nan_to_num.0.forward");
+  const CallDecision again =
+      on(d, verdict("Torch.nan_to_num.1.forward", Judgement::Absorbed, true, false, Origin::Input));
+  EXPECT_FALSE(again.tell_absorbed);
+  EXPECT_EQ(d.first_anomaly()->finding.call, "Torch.nan_to_num.0.forward");
+}
+
+TEST_F(Decisions, AKnownAbsorbingSiteIsNotToldAgain) {
+  // The watch leaves `flagged` off for a call site that absorbed before: nothing to tell.
+  OverflowDecisions d(options);
+  const CallDecision c = on(
+      d, verdict("Torch.nan_to_num.0.forward", Judgement::Absorbed, false, false, Origin::Input));
+  EXPECT_FALSE(c.tell_absorbed);
+  EXPECT_FALSE(d.first_anomaly());
+}
+
+TEST_F(Decisions, AFlaggedFindingOutranksAnAbsorbedOneInTheReport) {
+  OverflowDecisions d(options);
+  on(d, verdict("Torch.isnan.0.forward", Judgement::Absorbed, true, false, Origin::Input));
+  on(d, op_origin("Torch.log.0.forward"));
+  EXPECT_EQ(d.first_anomaly()->finding.call, "Torch.log.0.forward");
+}
+
+TEST_F(Decisions, ABackwardOpOriginWaitsForTheEndOfThePass) {
+  OverflowDecisions d(options);
+  const CallDecision c = on(d, backward_op("Torch.sqrt.0.backward"), true);
+  ASSERT_TRUE(c.event);
+  EXPECT_FALSE(c.event->notify);
+  EXPECT_FALSE(c.event->raise);
+  EXPECT_TRUE(c.event->queue_end_of_backward);
+  // The pass's end is queued once, and what follows the origin does not notify.
+  EXPECT_FALSE(on(d, backward_op("Torch.mul.0.backward"), true).event);
+  EXPECT_FALSE(on(d, downstream("Torch.add.0.forward")).event);
+
+  ASSERT_TRUE(d.backward_pass_ended());
+  auto e = d.backward_verdict(true, {"net.0.weight", "net.0.bias"});
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->notify);
+  EXPECT_TRUE(e->raise);
+  EXPECT_EQ(e->facts.finding.call, "Torch.sqrt.0.backward");
+  EXPECT_EQ(e->facts.gradients, (std::vector<std::string>{"net.0.weight", "net.0.bias"}));
+  EXPECT_FALSE(e->facts.masked);
+  EXPECT_FALSE(d.backward_pass_ended());  // judged once
+}
+
+TEST_F(Decisions, ABackwardAnomalyThatReachedNoGradientIsMaskedAndDoesNotStop) {
+  OverflowDecisions d(options);
+  on(d, backward_op("Torch.sqrt.0.backward"), true);
+  ASSERT_TRUE(d.backward_pass_ended());
+  auto e = d.backward_verdict(true, {});
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->notify);
+  EXPECT_FALSE(e->raise);
+  EXPECT_TRUE(e->facts.masked);
+  EXPECT_EQ(e->facts.note, kMaskedNote);
+}
+
+TEST_F(Decisions, WithoutAModelABackwardAnomalyCountsAsReachingTheGradients) {
+  OverflowDecisions d(options);
+  on(d, backward_op("Torch.sqrt.0.backward"), true);
+  ASSERT_TRUE(d.backward_pass_ended());
+  auto e = d.backward_verdict(false, {});
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->raise);
+  EXPECT_FALSE(e->facts.masked);
+  EXPECT_NE(e->facts.note.find("no model was given to start()"), std::string::npos);
+}
+
+TEST_F(Decisions, ActionContinueOrNoOpInStopOnNeverRaisesAtTheEndOfThePass) {
+  for (bool by_action : {true, false}) {
+    OverflowSection o;
+    if (by_action) {
+      o.action = Action::Continue;
+    } else {
+      o.stop_on = {Origin::Input};
+    }
+    OverflowDecisions d(o);
+    d.on_call(backward_op("Torch.sqrt.0.backward"), true, facts_for(backward_op("x")));
+    ASSERT_TRUE(d.backward_pass_ended());
+    auto e = d.backward_verdict(true, {"w"});
+    ASSERT_TRUE(e);
+    EXPECT_TRUE(e->notify);
+    EXPECT_FALSE(e->raise);
+  }
+}
+
+TEST_F(Decisions, AScaledStepsBackwardFindingsWaitForTheScaler) {
+  OverflowDecisions d(options);
+  d.set_loss_scaled();
+  const CallDecision c = on(d, downstream("Functional.linear.0.backward"), true);
+  EXPECT_FALSE(c.event);  // no notice, no stop: the scaler may skip the step
+  EXPECT_TRUE(c.wants_source);
+  ASSERT_TRUE(d.first_anomaly());  // kept for the report, as the gradients that overflowed
+
+  // The scale dropped: the scaler skipped the step. One line, no stop, no dump.
+  ScaleDecision s = d.loss_scale(65536, 32768, 3, [] { return OverflowFacts{}; });
+  EXPECT_FALSE(s.event);
+  EXPECT_EQ(s.say,
+            "msprobe_cpp: step 3: gradients overflowed at scale 65536; the loss scaler skipped the "
+            "step");
+  EXPECT_FALSE(d.dump_step(true, false, 3).dump);
+}
+
+TEST_F(Decisions, DumpSkippedStepsWritesTheStepsTheScalerSkipped) {
+  options.dump_skipped_steps = true;
+  OverflowDecisions d(options);
+  d.set_loss_scaled();
+  on(d, downstream("Functional.linear.0.backward"), true);
+  d.loss_scale(65536, 32768, 0, [] { return OverflowFacts{}; });
+  EXPECT_TRUE(d.dump_step(true, false, 0).dump);
+}
+
+TEST_F(Decisions, AScaleThatDidNotDropAfterNonFiniteGradientsStops) {
+  OverflowDecisions d(options);
+  d.set_loss_scaled();
+  on(d, downstream("Functional.linear.0.backward"), true);
+  ScaleDecision s = d.loss_scale(1024, 1024, 0, [] { return OverflowFacts{}; });
+  ASSERT_TRUE(s.event);
+  EXPECT_TRUE(s.event->notify);
+  EXPECT_TRUE(s.event->raise);
+  EXPECT_EQ(s.event->facts.finding.call, "Functional.linear.0.backward");
+  EXPECT_EQ(s.event->facts.note,
+            "the loss scale did not drop (1024): the loss scaler missed these non-finite "
+            "gradients");
+}
+
+TEST_F(Decisions, AScaleBelowMinLossScaleStopsEvenInACleanStep) {
+  OverflowDecisions d(options);
+  ScaleDecision s = d.loss_scale(1.0, 0.5, 7, [] {
+    OverflowFacts f;
+    f.finding.call = "(loss scaler)";
+    return f;
+  });
+  ASSERT_TRUE(s.event);
+  EXPECT_TRUE(s.event->raise);
+  EXPECT_EQ(s.event->facts.finding.call, "(loss scaler)");
+  EXPECT_EQ(s.event->facts.note,
+            "the loss scale fell to 0.5, below min_loss_scale 1.0: the gradients overflow even "
+            "unscaled");
+}
+
+TEST_F(Decisions, AScaleThatHeldInACleanStepSaysNothing) {
+  OverflowDecisions d(options);
+  const ScaleDecision s = d.loss_scale(1024, 2048, 0, [] { return OverflowFacts{}; });
+  EXPECT_FALSE(s.event);
+  EXPECT_TRUE(s.say.empty());
+}
+
+TEST_F(Decisions, ABackwardOpOriginInAScaledStepIsTheScalersUntilStep) {
+  OverflowDecisions d(options);
+  d.set_loss_scaled();
+  on(d, backward_op("Torch.sqrt.0.backward"), true);
+  ASSERT_TRUE(d.backward_pass_ended());
+  EXPECT_FALSE(d.backward_verdict(true, {"w"}));
+  ScaleDecision s = d.loss_scale(8, 8, 0, [] { return OverflowFacts{}; });
+  ASSERT_TRUE(s.event);
+  EXPECT_TRUE(s.event->raise);
+  EXPECT_EQ(s.event->facts.finding.call, "Torch.sqrt.0.backward");
+  EXPECT_EQ(s.event->facts.gradients, std::vector<std::string>{"w"});
+}
+
+TEST_F(Decisions, ACleanStepIsNotWritten) {
+  OverflowDecisions d(options);
+  EXPECT_FALSE(d.dump_step(false, false, 0).dump);
+}
+
+TEST_F(Decisions, OverflowNumsBoundsTheWrittenStepsAndSaysSoOnce) {
+  options.overflow_nums = 2;
+  OverflowDecisions d(options);
+  for (int64_t step = 0; step < 2; ++step) {
+    EXPECT_TRUE(d.budget_left());
+    EXPECT_TRUE(d.dump_step(true, false, step).dump);
+    EXPECT_TRUE(d.dump_step(true, false, step).dump);  // the same step again: counted once
+    d.new_step();
+  }
+  EXPECT_FALSE(d.budget_left());
+  const CallDecision c = on(d, op_origin("Torch.log.0.forward"));
+  EXPECT_TRUE(c.event && c.event->raise);  // detection and stops go on
+  EXPECT_FALSE(c.keep_tensors);            // but nothing is kept for a dump that will not come
+  const DumpDecision third = d.dump_step(true, false, 2);
+  EXPECT_FALSE(third.dump);
+  EXPECT_EQ(third.say,
+            "msprobe_cpp: step 2 flagged; overflow_nums (2) reached: no more dumps are written, "
+            "detection goes on");
+  d.new_step();
+  EXPECT_EQ(d.dump_step(true, false, 3).say, "");  // said once
+}
+
+TEST_F(Decisions, UnlimitedOverflowNums) {
+  options.overflow_nums = -1;
+  OverflowDecisions d(options);
+  for (int64_t step = 0; step < 5; ++step) {
+    EXPECT_TRUE(d.dump_step(true, false, step).dump);
+    d.new_step();
+  }
+}
+
+TEST_F(Decisions, APeerStopIsAlwaysWritten) {
+  options.overflow_nums = 0;
+  OverflowDecisions d(options);
+  EXPECT_TRUE(d.dump_step(false, true, 0).dump);
+}
+
+TEST_F(Decisions, SourcesAndLaterCallsFillTheKeptFactsOfTheirCall) {
+  OverflowDecisions d(options);
+  on(d, op_origin("Torch.log.0.forward"));
+  d.set_source("Torch.exp.0.forward", std::string("other.py:1: y = x.exp()"));
+  EXPECT_FALSE(d.first_anomaly()->source);
+  d.set_source("Torch.log.0.forward", std::string("train.py:9: y = x.log()"));
+  d.set_source("Torch.log.0.forward", std::string("ignored: the first source stays"));
+  EXPECT_EQ(d.first_anomaly()->source, "train.py:9: y = x.log()");
+  d.set_raised_calls_later("Torch.log.0.forward", 12);
+  EXPECT_EQ(d.first_anomaly()->raised_calls_later, 12);
+}
+
+TEST_F(Decisions, TheStepsFirstAbsorbedLineIsItsFacts) {
+  OverflowDecisions d(options);
+  EXPECT_EQ(d.absorbed_line(), "");
+  on(d, verdict("Torch.nan_to_num.0.forward", Judgement::Absorbed, true, false, Origin::Input));
+  EXPECT_NE(d.absorbed_line().find("Torch.nan_to_num.0.forward"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace msprobe
