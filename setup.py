@@ -1,6 +1,7 @@
-"""pip's face for msprobe_cpp: the package, its rules files, the `msprobe-cpp` console command, and
-the extension msprobe_cpp._C, which the project's one CMake build makes (the core and the command
-line compiled once, linked into the extension as into the standalone binary).
+"""pip's face for msprobe_cpp: the package, the `msprobe-cpp` console command, and the extension
+msprobe_cpp._C, which the project's one CMake build makes (the core and the command line compiled
+once, linked into the extension as into the standalone binary; the build also copies the rules
+file the package reads at run time).
 
     python3 -m venv --system-site-packages VENV          # sees Debian's python3-torch
     VENV/bin/pip install --no-build-isolation .          # -v shows the build's progress
@@ -28,14 +29,6 @@ def project_version() -> str:
     return match.group(1)
 
 
-def package_rules() -> None:
-    """The package carries its own copy of the YAML files it reads at run time."""
-    dest = os.path.join(ROOT, "python", "msprobe_cpp", "_rules")
-    os.makedirs(dest, exist_ok=True)
-    for name in ("support_wrap_ops.yaml", "ignore_rules.yaml"):
-        shutil.copyfile(os.path.join(ROOT, "rules", name), os.path.join(dest, name))
-
-
 class CMakeBuild(build_ext):
     """Builds the extension with CMake, in this build's own folder, into where setuptools wants it."""
 
@@ -57,7 +50,6 @@ class CMakeBuild(build_ext):
                                "--parallel", jobs])
 
 
-package_rules()
 setup(
     name="msprobe_cpp",
     version=project_version(),
@@ -65,7 +57,6 @@ setup(
     python_requires=">=3.8",
     package_dir={"": "python"},
     packages=["msprobe_cpp"],
-    package_data={"msprobe_cpp": ["_rules/*.yaml"]},
     ext_modules=[Extension("msprobe_cpp._C", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     entry_points={"console_scripts": ["msprobe-cpp = msprobe_cpp.__main__:main"]},

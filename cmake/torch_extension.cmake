@@ -33,9 +33,8 @@ target_compile_definitions(msprobe_extension PRIVATE
 set_target_properties(msprobe_extension PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 5)
 target_link_libraries(msprobe_extension PRIVATE msprobe_cli ${torch_libraries})
 
-# The package imported from the source tree (PYTHONPATH=python) finds its run-time rules files
-# where an installed one has them.
-foreach(name support_wrap_ops.yaml ignore_rules.yaml)
-  configure_file(${CMAKE_SOURCE_DIR}/rules/${name} ${MSPROBE_EXTENSION_OUTPUT_DIR}/_rules/${name}
-                 COPYONLY)
-endforeach()
+# The package finds its wrap list where an installed one has it: the one copy of the rules file,
+# made here for the source tree's package and for setup.py's build alike. (The ignore rules are
+# compiled in: see shipped_rules.cpp.in.)
+configure_file(${CMAKE_SOURCE_DIR}/rules/support_wrap_ops.yaml
+               ${MSPROBE_EXTENSION_OUTPUT_DIR}/_rules/support_wrap_ops.yaml COPYONLY)

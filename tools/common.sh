@@ -37,7 +37,8 @@ build() {
   [ -f "$BUILD/CMakeCache.txt" ] || generator=(-G Ninja)
   mkdir -p "$BUILD"
   cmake -S "$ROOT" -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DPython3_EXECUTABLE="$PYTHON" >"$BUILD/configure.log" 2>&1 || {
+    -DPython3_EXECUTABLE="$PYTHON" -DMSPROBE_WERROR="${MSPROBE_WERROR:-OFF}" \
+    >"$BUILD/configure.log" 2>&1 || {
     cat "$BUILD/configure.log" >&2
     return 1
   }
@@ -69,6 +70,7 @@ torch2_build() {
   mkdir -p "$TORCH2_DIR/cmake" "$TORCH2_PKG/msprobe_cpp"
   cmake -S "$ROOT" -B "$TORCH2_DIR/cmake" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DPython3_EXECUTABLE="$TORCH2_VENV/bin/python" -DMSPROBE_BUILD_TESTS=OFF \
+    -DMSPROBE_WERROR="${MSPROBE_WERROR:-OFF}" \
     -DMSPROBE_EXTENSION_OUTPUT_DIR="$TORCH2_PKG/msprobe_cpp" >"$TORCH2_DIR/configure.log" 2>&1 || {
     cat "$TORCH2_DIR/configure.log" >&2
     return 1

@@ -2,7 +2,10 @@
 # The whole test suite: GoogleTest (ctest) for the core, pytest end to end.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 install_packages
-build
+echo "== include graph"
+"$PYTHON" "$ROOT/tools/include_graph.py" --quiet
+# A new compiler warning fails the suite (MSPROBE_WERROR=OFF lets it through, for a local run).
+MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" build
 echo "== ctest"
 ctest --test-dir "$BUILD" --output-on-failure -j"$(nproc)"
 echo "== pytest"
@@ -15,7 +18,7 @@ PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" MSPROBE_CPP_BIN="$BUILD/bin
 # The same suite on PyTorch 2.x (MSPROBE_SKIP_TORCH2=1 leaves it out, for a quick local run).
 [ "${MSPROBE_SKIP_TORCH2:-0}" = 1 ] && exit 0
 torch2_env
-torch2_build
+MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" torch2_build
 echo "== pytest on $("$TORCH2_VENV/bin/python" -c 'import torch; print("torch", torch.__version__)')"
 MSPROBE_CPP_PACKAGE_ROOT="$TORCH2_PKG" PYTHONPATH="$TORCH2_PKG" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
   MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \

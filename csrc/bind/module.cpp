@@ -155,6 +155,16 @@ PYBIND11_MODULE(_C, m) {
           py::arg("before"), py::arg("after"));
 
   m.def("set_current_session", &set_current_session, py::arg("session").none(true));
+  m.def(
+      "overflow_fields",
+      [](int64_t step, int rank) {
+        OverflowFacts facts;
+        facts.step = step;
+        facts.rank = rank;
+        return overflow_fields(facts, false);
+      },
+      py::arg("step"), py::arg("rank"),
+      "Overflow's fields for a stop that names no call of this rank (a peer's stop)");
 
   py::class_<ApiHook>(m, "ApiHook")
       .def(py::init<std::string, py::object>(), py::arg("api"), py::arg("original"))

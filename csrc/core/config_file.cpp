@@ -1,5 +1,6 @@
 // Loading config.json from disk: reading the file and JSON syntax errors with line and column.
 // Validation itself is in config.cpp.
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -31,21 +32,11 @@ std::string parse_failure_reason(const std::string& what) {
   return reason;
 }
 
-// 1-based line and column (in characters, not bytes) of the byte nlohmann reports: the last one it
-// read, counted from 1.
-std::pair<size_t, size_t> line_column(const std::string& text, size_t byte) {
-  size_t end = std::min(byte > 0 ? byte - 1 : 0, text.size());
-  size_t line = 1;
-  size_t column = 1;
-  for (size_t i = 0; i < end; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
-      ++column;
-    }
-  }
-  return {line, column};
+// Where the byte nlohmann reports is: the last one it read, counted from 1.
+TextPosition error_position(const std::string& text, size_t byte) {
+  TextPosition p;
+  p.advance(text.data(), text.data() + std::min(byte > 0 ? byte - 1 : 0, text.size()));
+  return p;
 }
 
 // Builds the document like json::parse, but keeps the position of every failure: json::parse
@@ -87,8 +78,8 @@ class PositionedParser {
 json parse_json_text(const std::string& text, const std::string& path) {
   PositionedParser parser;
   if (json::sax_parse(text, &parser)) return std::move(parser.result());
-  auto [line, column] = line_column(text, parser.error_position());
-  throw ConfigError(path + ":" + std::to_string(line) + ":" + std::to_string(column) +
+  const TextPosition at = error_position(text, parser.error_position());
+  throw ConfigError(path + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) +
                     ": invalid JSON: " + parse_failure_reason(parser.error()));
 }
 

@@ -9,17 +9,6 @@ namespace msprobe {
 
 namespace {
 
-void advance(TextPosition& p, const char* first, const char* last) {
-  for (; first != last; ++first) {
-    if (*first == '\n') {
-      ++p.line;
-      p.column = 1;
-    } else {
-      ++p.column;
-    }
-  }
-}
-
 bool is_ws(char c) {
   return c == ' ' || c == '\n' || c == '\r' || c == '\t';
 }
@@ -29,7 +18,7 @@ bool is_ws(char c) {
 TextPosition JsonCursor::position(size_t offset) const {
   if (offset == 0 || offset < base_) return offset == 0 ? TextPosition{} : base_position_;
   TextPosition p = base_position_;
-  advance(p, data_, data_ + (std::min(offset, end_) - base_));
+  p.advance(data_, data_ + (std::min(offset, end_) - base_));
   return p;
 }
 
@@ -38,7 +27,7 @@ bool JsonCursor::fill(size_t at) {
   // Drop what no pending token needs; count its lines so that later errors still say where.
   const size_t keep = std::min({pos_, pin_, end_});
   if (keep > base_) {
-    advance(base_position_, data_, data_ + (keep - base_));
+    base_position_.advance(data_, data_ + (keep - base_));
     buf_.erase(0, keep - base_);
     base_ = keep;
   }

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/record.h"
+#include "core/text_file.h"
 
 namespace msprobe {
 
@@ -24,12 +25,6 @@ class JsonSyntaxError : public std::runtime_error {
 
  private:
   size_t offset_;
-};
-
-// 1-based line and column of a byte offset.
-struct TextPosition {
-  size_t line = 1;
-  size_t column = 1;
 };
 
 // Fills a buffer with up to `n` bytes; returns 0 at the end of the input. Throws on read errors.

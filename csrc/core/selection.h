@@ -22,6 +22,7 @@ struct Selected {
   bool any() const { return forward || backward; }
 };
 
+// Thread-safe: its own mutex guards the scope window and the selected modules.
 class Selection {
  public:
   // Throws ConfigError when the scope's names do not fit the level (API names at L1, module

@@ -57,4 +57,15 @@ std::string read_text_file(const std::string& path) {
   return text;
 }
 
+void TextPosition::advance(const char* first, const char* last) {
+  for (; first != last; ++first) {
+    if (*first == '\n') {
+      ++line;
+      column = 1;
+    } else if ((static_cast<unsigned char>(*first) & 0xC0) != 0x80) {  // not a continuation byte
+      ++column;
+    }
+  }
+}
+
 }  // namespace msprobe

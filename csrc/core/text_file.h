@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -40,5 +41,15 @@ class InputFile {
 
 // The whole file, read as InputFile reads it.
 std::string read_text_file(const std::string& path);
+
+// 1-based line and column in a text, the column counted in characters (UTF-8), not bytes: what
+// every message that points into a file says.
+struct TextPosition {
+  size_t line = 1;
+  size_t column = 1;
+
+  // Moves past the bytes [first, last).
+  void advance(const char* first, const char* last);
+};
 
 }  // namespace msprobe

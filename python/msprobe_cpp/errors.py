@@ -1,5 +1,5 @@
 """What the live overflow guard tells a program: an Overflow, and the OverflowError that carries one."""
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 
 class Overflow:
@@ -15,27 +15,7 @@ class Overflow:
     report's first_anomaly of a step with nothing else).
     """
 
-    step: int
-    rank: int
-    call: str
-    scene: str
-    level: str
-    origin: Optional[str]
-    parameter: Optional[str]
-    input_args_anomaly_indices: List[int]
-    input_kwargs_anomaly_keys: List[str]
-    output_anomaly_indices: List[int]
-    module: Optional[str]
-    source: Optional[str]
-    dump_dir: Optional[str]
-    tensors: List[Dict[str, Any]]
-    gradients: List[str]
-    masked: bool
-    absorbed: bool
-    note: str
-    message: str
-    # torch.distributed: True on a rank stopped because another rank overflowed (peer_rank,
-    # peer_step name it; call, origin, scene and level are that rank's).
+    # The fields are the engine's (_C.overflow_fields lists them): set from its facts.
     peer_stop: bool = False
 
     def __init__(self, **facts: Any) -> None:

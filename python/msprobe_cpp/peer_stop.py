@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch.distributed as dist
 
+from . import _C
 from .errors import Overflow, OverflowError
 
 KEY = "msprobe_cpp/stop"
@@ -187,8 +188,9 @@ class PeerStop:
         if self._stopped_here:
             message = (f"[rank {self._rank}] msprobe_cpp: this rank stopped the run at an overflow; no "
                        "further collective is made, as every other rank has stopped with it")
-            raise OverflowError(message, Overflow(**self._facts(self._session.current_step, None, False),
-                                                  message=message))
+            facts = self._facts(self._session.current_step, None, False)
+            facts["message"] = message
+            raise OverflowError(message, Overflow(**facts))
 
     def after_collective_failure(self) -> None:
         """A collective failed: if a peer stopped (or stops within a few seconds: the failure may
@@ -210,11 +212,12 @@ class PeerStop:
         message = line + (f"\n  dump:   {dump_dir}" if dump_dir else "")
         facts = self._facts(step, dump_dir or None, True)
         facts.update(peer_rank=int(peer["rank"]), peer_step=int(peer["step"]), call=peer["call"],
-                     origin=peer.get("origin"), scene=peer.get("scene"), level=peer.get("level"))
-        raise OverflowError(message, Overflow(**facts, message=message))
+                     origin=peer.get("origin"), scene=peer.get("scene"), level=peer.get("level"),
+                     message=message)
+        raise OverflowError(message, Overflow(**facts))
 
     def _facts(self, step: Any, dump_dir: Optional[str], peer_stop: bool) -> Dict[str, Any]:
-        return dict(step=step, rank=self._rank, call=None, scene=None, level=None, origin=None,
-                    parameter=None, input_args_anomaly_indices=[], input_kwargs_anomaly_keys=[],
-                    output_anomaly_indices=[], module=None, source=None, dump_dir=dump_dir, tensors=[],
-                    gradients=[], masked=False, absorbed=False, note="", peer_stop=peer_stop)
+        """Overflow's fields (the C++ engine's list of them) for a stop naming no call here."""
+        facts: Dict[str, Any] = _C.overflow_fields(step, self._rank)
+        facts.update(dump_dir=dump_dir, peer_stop=peer_stop)
+        return facts

@@ -9,21 +9,18 @@
 
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 namespace msprobe {
 namespace {
 
+using msprobe::testing::error_of;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-// The message parse_config raises, or "<accepted>" so a missing rejection shows in the diff.
 std::string config_error(const std::string& text, const json& overrides = json::object(),
                          const std::string& source = "config.json") {
-  try {
-    parse_config(json::parse(text), source, overrides);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "<accepted>";
+  return error_of<ConfigError>([&] { parse_config(json::parse(text), source, overrides); });
 }
 
 TEST(ConfigTest, DefaultsWhenOnlyDumpPathIsGiven) {

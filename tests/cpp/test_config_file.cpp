@@ -1,53 +1,27 @@
 // Tests of config.json files and texts (docs/config.md): reading, positions of JSON errors, and
 // the file named in every message.
 
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "core/config.h"
+#include "test_util.h"
 
 namespace msprobe {
 namespace {
 
+using msprobe::testing::error_of;
+using msprobe::testing::TempDir;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
 std::string load_error(const std::string& path) {
-  try {
-    load_config_file(path);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "<accepted>";
+  return error_of<ConfigError>([&] { load_config_file(path); });
 }
-
-// A private folder under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "msprobe_config_test_XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string write(const std::string& name, const std::string& text) const {
-    fs::path file = path_ / name;
-    std::ofstream(file, std::ios::binary) << text;
-    return file.string();
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 TEST(ConfigFileTest, LoadsAndResolvesRulesNextToTheFile) {
   TempDir dir;
@@ -141,13 +115,8 @@ TEST(ConfigTextTest, ParsesValidatesAndPositionsErrors) {
                         "cfg.json", json::object(), "/base");
   EXPECT_EQ(c.dump_path, "d");
   EXPECT_EQ(c.overflow_check.rules, std::vector<std::string>{"/base/r.yaml"});
-  auto error = [](const std::string& text) -> std::string {
-    try {
-      parse_config_text(text, "cfg.json");
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    return "<accepted>";
+  auto error = [](const std::string& text) {
+    return error_of<ConfigError>([&] { parse_config_text(text, "cfg.json"); });
   };
   EXPECT_EQ(error("{\"dump_path\": \"d\",\n 1}"),
             "cfg.json:2:2: invalid JSON: unexpected number literal; expected string literal");

@@ -6,19 +6,16 @@
 #include <gtest/gtest.h>
 
 #include "core/config.h"
+#include "test_util.h"
 
 namespace msprobe {
 namespace {
 
+using msprobe::testing::error_of;
 using nlohmann::json;
 
 std::string config_error(const std::string& text) {
-  try {
-    parse_config(json::parse(text), "config.json");
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "<accepted>";
+  return error_of<ConfigError>([&] { parse_config(json::parse(text), "config.json"); });
 }
 
 struct InvalidCase {
@@ -30,7 +27,7 @@ void PrintTo(const InvalidCase& c, std::ostream* os) {
   *os << c.doc;
 }
 
-class InvalidConfigTest : public testing::TestWithParam<InvalidCase> {};
+class InvalidConfigTest : public ::testing::TestWithParam<InvalidCase> {};
 
 TEST_P(InvalidConfigTest, ExactMessage) {
   EXPECT_EQ(config_error(GetParam().doc), GetParam().message) << GetParam().doc;
@@ -38,7 +35,7 @@ TEST_P(InvalidConfigTest, ExactMessage) {
 
 INSTANTIATE_TEST_SUITE_P(
     ConfigTest, InvalidConfigTest,
-    testing::Values(
+    ::testing::Values(
         // The document itself.
         InvalidCase{R"([1])", R"(config.json: expected a JSON object, got [1])"},
         InvalidCase{R"("x")", R"(config.json: expected a JSON object, got "x")"},
@@ -206,7 +203,7 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{R"({"dump_path": "d", "seed": 1.5})",
                     R"(config.json: seed: expected an integer, got 1.5)"}),
     // Readable test names: the case number.
-    [](const testing::TestParamInfo<InvalidCase>& info) {
+    [](const ::testing::TestParamInfo<InvalidCase>& info) {
       return "case" + std::to_string(info.index);
     });
 

@@ -60,13 +60,8 @@ std::vector<CallRecord> read_all(const std::string& text, DumpHeader* header = n
   return out;
 }
 
-std::string error_of(const std::string& text) {
-  try {
-    read_all(text);
-  } catch (const DumpError& e) {
-    return e.what();
-  }
-  return "(no error)";
+std::string read_error(const std::string& text) {
+  return error_of<DumpError>([&] { read_all(text); });
 }
 
 }  // namespace
@@ -146,7 +141,7 @@ TEST(DumpReader, TensorFieldsAndScalarKinds) {
   EXPECT_EQ(r.inputs[3].value.text(), "mean");
   EXPECT_EQ(r.inputs[4].kind, Entry::Kind::Null);
   ASSERT_EQ(r.inputs[5].kind, Entry::Kind::List);
-  EXPECT_EQ(r.inputs[5].items.size(), 2u);
+  ASSERT_EQ(r.inputs[5].items.size(), 2u);
   EXPECT_EQ(r.inputs[5].items[1].kind, Entry::Kind::List);
   EXPECT_TRUE(r.kwargs.empty());  // record without input_kwargs
 }
@@ -174,35 +169,35 @@ TEST(DumpReader, StringEscapesInNames) {
 }
 
 TEST(DumpReader, ErrorsNameFileLineAndColumn) {
-  EXPECT_EQ(error_of(""), "dump.json:1:1: empty file, expected a dump.json object");
-  EXPECT_EQ(error_of("  \n "), "dump.json:2:2: empty file, expected a dump.json object");
-  EXPECT_EQ(error_of("[1, 2]"), "dump.json:1:1: expected an object, got a list");
-  EXPECT_EQ(error_of("{\"data\": {\"a\": {\"input_args\": [1"),
+  EXPECT_EQ(read_error(""), "dump.json:1:1: empty file, expected a dump.json object");
+  EXPECT_EQ(read_error("  \n "), "dump.json:2:2: empty file, expected a dump.json object");
+  EXPECT_EQ(read_error("[1, 2]"), "dump.json:1:1: expected an object, got a list");
+  EXPECT_EQ(read_error("{\"data\": {\"a\": {\"input_args\": [1"),
             "dump.json:1:33: expected ',' or ']', got end of file");
-  EXPECT_EQ(error_of("{\n \"data\": {\n  \"A.b.0.forward\": {\"input_args\": 5}}}"),
+  EXPECT_EQ(read_error("{\n \"data\": {\n  \"A.b.0.forward\": {\"input_args\": 5}}}"),
             "dump.json:3:35: data.\"A.b.0.forward\".input_args: expected a list, got a number");
-  EXPECT_EQ(error_of("{\"data\": []}"), "dump.json:1:10: data: expected an object, got a list");
-  EXPECT_EQ(error_of("{\"data\": {\"x\": 3}}"),
+  EXPECT_EQ(read_error("{\"data\": []}"), "dump.json:1:10: data: expected an object, got a list");
+  EXPECT_EQ(read_error("{\"data\": {\"x\": 3}}"),
             "dump.json:1:16: data.\"x\": expected an object, got a number");
-  EXPECT_EQ(error_of("{\"data\": {\"x\": {\"input_kwargs\": []}}}"),
+  EXPECT_EQ(read_error("{\"data\": {\"x\": {\"input_kwargs\": []}}}"),
             "dump.json:1:33: data.\"x\".input_kwargs: expected an object, got a list");
-  EXPECT_EQ(error_of("{\"data\": {\"x\": {\"output\": [{\"Max\": [1]}]}}}"),
+  EXPECT_EQ(read_error("{\"data\": {\"x\": {\"output\": [{\"Max\": [1]}]}}}"),
             "dump.json:1:36: data.\"x\".output.Max: expected a number, string, boolean or null, "
             "got a list");
-  EXPECT_EQ(error_of("{\"data\": {\"x\": {\"output\": [{\"type\": 7}]}}}"),
+  EXPECT_EQ(read_error("{\"data\": {\"x\": {\"output\": [{\"type\": 7}]}}}"),
             "dump.json:1:37: data.\"x\".output.type: expected a string, got a number");
-  EXPECT_EQ(error_of("{\"data\": {\"x\": {\"output\": [{\"shape\": [2, \"a\"]}]}}}"),
+  EXPECT_EQ(read_error("{\"data\": {\"x\": {\"output\": [{\"shape\": [2, \"a\"]}]}}}"),
             "dump.json:1:42: data.\"x\".output.shape: expected a list of integers");
-  EXPECT_EQ(error_of("{\"task\": \"statistics\"}"),
+  EXPECT_EQ(read_error("{\"task\": \"statistics\"}"),
             "dump.json:1:1: no \"data\" object: not a dump.json");
-  EXPECT_EQ(error_of("{\"data\": {}} x"),
+  EXPECT_EQ(read_error("{\"data\": {}} x"),
             "dump.json:1:14: unexpected content after the top-level object");
-  EXPECT_EQ(error_of("{\"data\": {\"x\": {\"output\": [nan]}}}"),
+  EXPECT_EQ(read_error("{\"data\": {\"x\": {\"output\": [nan]}}}"),
             "dump.json:1:28: unexpected character 'n'");
-  EXPECT_EQ(error_of("{\"data\": {\"x\" {}}}"), "dump.json:1:15: expected ':', got '{'");
-  EXPECT_EQ(error_of("{\"data\": {\"x\": {\"output\": [1,]}}}"),
+  EXPECT_EQ(read_error("{\"data\": {\"x\" {}}}"), "dump.json:1:15: expected ':', got '{'");
+  EXPECT_EQ(read_error("{\"data\": {\"x\": {\"output\": [1,]}}}"),
             "dump.json:1:30: expected a value after ','");
-  EXPECT_EQ(error_of("{\"data\": {\"unterminated}}"), "dump.json:1:12: unterminated string");
+  EXPECT_EQ(read_error("{\"data\": {\"unterminated}}"), "dump.json:1:12: unterminated string");
 }
 
 TEST(DumpReader, TruncationAtEveryByteIsAnErrorNotACrash) {
@@ -227,19 +222,10 @@ TEST(DumpReader, DeepNestingIsRefused) {
 TEST(DumpReader, FileErrors) {
   std::vector<CallRecord> out;
   auto sink = [&](CallRecord&& r) { out.push_back(std::move(r)); };
-  try {
-    read_dump_file("/nonexistent/dump.json", sink);
-    FAIL();
-  } catch (const DumpError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "/nonexistent/dump.json: cannot read: No such file or directory");
-  }
-  try {
-    read_dump_file("/tmp", sink);
-    FAIL();
-  } catch (const DumpError& e) {
-    EXPECT_EQ(std::string(e.what()), "/tmp: cannot read: is a directory");
-  }
+  EXPECT_EQ(error_of<DumpError>([&] { read_dump_file("/nonexistent/dump.json", sink); }),
+            "/nonexistent/dump.json: cannot read: No such file or directory");
+  EXPECT_EQ(error_of<DumpError>([&] { read_dump_file("/tmp", sink); }),
+            "/tmp: cannot read: is a directory");
 }
 
 TEST(DumpReader, ReadsEveryMsprobeFixture) {

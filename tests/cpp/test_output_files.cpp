@@ -7,19 +7,13 @@
 #include <sstream>
 
 #include "core/output_files.h"
+#include "test_util.h"
 
 using namespace msprobe;
+using msprobe::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("msprobe_output_files_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
 
 std::string read(const fs::path& p) {
   std::ifstream in(p);
@@ -41,7 +35,8 @@ TEST(OutputFiles, TemporaryNames) {
 }
 
 TEST(OutputFiles, AtomicWriteNeverFollowsAPlantedLinkAndLeavesNoTemporary) {
-  const fs::path dir = fresh_dir("link");
+  const TempDir temp;
+  const fs::path& dir = temp.path();
   const fs::path victim = dir / "victim";
   std::ofstream(victim) << "precious";
   // The name older versions used: a link there must not be written through.
@@ -58,12 +53,13 @@ TEST(OutputFiles, AtomicWriteNeverFollowsAPlantedLinkAndLeavesNoTemporary) {
                    !fs::is_symlink(e.symlink_status());
   }
   EXPECT_EQ(temporaries, 0u);
-  fs::remove_all(dir);
 }
 
 TEST(OutputFiles, StaleTemporariesAreRemovedLinksAreNotFollowed) {
-  const fs::path dir = fresh_dir("stale");
-  const fs::path elsewhere = fresh_dir("elsewhere");
+  const TempDir temp;
+  const fs::path& dir = temp.path();
+  const TempDir temp_elsewhere;
+  const fs::path& elsewhere = temp_elsewhere.path();
   fs::create_directories(dir / "dump_tensor_data");
   std::ofstream(dir / "dump.json.tmp.Ab12Cd") << "half";
   std::ofstream(dir / "dump_tensor_data" / "x.input.0.pt.tmp.4242") << "half";
@@ -75,19 +71,17 @@ TEST(OutputFiles, StaleTemporariesAreRemovedLinksAreNotFollowed) {
   EXPECT_FALSE(fs::exists(dir / "dump.json.tmp.Ab12Cd"));
   EXPECT_TRUE(fs::exists(elsewhere / "keep.json.tmp.Ab12Cd"));
   EXPECT_EQ(remove_stale_temporaries((dir / "missing").string()), 0u);
-  fs::remove_all(dir);
-  fs::remove_all(elsewhere);
 }
 
 TEST(OutputFiles, FoldersAre0750WhateverTheUmask) {
-  const fs::path dir = fresh_dir("umask");
+  const TempDir temp;
+  const fs::path& dir = temp.path();
   const mode_t old = umask(077);
   make_dirs((dir / "step0" / "rank").string());
   umask(old);
   struct stat st {};
   ASSERT_EQ(stat((dir / "step0" / "rank").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0750u);
-  fs::remove_all(dir);
 }
 
 TEST(OutputFiles, SafeFileStems) {
@@ -113,7 +107,8 @@ TEST(OutputFiles, CollidingNamesAreDisambiguated) {
 }
 
 TEST(OutputFiles, EmptyFoldersAreRemovedUpToButNotIncludingTheRoot) {
-  const fs::path root = fresh_dir("remove_empty");
+  const TempDir temp_root;
+  const fs::path& root = temp_root.path();
   make_dirs((root / "step0" / "rank" / "dump_tensor_data").string());
   make_dirs((root / "step1" / "rank").string());
   std::ofstream(root / "step1" / "keep.txt") << "x";
@@ -124,27 +119,23 @@ TEST(OutputFiles, EmptyFoldersAreRemovedUpToButNotIncludingTheRoot) {
   EXPECT_FALSE(fs::exists(root / "step1" / "rank"));
   EXPECT_TRUE(fs::exists(root / "step1" / "keep.txt"));
   // A folder outside the root is never touched.
-  const fs::path outside = fresh_dir("remove_empty_outside");
+  const TempDir temp_outside;
+  const fs::path& outside = temp_outside.path();
   remove_empty_folders(outside.string(), root.string());
   EXPECT_TRUE(fs::exists(outside));
-  fs::remove_all(root);
-  fs::remove_all(outside);
 }
 
 TEST(OutputFiles, AFullDiskFailsTheWriteAndLeavesNothing) {
-  const fs::path dir = fresh_dir("full_disk");
+  const TempDir temp;
+  const fs::path& dir = temp.path();
   set_write_budget_for_testing(10);
   write_file_atomic((dir / "small").string(), "0123456789");
-  try {
-    write_file_atomic((dir / "big").string(), "x");
-    FAIL() << "the budget was spent";
-  } catch (const WriteError& e) {
-    EXPECT_NE(std::string(e.what()).find("No space left on device"), std::string::npos) << e.what();
-  }
+  const std::string error = msprobe::testing::error_of<WriteError>(
+      [&] { write_file_atomic((dir / "big").string(), "x"); });
+  EXPECT_NE(error.find("No space left on device"), std::string::npos) << error;
   set_write_budget_for_testing(-1);
   EXPECT_EQ(read(dir / "small"), "0123456789");
   size_t files = 0;
   for (const auto& entry : fs::directory_iterator(dir)) files += entry.is_regular_file();
   EXPECT_EQ(files, 1u);  // no temporary, no partial "big"
-  fs::remove_all(dir);
 }

@@ -1,22 +1,20 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include "core/rules.h"
+#include "test_util.h"
 
 using namespace msprobe;
+using msprobe::testing::error_of;
 
 namespace {
 
 std::string rules_error(const std::string& yaml) {
-  try {
+  return error_of<RulesError>([&] {
     RuleSet set;
     set.add_yaml(yaml, "my_rules.yaml");
-  } catch (const RulesError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  });
 }
 
 }  // namespace
@@ -32,6 +30,7 @@ TEST(Rules, ShippedRulesAreTheSeedsTen) {
     EXPECT_NE(set.find(name), nullptr) << name;
   }
   const IgnoreRule* recv = set.find("distributed.recv");
+  ASSERT_NE(recv, nullptr);
   EXPECT_EQ(recv->input_indices, std::set<int64_t>{0});
   EXPECT_EQ(recv->input_names, std::set<std::string>{"tensor"});
   EXPECT_TRUE(recv->output_indices.empty());
@@ -81,22 +80,16 @@ TEST(Rules, MalformedFilesNameFileLineAndColumn) {
 }
 
 TEST(Rules, AddFileAndMissingFile) {
-  const std::string path = ::testing::TempDir() + "/extra_rules.yaml";
-  {
-    std::ofstream out(path);
-    out << "ignore_nan_inf:\n  - api_name: torch.sqrt\n    output_ignore:\n      - index: 0\n";
-  }
+  const msprobe::testing::TempDir dir;
+  const std::string path = dir.write(
+      "extra_rules.yaml",
+      "ignore_nan_inf:\n  - api_name: torch.sqrt\n    output_ignore:\n      - index: 0\n");
   RuleSet set;
   set.add_file(path);
   EXPECT_NE(set.find("torch.sqrt"), nullptr);
   std::remove(path.c_str());
-  try {
-    set.add_file(path);
-    FAIL();
-  } catch (const RulesError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              path + ": cannot read: No such file or directory (rules file)");
-  }
+  EXPECT_EQ(error_of<RulesError>([&] { set.add_file(path); }),
+            path + ": cannot read: No such file or directory (rules file)");
 }
 
 TEST(Rules, AliasesAreResolved) {
@@ -150,6 +143,7 @@ TEST(Rules, FirstRuleOfANameWinsWithinAndAcrossFiles) {
       "one.yaml");
   set.add_yaml("ignore_nan_inf:\n  - {api_name: torch.a, output_ignore: [{index: 2}]}\n",
                "two.yaml");
+  ASSERT_NE(set.find("torch.a"), nullptr);
   EXPECT_EQ(set.find("torch.a")->output_indices, std::set<int64_t>{0});
 }
 

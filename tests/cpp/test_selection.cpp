@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "core/selection.h"
+#include "test_util.h"
 
 using namespace msprobe;
 
@@ -69,15 +70,12 @@ TEST(Selection, ScopeNamesMustFitTheLevel) {
                ConfigError);
   EXPECT_NO_THROW(
       Selection(section({"Module.a.A.forward.0", "T.b.0.forward"}, {}), Level::Mix, "s"));
-  try {
-    Selection(section({"T.a.0.forward", "T.b.0.forward"}, {}), Level::L0,
-              "config.json: statistics");
-    FAIL();
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "config.json: statistics.scope[0]: expected a module call name (Module....) at "
-                 "level L0, got \"T.a.0.forward\"");
-  }
+  EXPECT_EQ(msprobe::testing::error_of<ConfigError>([] {
+              Selection(section({"T.a.0.forward", "T.b.0.forward"}, {}), Level::L0,
+                        "config.json: statistics");
+            }),
+            "config.json: statistics.scope[0]: expected a module call name (Module....) at "
+            "level L0, got \"T.a.0.forward\"");
 }
 
 TEST(Selection, ListByFullNameOrFragment) {

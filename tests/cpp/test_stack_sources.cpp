@@ -1,10 +1,10 @@
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "core/stack_sources.h"
+#include "test_util.h"
 
 using namespace msprobe;
 namespace fs = std::filesystem;
@@ -30,8 +30,7 @@ TEST(StackSources, TheUsersFrameInFileLineCodeForm) {
 }
 
 TEST(StackSources, ReadsOnlyTheCallsAskedForAndSurvivesDamage) {
-  const fs::path dir = fs::temp_directory_path() / ("msprobe_stack_" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const msprobe::testing::TempDir dir;
   const fs::path path = dir / "stack.json";
   std::ofstream(path)
       << R"js({"A.a.0.forward": ["File <site-packages>/torch/x.py, line 1, in f, \n q",
@@ -42,5 +41,4 @@ TEST(StackSources, ReadsOnlyTheCallsAskedForAndSurvivesDamage) {
   ASSERT_EQ(sources.size(), 1u);  // B not asked for; C cut off mid-string
   EXPECT_EQ(sources.at("A.a.0.forward"), "/u/m.py:7: y = a(x)");
   EXPECT_TRUE(read_stack_sources((dir / "missing.json").string(), {"A.a.0.forward"}).empty());
-  fs::remove_all(dir);
 }

@@ -3,37 +3,34 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "core/text_file.h"
+#include "test_util.h"
 
 using namespace msprobe;
+using msprobe::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string error_of(const std::string& path) {
-  try {
-    read_text_file(path);
-  } catch (const FileError& e) {
-    return e.reason();
-  }
-  return "(read)";
+// Why `path` was refused: the reason alone, without the path the message starts with.
+std::string refusal(const std::string& path) {
+  return msprobe::testing::error_of<FileError>([&] { read_text_file(path); },
+                                               [](const FileError& e) { return e.reason(); });
 }
 
 }  // namespace
 
 TEST(TextFile, ANamedFifoIsRefusedNotWaitedOn) {
-  const fs::path fifo = fs::temp_directory_path() / ("msprobe_fifo_" + std::to_string(getpid()));
-  fs::remove(fifo);
+  const TempDir dir;
+  const fs::path fifo = dir / "fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  EXPECT_EQ(error_of(fifo.string()), "is a FIFO (named pipe), not a regular file");
-  fs::remove(fifo);
+  EXPECT_EQ(refusal(fifo.string()), "is a FIFO (named pipe), not a regular file");
 }
 
 TEST(TextFile, DevicesAndFoldersAreRefused) {
-  EXPECT_EQ(error_of("/dev/zero"), "is a device, not a regular file");
-  EXPECT_EQ(error_of(fs::temp_directory_path().string()), "is a directory");
+  EXPECT_EQ(refusal("/dev/zero"), "is a device, not a regular file");
+  EXPECT_EQ(refusal(fs::temp_directory_path().string()), "is a directory");
 }
 
 TEST(TextFile, AHandedOverPipeIsReadToItsEnd) {
@@ -47,9 +44,7 @@ TEST(TextFile, AHandedOverPipeIsReadToItsEnd) {
 }
 
 TEST(TextFile, ARegularFileWhole) {
-  const fs::path p = fs::temp_directory_path() / ("msprobe_text_" + std::to_string(getpid()));
-  std::string big(200000, 'x');
-  std::ofstream(p) << big;
-  EXPECT_EQ(read_text_file(p.string()), big);
-  fs::remove(p);
+  const TempDir dir;
+  const std::string big(200000, 'x');
+  EXPECT_EQ(read_text_file(dir.write("text", big)), big);
 }

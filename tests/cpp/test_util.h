@@ -1,13 +1,75 @@
-// Builders for test records in msprobe's dump.json text form, so each test reads like a dump.
+// Helpers shared by the core tests: the message a call throws, a private temp folder, and builders
+// for test records in msprobe's dump.json text form, so each test reads like a dump.
 #pragma once
 
+#include <stdlib.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
 #include <string>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include "core/dump_reader.h"
 #include "core/record.h"
 
 namespace msprobe::testing {
+
+// What error_of returns when nothing was thrown: a missing rejection then shows in the
+// EXPECT_EQ's diff next to the message that was expected, not as a bare "no exception".
+inline const std::string kAccepted = "<accepted>";
+
+// `message(e)` of the E that `call()` throws, or kAccepted. Any other exception propagates, so a
+// wrong kind of error fails the test instead of passing for a rejection.
+template <class E, class Call, class Message>
+std::string error_of(Call&& call, Message&& message) {
+  try {
+    std::forward<Call>(call)();
+  } catch (const E& e) {
+    return message(e);
+  }
+  return kAccepted;
+}
+
+template <class E, class Call>
+std::string error_of(Call&& call) {
+  return error_of<E>(std::forward<Call>(call), [](const E& e) { return std::string(e.what()); });
+}
+
+// A fresh folder of its own under the system temp dir (mkdtemp: no other run's leftovers, no
+// collision between tests run in parallel), removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "msprobe_test_XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
+    }
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+  // Writes `text` byte for byte to `name` in the folder; returns the file's path.
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::filesystem::path file = path_ / name;
+    std::ofstream(file, std::ios::binary) << text;
+    return file.string();
+  }
+
+ private:
+  std::filesystem::path path_;
+};
 
 // A float32 tensor entry; pass "NaN", "Infinity", "-Infinity" or a number as text.
 inline std::string T(const std::string& max, const std::string& min = "0.0",

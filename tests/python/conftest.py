@@ -1,33 +1,14 @@
 import os
 import pathlib
 import sys
-from typing import List
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "data" / "msprobe-1.1.1"
-# Where the package msprobe_cpp is imported from: the source tree (built in place against
-# Debian's torch), or the folder tools/test.sh builds against torch 2.x. Subprocesses get it too.
-PACKAGE_ROOT = pathlib.Path(os.environ.get("MSPROBE_CPP_PACKAGE_ROOT", ROOT / "python"))
-sys.path.insert(0, str(PACKAGE_ROOT))
+# The helper modules of this folder first, then the package under test, for the test modules.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import testenv  # noqa: E402
 
-
-def devices() -> List[str]:
-    """cpu always; cuda whenever this machine has it, so the same tests prove the GPU path.
-    "cpu-generic" runs CPU tensors through the reductions that other devices use."""
-    import torch
-    return ["cpu", "cpu-generic"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-GENERIC_PATH = [False]  # the device path is forced for CPU tensors: sums are float32 there
-
-
-def float32_sums(t) -> bool:
-    """Whether `t`'s statistics come from the device path, whose Mean and Norm accumulate in
-    float32 (float64 for float64 tensors)."""
-    return t.device.type != "cpu" or GENERIC_PATH[0]
+sys.path.insert(1, str(testenv.PACKAGE_ROOT))
 
 
 @pytest.fixture
@@ -36,15 +17,15 @@ def device(request):
     from msprobe_cpp import _C
     name = request.param
     _C._force_generic_statistics(name == "cpu-generic")
-    GENERIC_PATH[0] = name == "cpu-generic"
+    testenv.GENERIC_PATH[0] = name == "cpu-generic"
     yield "cpu" if name == "cpu-generic" else name
     _C._force_generic_statistics(False)
-    GENERIC_PATH[0] = False
+    testenv.GENERIC_PATH[0] = False
 
 
 @pytest.fixture(scope="session")
 def cli() -> pathlib.Path:
-    path = pathlib.Path(os.environ.get("MSPROBE_CPP_BIN", ROOT / "build" / "bin" / "msprobe-cpp"))
+    path = pathlib.Path(os.environ.get("MSPROBE_CPP_BIN", testenv.ROOT / "build" / "bin" / "msprobe-cpp"))
     if not path.exists():
         pytest.fail(f"{path} not built: run the README's build first")
     return path
@@ -52,7 +33,7 @@ def cli() -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def fixtures() -> pathlib.Path:
-    return FIXTURES
+    return testenv.FIXTURES
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,15 @@
-"""Builders for dump.json files in msprobe's format, written with Python's json module exactly as
-msprobe writes them (bare NaN / Infinity tokens included)."""
+"""Dump folders in msprobe's format: builders of dump.json files, written with Python's json module
+exactly as msprobe writes them (bare NaN / Infinity tokens included); debuggers of task
+overflow_check that write under <tmp>/dump; readers of what a debugger wrote."""
+import collections
 import json
 import math
 import pathlib
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
+
+from testenv import float32_sums
 
 INF = math.inf
 NAN = math.nan
@@ -46,3 +52,78 @@ def write_dump(path: pathlib.Path, data: Dict[str, Any], task: str = "overflow_c
     doc = {"task": task, "level": "L1", "dump_data_dir": None, "data": data}
     path.write_text(json.dumps(doc, indent=1))
     return path
+
+
+# --- debuggers of task overflow_check, writing to <tmp>/dump ---------------------------------------
+# msprobe_cpp and torch are imported where they are used: the check tests build dumps with neither.
+
+# The levels the guard's everyday-idiom tests run at: API calls alone, and with modules.
+LEVELS = ["L1", "mix"]
+
+
+def guard(tmp_path: pathlib.Path, level: str, **kw: Any):
+    """Configured by keywords, as a user's script does."""
+    import msprobe_cpp
+    return msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"), level=level,
+                                         **kw)
+
+
+def debugger(tmp_path: pathlib.Path, **overflow: Any):
+    """Configured by a config.json: `level` and `step` at its top, the rest in its overflow_check."""
+    import msprobe_cpp
+    top = {k: overflow.pop(k) for k in ("level", "step") if k in overflow}
+    config = {"task": "overflow_check", "dump_path": str(tmp_path / "dump"), **top, "overflow_check": overflow}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return msprobe_cpp.PrecisionDebugger(config_path=str(path))
+
+
+# --- what a debugger wrote ---------------------------------------------------------------------------
+
+def load(folder: pathlib.Path, name: str = "dump.json") -> Dict[str, Any]:
+    """One JSON file of a step folder. json.loads alone would keep the last of two equal keys
+    silently: two records under one name would read as one lost record."""
+    path = folder / name
+
+    def no_duplicate_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+        seen = collections.Counter(k for k, _ in pairs)
+        twice = sorted(k for k, n in seen.items() if n > 1)
+        assert not twice, f"{path}: names written twice (one record hides another): {twice[:5]}"
+        return dict(pairs)
+
+    return json.loads(path.read_text(), object_pairs_hook=no_duplicate_keys)
+
+
+def steps_on_disk(tmp_path: pathlib.Path) -> List[str]:
+    """Every entry of <tmp>/dump by name, sorted as text ("step10" before "step2")."""
+    dump = tmp_path / "dump"
+    return sorted(p.name for p in dump.iterdir()) if dump.exists() else []
+
+
+def dumped_steps(tmp_path: pathlib.Path) -> List[int]:
+    """The step numbers of <tmp>/dump/step<S> folders, in numeric order."""
+    dump = tmp_path / "dump"
+    return sorted(int(p.name[4:]) for p in dump.glob("step*")) if dump.exists() else []
+
+
+def report(tmp_path: pathlib.Path, step: int) -> Dict[str, Any]:
+    return load(tmp_path / "dump" / f"step{step}" / "rank", "overflow_report.json")
+
+
+def assert_stats(entry: Dict, t) -> None:
+    """`entry` describes tensor `t` with statistics equal to a float64 recomputation. On the device
+    path Mean and Norm accumulate in float32 (float64 for float64 tensors), and get a float32
+    tolerance; Max and Min are exact either way."""
+    import torch
+    assert entry["type"] == "torch.Tensor"
+    assert entry["dtype"] == str(t.dtype)
+    assert entry["shape"] == list(t.shape)
+    d = t.detach().cpu().double()
+    ref = {"Max": d.max().item(), "Min": d.min().item(), "Mean": d.mean().item(), "Norm": d.norm().item()}
+    sums32 = float32_sums(t)
+    rel = 1e-5 if sums32 and t.dtype != torch.float64 else 1e-6
+    for key, value in ref.items():
+        # A mean near zero is a difference of large sums: bounded by the norm's scale.
+        abs_tol = rel * ref["Norm"] / max(t.numel(), 1) ** 0.5 if key == "Mean" and sums32 else 1e-300
+        assert entry[key] == pytest.approx(value, rel=rel, abs=abs_tol), key

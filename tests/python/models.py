@@ -1,4 +1,4 @@
-"""Small deterministic models and a training loop for the end-to-end tests and bench/hook_overhead.py.
+"""Small deterministic models and training loops for the end-to-end tests and bench/hook_overhead.py.
 
     model = make_model("gpt")                      # or "mlp"; seeded, so two calls give equal weights
     losses = train(model, 3, debugger=dbg)         # dbg.start/stop/step around every step
@@ -292,6 +292,121 @@ def train(model: nn.Module, steps: int, *, seed: int = 0, batch: int = 8, lr: fl
         losses.append(loss.item())
     return losses
 
+
+def run_steps(model: nn.Module, steps: int, dbg: Any,
+              on_step: Optional[Callable[[int, torch.Tensor], torch.Tensor]] = None) -> List[float]:
+    """`steps` train_step()s on make_batches()' data with make_optimizer()'s AdamW; `on_step(i, x)`
+    may replace step i's input. Returns the losses."""
+    opt = make_optimizer(model)
+    losses = []
+    for i, (x, y) in enumerate(make_batches(model, steps)):
+        if on_step:
+            x = on_step(i, x)
+        losses.append(train_step(model, opt, x, y, dbg).item())
+    return losses
+
+
+def fp16_overflow_at(steps: List[int], block: int, model: TinyGPT, masked: bool = False):
+    """Scores of one block go through fp16 at the chosen steps and overflow there. `masked`: only
+    where the causal mask overwrites them afterwards, so the run survives the overflow (the
+    weights stay finite) and later steps are clean again. Returns run_steps()' on_step."""
+    state = {"step": 0}
+
+    def inject(index: int, scores: torch.Tensor) -> torch.Tensor:
+        if index == block and state["step"] in steps:
+            if masked:
+                t = scores.shape[-1]
+                factor = torch.ones(t, t).triu(1).mul(6e4 - 1).add(1).half()  # < fp16 max
+                return (scores.half() * factor).float()
+            return (scores.half() * 1e5).float()
+        return scores
+
+    model.inject = inject
+
+    def on_step(i: int, x: torch.Tensor) -> torch.Tensor:
+        state["step"] = i
+        return x
+
+    return on_step
+
+
+def guarded_step(dbg: Any, model: nn.Module, opt: torch.optim.Optimizer,
+                 loss_of: Callable[[], torch.Tensor]) -> float:
+    """One step as users write it: start, zero_grad, forward and loss, backward, step, stop, step."""
+    dbg.start(model)
+    opt.zero_grad()
+    loss = loss_of()
+    loss.backward()
+    opt.step()
+    dbg.stop()
+    dbg.step()
+    return loss.item()
+
+
+class TabularNet(nn.Module):
+    """Two linear layers on 10 features; `clean` (when given) first replaces the NaN the data uses
+    for missing values."""
+
+    def __init__(self, clean: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> None:
+        super().__init__()
+        self.clean = clean
+        self.fc1 = nn.Linear(10, 16)
+        self.fc2 = nn.Linear(16, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.clean is not None:
+            x = self.clean(x)
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def tabular_batches(n: int, nan_at: Tuple[int, ...]):
+    g = torch.Generator().manual_seed(2)
+    out = []
+    for i in range(n):
+        x = torch.randn(8, 10, generator=g)
+        if i in nan_at:
+            x[torch.rand(8, 10, generator=g) < 0.2] = float("nan")  # missing values
+        out.append((x, torch.randint(0, 2, (8,), generator=g)))
+    return out
+
+
+def train_tabular(model: nn.Module, dbg: Any, data) -> List[float]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    return [guarded_step(dbg, model, opt, lambda: F.cross_entropy(model(x), y)) for x, y in data]
+
+
+def big_input_mlp() -> nn.Module:
+    """Inputs ~1e6, first-layer weights ~1e-6: a loss of ~1.4 whose gradients overflow float32
+    when the loss is scaled by more than about 2^113 (the CPU stand-in for fp16)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    with torch.no_grad():
+        model[0].weight.mul_(1e-6)
+    return model
+
+
+def big_input_batches(n: int, seed: int = 0):
+    """Batches of ~1e6 inputs for big_input_mlp()."""
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(8, 16, generator=g) * 1e6, torch.randint(0, 4, (8,), generator=g)) for _ in range(n)]
+
+
+# big_input_mlp()'s first-layer gradients are ~1e6 times the others: a small rate keeps training
+# stable.
+BIG_INPUT_LR = 1e-13
+
+
+class SqrtParamNet(nn.Module):
+    """fc(x) * sqrt(gain) with a gain of 0 in it: sqrt's gradient is inf there, and reaches the
+    parameter gain."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.gain = nn.Parameter(torch.tensor([1.0, 0.0, 2.0, 3.0]))  # sqrt'(0) = inf
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * torch.sqrt(self.gain)
 
 if __name__ == "__main__":
     # Smoke test and timing: /usr/bin/python3 tests/python/models.py

@@ -10,6 +10,7 @@ from typing import List
 import pytest
 
 from dumps import INF, NAN, backward, forward, scalar, tensor, write_dump
+from testenv import ROOT
 
 EMPTY = {"critical_apis": [], "high_priority_apis": [], "medium_priority_apis": [],
          "anomaly_details": []}
@@ -303,7 +304,7 @@ def test_check_streams_a_dump_larger_than_its_memory_bound(cli, tmp_path):
     # 150 MB of records through a 64 MB budget: reading the whole file first (as check once did,
     # at 1.1x the file size) cannot pass; streaming holds only a chunk and one record. The last
     # record is anomalous, so the whole file was read and judged.
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+    sys.path.insert(0, str(ROOT / "bench"))
     import check_throughput
     path = tmp_path / "dump.json"
     check_throughput.generate(path, calls=0, min_bytes=150_000_000)
@@ -322,7 +323,7 @@ def test_check_streams_a_dump_larger_than_its_memory_bound(cli, tmp_path):
 def test_fifty_thousand_rules_cost_little_memory(cli, tmp_path, fixtures):
     # yaml-cpp's node tree held such a file at ~55x its 8.5 MB (467 MB); rules are now built as the
     # parser ends each one. The last rule is the one that filters the dump's finding.
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+    sys.path.insert(0, str(ROOT / "bench"))
     import check_throughput
     rules = tmp_path / "rules.yaml"
     with open(rules, "w") as f:
@@ -421,6 +422,6 @@ def test_text_format_gives_sources_ratios_and_the_probable_origin(cli, tmp_path)
 
 def test_version_is_the_projects(cli):
     declared = re.search(r"project\(msprobe_cpp VERSION (\S+)",
-                         (pathlib.Path(__file__).resolve().parents[2] / "CMakeLists.txt").read_text()).group(1)
+                         (ROOT / "CMakeLists.txt").read_text()).group(1)
     r = subprocess.run([str(cli), "--version"], capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout) == (0, f"msprobe-cpp {declared}\n")

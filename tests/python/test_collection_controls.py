@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import msprobe_cpp
 from models import make_model, train
+from testenv import devices
 
 
 def run_mlp(tmp_path: pathlib.Path, level: str = "L1", steps: int = 1, **section: Any) -> pathlib.Path:
@@ -115,7 +116,7 @@ def crc(t: torch.Tensor) -> str:
     return f"{zlib.crc32(t.numpy().tobytes()):08x}"
 
 
-@pytest.mark.parametrize("device", __import__("conftest").devices(), indirect=True)
+@pytest.mark.parametrize("device", devices(), indirect=True)
 def test_md5_is_crc32_of_the_tensor_bytes(tmp_path, device):
     g = torch.Generator().manual_seed(3)
     tensors = [torch.randn(7, 9, generator=g), torch.randn(100, generator=g).half(),
@@ -140,7 +141,7 @@ def tensor_config(tmp_path: pathlib.Path, **extra: Any) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("device", __import__("conftest").devices(), indirect=True)
+@pytest.mark.parametrize("device", devices(), indirect=True)
 def test_tensor_task_round_trip(tmp_path, device):
     g = torch.Generator().manual_seed(4)
     tensors = {"float32": torch.randn(5, 6, generator=g), "float16": torch.randn(8, generator=g).half(),

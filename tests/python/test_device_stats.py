@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import msprobe_cpp
+from testenv import devices
 
-GENERIC = [d for d in __import__("conftest").devices() if d != "cpu"]
+GENERIC = [d for d in devices() if d != "cpu"]
 
 
 def stats_of(tmp_path, t: torch.Tensor) -> Dict:
@@ -74,7 +75,7 @@ def test_nan_and_inf_are_seen(tmp_path, device, dtype):
     assert (entry["Max"], entry["Min"]) == (math.inf, -math.inf) and math.isnan(entry["Mean"])
 
 
-@pytest.mark.parametrize("device", __import__("conftest").devices(), indirect=True)
+@pytest.mark.parametrize("device", devices(), indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
 @pytest.mark.parametrize("n", [5, 8, 1003, 40000])
 def test_anomalous_tensors_are_counted_by_kind(tmp_path, device, dtype, n):

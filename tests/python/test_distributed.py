@@ -17,12 +17,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed  # noqa: E402
+from dumps import load  # noqa: E402
 from gloo import free_port, needs_gloo  # noqa: E402
+from testenv import PACKAGE_ROOT, TESTS  # noqa: E402
 
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-from conftest import PACKAGE_ROOT  # noqa: E402
-WORKER = HERE / "dist_worker.py"
+WORKER = TESTS / "dist_worker.py"
 WORLD_SIZE = 2
 TIMEOUT_S = 120.0
 
@@ -45,7 +44,7 @@ def _start_and_wait(tmp_path: pathlib.Path, config: pathlib.Path, port: int,
     env.update({
         "WORLD_SIZE": str(WORLD_SIZE), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "GLOO_SOCKET_IFNAME": "lo",  # loopback only
-        "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), str(HERE)]
+        "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), str(TESTS)]
                                       + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
         "OMP_NUM_THREADS": "1",
     })
@@ -101,10 +100,6 @@ def run_two_ranks(tmp_path: pathlib.Path, config: pathlib.Path) -> Dict[int, dic
     if failure is not None:
         pytest.fail(f"the 2-process run failed\n{failure}")
     return {r: json.loads((tmp_path / f"expected_rank{r}.json").read_text()) for r in range(WORLD_SIZE)}
-
-
-def load(folder: pathlib.Path, name: str) -> dict:
-    return json.loads((folder / name).read_text())
 
 
 def test_each_rank_dumps_its_own_folder_with_its_own_statistics(tmp_path):

@@ -8,7 +8,6 @@ that a loss scaler skipped, zeroed in place. None of these may stop training or 
 (the cleaned NaN is dumped once, as absorbed). The real overflows among them (a fully masked row,
 masked scores cast to float16, the log of an underflowed softmax) must stop at their own step and
 call, with origin op."""
-import json
 import math
 import pathlib
 import re
@@ -20,38 +19,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import msprobe_cpp
-from models import DynamicLossScaler
+from dumps import LEVELS, dumped_steps, guard, report
+from models import DynamicLossScaler, TabularNet, guarded_step, tabular_batches, train_tabular
 
-LEVELS = ["L1", "mix"]
 VOCAB, T, D = 24, 8, 16
 NEG_INF = float("-inf")
 
 
-def guard(tmp_path: pathlib.Path, level: str, **kw: Any) -> msprobe_cpp.PrecisionDebugger:
-    return msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"), level=level,
-                                         **kw)
-
-
-def dumped_steps(tmp_path: pathlib.Path) -> List[int]:
-    dump = tmp_path / "dump"
-    return sorted(int(p.name[4:]) for p in dump.glob("step*")) if dump.exists() else []
-
-
-def guarded_step(dbg, model: nn.Module, opt: torch.optim.Optimizer, loss_of: Callable[[], torch.Tensor]) -> float:
-    """One step as users write it: start, zero_grad, forward and loss, backward, step, stop, step."""
-    dbg.start(model)
-    opt.zero_grad()
-    loss = loss_of()
-    loss.backward()
-    opt.step()
-    dbg.stop()
-    dbg.step()
-    return loss.item()
-
-
 def first_anomaly(tmp_path: pathlib.Path, step: int) -> Dict[str, Any]:
-    path = tmp_path / "dump" / f"step{step}" / "rank" / "overflow_report.json"
-    return json.loads(path.read_text())["first_anomaly"]
+    return report(tmp_path, step)["first_anomaly"]
 
 
 # --- a small language model whose attention is masked the way the idiom says -------------------
@@ -228,35 +204,6 @@ CLEANERS: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 FIRST_ABSORBER = {"nan_to_num": "Torch.nan_to_num.0.forward", "where_isnan": "Torch.isnan.0.forward",
                   "masked_fill_isnan": "Torch.isnan.0.forward"}
-
-
-class TabularNet(nn.Module):
-    def __init__(self, clean: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> None:
-        super().__init__()
-        self.clean = clean
-        self.fc1 = nn.Linear(10, 16)
-        self.fc2 = nn.Linear(16, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.clean is not None:
-            x = self.clean(x)
-        return self.fc2(F.relu(self.fc1(x)))
-
-
-def tabular_batches(n: int, nan_at: Tuple[int, ...]):
-    g = torch.Generator().manual_seed(2)
-    out = []
-    for i in range(n):
-        x = torch.randn(8, 10, generator=g)
-        if i in nan_at:
-            x[torch.rand(8, 10, generator=g) < 0.2] = float("nan")  # missing values
-        out.append((x, torch.randint(0, 2, (8,), generator=g)))
-    return out
-
-
-def train_tabular(model: nn.Module, dbg, data) -> List[float]:
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    return [guarded_step(dbg, model, opt, lambda: F.cross_entropy(model(x), y)) for x, y in data]
 
 
 @pytest.mark.parametrize("level", LEVELS)

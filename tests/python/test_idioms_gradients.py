@@ -8,9 +8,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import msprobe_cpp
-from models import DynamicLossScaler
-from test_idioms import LEVELS, TabularNet, dumped_steps, guard, tabular_batches, train_tabular
-from test_loss_scaler import LR as BIG_LR, batches as big_batches, big_input_mlp
+from dumps import LEVELS, dumped_steps, guard
+from models import (BIG_INPUT_LR, DynamicLossScaler, TabularNet, big_input_batches, big_input_mlp, tabular_batches,
+                    train_tabular)
 
 
 # --- gradients left by a skipped step ---------------------------------------------------------------
@@ -20,9 +20,9 @@ def test_a_loss_scaled_run_zeroing_gradients_in_place_trains_on_after_its_skips(
     model = big_input_mlp()
     scaler = DynamicLossScaler(2.0 ** 126)
     dbg = guard(tmp_path, level, overflow_nums=-1)
-    opt = torch.optim.SGD(model.parameters(), lr=BIG_LR)
+    opt = torch.optim.SGD(model.parameters(), lr=BIG_INPUT_LR)
     losses = []
-    for i, (x, y) in enumerate(big_batches(20)):
+    for i, (x, y) in enumerate(big_input_batches(20)):
         dbg.start(model, loss_scaler=scaler)
         opt.zero_grad(set_to_none=False)  # the skipped steps' inf gradients are zeroed in place
         loss = F.cross_entropy(model(x), y)

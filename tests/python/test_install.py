@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from testenv import ROOT
 
 pytestmark = pytest.mark.skipif(os.environ.get("MSPROBE_TEST_INSTALL") != "1",
                                 reason="set MSPROBE_TEST_INSTALL=1 (tools/test.sh does) to build and install")

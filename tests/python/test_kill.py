@@ -1,6 +1,10 @@
-"""kill -9 at random moments of a task-tensor run: every step folder that holds dump.json is
-complete, every tensor it names exists and loads, and the next start() removes the temporaries a
-killed write left."""
+"""kill -9 in the middle of a task-tensor run: every step folder that holds dump.json is complete,
+every tensor it names exists and loads, every step the run had finished is there, and the next
+start() removes the temporaries a killed write left.
+
+Where the kill lands is chosen, not left to the machine's speed: the child reports each step it
+has written, and the parent kills it a seeded fraction of a step after the Nth report, so the kill
+falls inside the next step (its writes included) and the steps that must be on disk are known."""
 import json
 import pathlib
 import random
@@ -11,9 +15,7 @@ import time
 import torch
 
 import msprobe_cpp
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-from conftest import PACKAGE_ROOT  # noqa: E402
+from testenv import PACKAGE_ROOT, TESTS
 
 TRAIN = """
 import sys
@@ -29,38 +31,54 @@ print("ready", flush=True)
 for i in range(10 ** 6):
     x, y = batches[i % len(batches)]
     train_step(model, opt, x, y, dbg)
+    print("written", i, flush=True)  # train_step's stop() has written step i
 """
+
+
+def assert_complete(folder: pathlib.Path) -> None:
+    assert (folder / "stack.json").exists() and (folder / "construct.json").exists(), folder
+    data = json.loads((folder / "dump.json").read_text())["data"]
+    for record in data.values():
+        for side in ("input_args", "output", "input"):
+            for entry in record.get(side, []):
+                if isinstance(entry, dict) and "data_name" in entry:
+                    t = torch.load(folder / "dump_tensor_data" / entry["data_name"])
+                    assert list(t.shape) == entry["shape"]
 
 
 def test_kill_9_leaves_only_complete_steps(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(TRAIN.format(python=str(PACKAGE_ROOT), tests=str(ROOT / "tests" / "python")))
+    script.write_text(TRAIN.format(python=str(PACKAGE_ROOT), tests=str(TESTS)))
     dump = tmp_path / "dump"
     rng = random.Random(7)
-    for _ in range(20):
+    for attempt in range(20):
+        written = 1 + attempt % 2
         proc = subprocess.Popen([sys.executable, str(script), str(dump)], stdout=subprocess.PIPE)
         try:
             assert proc.stdout.readline().strip() == b"ready"
-            time.sleep(rng.uniform(0.0, 0.6))
+            times = [time.monotonic()]
+            for i in range(written):
+                assert proc.stdout.readline().split() == [b"written", str(i).encode()]
+                times.append(time.monotonic())
+            time.sleep(rng.uniform(0.0, 1.0) * (times[-1] - times[-2]))
         finally:
             proc.kill()
             proc.wait(timeout=60)
+        # The runs share the dump folder. The steps this run reported, it wrote whole after any
+        # earlier run's writes, whatever its kill then cut short.
+        for step in range(written):
+            folder = dump / f"step{step}" / "rank"
+            assert (folder / "dump.json").exists(), (attempt, folder)
+            assert_complete(folder)
 
-    complete = 0
-    for folder in dump.glob("step*/rank"):
-        if not (folder / "dump.json").exists():
-            continue
-        complete += 1
-        assert (folder / "stack.json").exists() and (folder / "construct.json").exists(), folder
-        data = json.loads((folder / "dump.json").read_text())["data"]
-        for record in data.values():
-            for side in ("input_args", "output", "input"):
-                for entry in record.get(side, []):
-                    if isinstance(entry, dict) and "data_name" in entry:
-                        t = torch.load(folder / "dump_tensor_data" / entry["data_name"])
-                        assert list(t.shape) == entry["shape"]
-    assert complete > 0
+    complete = [folder for folder in dump.glob("step*/rank") if (folder / "dump.json").exists()]
+    for folder in complete:
+        assert_complete(folder)
+    assert {f.parent.name for f in complete} >= {"step0", "step1"}
 
+    # What a kill inside a write leaves, whether or not one of the kills above landed there.
+    planted = dump / "step0" / "rank" / "dump_tensor_data" / "Torch.x.0.forward.input.0.pt.tmp.Ab12Cd"
+    planted.write_bytes(b"half")
     dbg = msprobe_cpp.PrecisionDebugger(task="tensor", dump_path=str(dump), level="L1", step=[10 ** 6])
     dbg.start()  # no step of it is collected; its first start() cleans
     left = [p for p in dump.rglob("*") if ".tmp." in p.name]

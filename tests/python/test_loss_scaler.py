@@ -11,34 +11,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import msprobe_cpp
-from models import DynamicLossScaler
-from test_overflow import steps_on_disk
-from test_overflow_origins import SqrtParamNet
-
-
-def big_input_mlp() -> nn.Module:
-    """Inputs ~1e6, first-layer weights ~1e-6: a loss of ~1.4 whose gradients overflow float32
-    when the loss is scaled by more than about 2^113 (the CPU stand-in for fp16)."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-    with torch.no_grad():
-        model[0].weight.mul_(1e-6)
-    return model
-
-
-def batches(n: int, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(8, 16, generator=g) * 1e6, torch.randint(0, 4, (8,), generator=g)) for _ in range(n)]
-
-
-# Gradients of the first layer are ~1e6 times the others: a small rate keeps training stable.
-LR = 1e-13
+from dumps import steps_on_disk
+from models import BIG_INPUT_LR, DynamicLossScaler, SqrtParamNet, big_input_batches, big_input_mlp
 
 
 def train_scaled(model, scaler, dbg, steps: int, loss_fn=None) -> List[float]:
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    opt = torch.optim.SGD(model.parameters(), lr=BIG_INPUT_LR)
     losses = []
-    for i, (x, y) in enumerate(batches(steps)):
+    for i, (x, y) in enumerate(big_input_batches(steps)):
         dbg.start(model, loss_scaler=scaler)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model, x, y) if loss_fn else F.cross_entropy(model(x), y)
@@ -108,7 +88,7 @@ def test_forward_anomalies_are_judged_as_usual_in_a_scaled_step(tmp_path):
     model = big_input_mlp()
     scaler = DynamicLossScaler(4.0)
     dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "dump")
-    x, _ = batches(1)[0]
+    x, _ = big_input_batches(1)[0]
     x[0, 0] = float("inf")
     dbg.start(model, loss_scaler=scaler)
     with pytest.raises(msprobe_cpp.OverflowError) as info:
@@ -146,8 +126,8 @@ def test_a_torch_grad_scaler_is_found_by_itself(tmp_path, capfd):
     scaler = CpuGradScaler(2.0 ** 126)
     dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "dump")
     assert cls.scale is original  # nothing is patched before start()
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    for i, (x, y) in enumerate(batches(20)):
+    opt = torch.optim.SGD(model.parameters(), lr=BIG_INPUT_LR)
+    for i, (x, y) in enumerate(big_input_batches(20)):
         dbg.start(model)  # no loss_scaler=: found through scale()
         assert cls.scale is not original
         opt.zero_grad(set_to_none=True)
@@ -179,7 +159,7 @@ def test_the_real_grad_scaler_on_cuda(tmp_path, capfd):
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "dump")
     scales, losses = [], []
-    for i, (x, y) in enumerate(batches(40)):
+    for i, (x, y) in enumerate(big_input_batches(40)):
         x, y = (x * 1e-4).cuda(), y.cuda()
         dbg.start(model)
         opt.zero_grad(set_to_none=True)

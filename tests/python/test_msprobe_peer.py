@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import msprobe_cpp
-from conftest import FIXTURES
+from testenv import FIXTURES
 
 try:
     import msprobe  # noqa: F401

@@ -1,9 +1,7 @@
 """Live overflow detection (task overflow_check) on real training loops."""
 import json
 import math
-import pathlib
 import subprocess
-from typing import Any, Dict, List, Optional
 
 import pytest
 import torch
@@ -11,66 +9,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import msprobe_cpp
-from models import make_batches, make_model, make_optimizer, train_step
-
-
-def debugger(tmp_path: pathlib.Path, **overflow: Any) -> msprobe_cpp.PrecisionDebugger:
-    top = {k: overflow.pop(k) for k in ("level", "step") if k in overflow}
-    config = {"task": "overflow_check", "dump_path": str(tmp_path / "dump"), **top, "overflow_check": overflow}
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    return msprobe_cpp.PrecisionDebugger(config_path=str(path))
-
-
-def steps_on_disk(tmp_path: pathlib.Path) -> List[str]:
-    dump = tmp_path / "dump"
-    return sorted(p.name for p in dump.iterdir()) if dump.exists() else []
-
-
-def report(tmp_path: pathlib.Path, step: int) -> Dict[str, Any]:
-    return json.loads((tmp_path / "dump" / f"step{step}" / "rank" / "overflow_report.json").read_text())
-
-
-def run(model: nn.Module, steps: int, dbg, on_step=None) -> List[float]:
-    opt = make_optimizer(model)
-    losses = []
-    for i, (x, y) in enumerate(make_batches(model, steps)):
-        if on_step:
-            x = on_step(i, x)
-        losses.append(train_step(model, opt, x, y, dbg).item())
-    return losses
-
-
-def fp16_overflow_at(steps: List[int], block: int, model: nn.Module, masked: bool = False):
-    """Scores of one block go through fp16 at the chosen steps and overflow there. `masked`: only
-    where the causal mask overwrites them afterwards, so the run survives the overflow (the
-    weights stay finite) and later steps are clean again."""
-    state = {"step": 0}
-
-    def inject(index: int, scores: torch.Tensor) -> torch.Tensor:
-        if index == block and state["step"] in steps:
-            if masked:
-                t = scores.shape[-1]
-                factor = torch.ones(t, t).triu(1).mul(6e4 - 1).add(1).half()  # < fp16 max
-                return (scores.half() * factor).float()
-            return (scores.half() * 1e5).float()
-        return scores
-
-    model.inject = inject
-
-    def on_step(i: int, x: torch.Tensor) -> torch.Tensor:
-        state["step"] = i
-        return x
-
-    return on_step
+from dumps import debugger, report, steps_on_disk
+from models import fp16_overflow_at, make_model, run_steps
 
 
 def test_clean_gpt_training_writes_nothing(tmp_path):
     """20 steps with the causal -inf mask and AdamW: the mask is explained, nothing is flagged."""
     dbg = debugger(tmp_path)
-    losses = run(make_model("gpt"), 20, dbg)
-    assert losses == run(make_model("gpt"), 20, None)
+    losses = run_steps(make_model("gpt"), 20, dbg)
+    assert losses == run_steps(make_model("gpt"), 20, None)
     assert steps_on_disk(tmp_path) == []
     assert not (tmp_path / "dump").exists()
 
@@ -80,7 +27,7 @@ def test_fp16_overflow_stops_training_at_its_step(tmp_path, capfd):
     original = torch.matmul
     on_step = fp16_overflow_at([3], block=2, model=model)
     with pytest.raises(msprobe_cpp.OverflowError) as info:
-        run(model, 6, debugger(tmp_path), on_step)
+        run_steps(model, 6, debugger(tmp_path), on_step)
     e = info.value
     assert isinstance(e, RuntimeError)
     assert e.step == 3 and e.rank == 0  # outside torch.distributed the run is rank 0 (folder `rank`)
@@ -90,7 +37,7 @@ def test_fp16_overflow_stops_training_at_its_step(tmp_path, capfd):
     assert e.output_anomaly_indices == [0] and e.input_args_anomaly_indices == []
     assert "blocks.2." in e.module
     assert e.source.endswith("return (scores.half() * 1e5).float()")
-    assert e.source.startswith(__file__ + ":")
+    assert e.source.startswith(fp16_overflow_at.__code__.co_filename + ":")  # the line inject() runs
     assert e.dump_dir == str(tmp_path / "dump" / "step3" / "rank")
     assert len(e.tensors) == 1 and e.tensors[0]["text"].startswith("output[0]: torch.float16 [8, 4, 32, 32]: 0 NaN, ")
     assert e.tensors[0]["nan"] == 0 and e.tensors[0]["posinf"] + e.tensors[0]["neginf"] > 0
@@ -115,7 +62,7 @@ def test_fp16_overflow_stops_training_at_its_step(tmp_path, capfd):
     # flagged.
     assert torch.matmul is not original
     model.inject = None
-    assert all(math.isfinite(l) for l in run(model, 2, None))
+    assert all(math.isfinite(l) for l in run_steps(model, 2, None))
 
 
 def test_backward_only_overflow_comes_out_of_backward(tmp_path):
@@ -156,7 +103,7 @@ def test_inf_in_the_data_is_reported_not_stopped_without_input_in_stop_on(tmp_pa
     # Step 2's inf batch is no stop; its NaN gradients poison the weights, and step 3 stops at the
     # first call that uses one.
     with pytest.raises(msprobe_cpp.OverflowError) as info:
-        run(make_model("mlp"), 5, dbg, inf_data_at(2))
+        run_steps(make_model("mlp"), 5, dbg, inf_data_at(2))
     e = info.value
     assert (e.step, e.origin, e.parameter, e.call) == (3, "parameter", "fc1.weight", "Functional.linear.0.forward")
     assert e.dump_dir is None and "no more dumps are written" in str(e)  # overflow_nums 1
@@ -172,7 +119,7 @@ def test_stop_level_applies_to_findings_without_an_origin(tmp_path):
     """The batch's inf is an input origin, left out of stop_on; the next call, downstream of it,
     has no origin and is high: stop_level high stops there."""
     with pytest.raises(msprobe_cpp.OverflowError) as info:
-        run(make_model("mlp"), 5, debugger(tmp_path, stop_level="high", stop_on=["op"]), inf_data_at(2))
+        run_steps(make_model("mlp"), 5, debugger(tmp_path, stop_level="high", stop_on=["op"]), inf_data_at(2))
     e = info.value
     assert (e.step, e.call, e.level, e.origin) == (2, "Functional.relu.0.forward", "high", None)
 
@@ -180,7 +127,7 @@ def test_stop_level_applies_to_findings_without_an_origin(tmp_path):
 def test_backward_inheritance_keeps_nan_data_below_critical(tmp_path):
     """With NaN data every call of the step, forward and backward, is high or medium."""
     dbg = debugger(tmp_path, overflow_nums=-1, action="continue")
-    run(make_model("mlp"), 3, dbg, inf_data_at(1))
+    run_steps(make_model("mlp"), 3, dbg, inf_data_at(1))
     r = report(tmp_path, 1)
     assert r["critical_apis"] == []
     assert any(".backward" in d["api_name"] for d in r["anomaly_details"])
@@ -226,7 +173,7 @@ def test_shipped_rules_apply_live(tmp_path, monkeypatch):
 def test_action_continue_dumps_exactly_the_overflowing_steps(tmp_path, cli):
     model = make_model("gpt")
     on_step = fp16_overflow_at([2, 5], block=1, model=model, masked=True)
-    run(model, 7, debugger(tmp_path, action="continue", overflow_nums=-1), on_step)
+    run_steps(model, 7, debugger(tmp_path, action="continue", overflow_nums=-1), on_step)
     assert steps_on_disk(tmp_path) == ["step2", "step5"]
     for k in (2, 5):
         step = tmp_path / "dump" / f"step{k}" / "rank"
@@ -255,7 +202,7 @@ def test_overflow_nums_limits_the_flagged_steps_written(tmp_path, capfd, nums, e
     flagged = []
     dbg = debugger(tmp_path, action="continue", overflow_nums=nums)
     dbg._on_overflow = lambda o: flagged.append(o.step)
-    run(model, 6, dbg, on_step)
+    run_steps(model, 6, dbg, on_step)
     assert steps_on_disk(tmp_path) == expected
     assert flagged == [1, 3, 4]  # detection goes on after the last dump
     # A written step holds the whole step, up to the optimizer.
@@ -269,7 +216,7 @@ def test_mix_level_stop_names_the_module(tmp_path):
     model = make_model("gpt")
     on_step = fp16_overflow_at([1], block=3, model=model)
     with pytest.raises(msprobe_cpp.OverflowError) as info:
-        run(model, 3, debugger(tmp_path, level="mix"), on_step)
+        run_steps(model, 3, debugger(tmp_path, level="mix"), on_step)
     assert info.value.step == 1 and "blocks.3." in info.value.module
     construct = json.loads((tmp_path / "dump" / "step1" / "rank" / "construct.json").read_text())
     assert construct[info.value.call] == info.value.module

@@ -3,8 +3,7 @@ batch, a parameter), backward anomalies stop only when they reach a parameter gr
 guard keeps guarding after a caught stop."""
 import json
 import math
-import pathlib
-from typing import Any, List, Optional
+from typing import List
 
 import pytest
 import torch
@@ -12,8 +11,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import msprobe_cpp
-from models import make_batches, make_model, make_optimizer, train_step
-from test_overflow import debugger, report, steps_on_disk
+from dumps import debugger, report, steps_on_disk
+from models import SqrtParamNet, fp16_overflow_at, make_batches, make_model, make_optimizer, run_steps, train_step
 
 
 def nan_batch(x: torch.Tensor, count: int = 5) -> torch.Tensor:
@@ -157,16 +156,6 @@ def test_backward_overflow_masked_on_the_way_is_dumped_not_stopped(tmp_path):
     assert first["gradients"] == []
 
 
-class SqrtParamNet(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-        self.gain = nn.Parameter(torch.tensor([1.0, 0.0, 2.0, 3.0]))  # sqrt'(0) = inf
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x) * torch.sqrt(self.gain)
-
-
 def test_backward_overflow_reaching_a_parameter_raises_out_of_backward(tmp_path):
     torch.manual_seed(0)
     model = SqrtParamNet()
@@ -190,20 +179,18 @@ def test_backward_overflow_reaching_a_parameter_raises_out_of_backward(tmp_path)
 
 @pytest.mark.parametrize("mask_mode", ["masked_fill", "cat", "buffer"])
 def test_causal_gpt_masks_stay_silent(tmp_path, mask_mode):
-    from test_overflow import run
     dbg = debugger(tmp_path)
-    losses = run(make_model("gpt", mask_mode=mask_mode), 20, dbg)
-    assert losses == run(make_model("gpt", mask_mode=mask_mode), 20, None)
+    losses = run_steps(make_model("gpt", mask_mode=mask_mode), 20, dbg)
+    assert losses == run_steps(make_model("gpt", mask_mode=mask_mode), 20, None)
     assert not (tmp_path / "dump").exists()
 
 
 @pytest.mark.parametrize("level", ["L1", "mix"])
 def test_the_report_alone_tells_the_story(tmp_path, level):
-    from test_overflow import fp16_overflow_at, run
     model = make_model("gpt")
     on_step = fp16_overflow_at([1], block=2, model=model)
     with pytest.raises(msprobe_cpp.OverflowError) as info:
-        run(model, 3, debugger(tmp_path, level=level), on_step)
+        run_steps(model, 3, debugger(tmp_path, level=level), on_step)
     e = info.value
     step = tmp_path / "dump" / "step1" / "rank"
     first = json.loads((step / "overflow_report.json").read_text())["first_anomaly"]

@@ -12,10 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed  # noqa: E402
 from gloo import free_port, needs_gloo  # noqa: E402
+from testenv import PACKAGE_ROOT, TESTS  # noqa: E402
 
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-from conftest import PACKAGE_ROOT  # noqa: E402
 WORLD = 3
 TIMEOUT_S = 90.0
 
@@ -25,8 +23,8 @@ pytestmark = needs_gloo
 def run_ranks(out: pathlib.Path, bad_rank: int, bad_step: int, mode: str = "nan", steps: int = 5) -> list:
     env = dict(os.environ, WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), str(HERE)]))
-    procs = [subprocess.Popen([sys.executable, str(HERE / "peer_worker.py"), str(out), str(bad_rank), str(bad_step), mode,
+               PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), str(TESTS)]))
+    procs = [subprocess.Popen([sys.executable, str(TESTS / "peer_worker.py"), str(out), str(bad_rank), str(bad_step), mode,
                                str(steps)],
                               env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(WORLD)]

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 import msprobe_cpp
-from test_live_dump import assert_stats
+from dumps import assert_stats
+from testenv import devices
 
-DEVICES = __import__("conftest").devices()
+DEVICES = devices()
 
 
 def collect(tmp_path: pathlib.Path, fn: Callable[[], None]) -> Tuple[Dict, int, int]:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import msprobe_cpp
+from testenv import ROOT
 
 
 @pytest.fixture
@@ -90,10 +91,9 @@ def test_module_keyword_arguments_are_recorded_where_torch_passes_them(tmp_path)
 def test_the_wrap_list_is_checked_against_the_running_torch():
     """tools/list_wrap_ops.py on this torch: every listed name is there, or is known to be added
     (2.x) or removed (the *_multigpu collectives, gone in 2.x) by a torch release."""
-    import pathlib
     import subprocess
     import sys
-    tool = pathlib.Path(__file__).resolve().parents[2] / "tools" / "list_wrap_ops.py"
+    tool = ROOT / "tools" / "list_wrap_ops.py"
     out = subprocess.run([sys.executable, str(tool)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"torch {torch.__version__}" in out.stdout

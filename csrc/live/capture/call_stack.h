@@ -23,7 +23,8 @@ using StackPtr = std::shared_ptr<const CallStack>;
 using StackLines = std::shared_ptr<const std::vector<std::string>>;
 
 // Holds one reference to every code object seen in a session, so frames can store raw pointers
-// and be copied freely, also on autograd threads, without touching Python refcounts.
+// and be copied freely, also on autograd threads, without touching Python refcounts. Guarded by
+// the GIL: every member function below needs it.
 class CodeRegistry {
  public:
   ~CodeRegistry();     // needs the GIL, or a finalized interpreter

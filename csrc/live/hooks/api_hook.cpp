@@ -91,6 +91,7 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   ReentryGuard guard;
   // Named first, so that scope, list and data_mode are decided before any statistics: a call
   // that is filtered out costs a counter and a few string compares.
+  const uint64_t epoch = session->epoch();
   const std::string prefix = api_ + "." + std::to_string(next_index(*session)) + ".";
   const std::string name = prefix + "forward";
   Selection& selection = session->selection();
@@ -117,6 +118,7 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   }
   const EntryOptions& options = written_.index >= 0 ? collective_options : session->entry_options();
   StoredCall call;
+  call.epoch = epoch;
   call.record.name = name;
   call.record.has_inputs = sel.inputs;
   call.record.has_outputs = sel.outputs;
@@ -151,7 +153,7 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
 
   if (sel.backward) {
     if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {
-      add_backward_recorder(fn, session, prefix + "backward", call.stack, sel, call.parent);
+      add_backward_recorder(fn, session, prefix + "backward", call.stack, sel, call.parent, epoch);
     }
   }
   if (sel.forward) {

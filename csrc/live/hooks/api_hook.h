@@ -16,6 +16,8 @@ namespace msprobe {
 
 class Session;
 
+// One wrapped torch API. Called with the GIL; its counter is atomics, reset under reset_mu_ when
+// the session's step changes.
 class ApiHook {
  public:
   ApiHook(std::string api, pybind11::object original)

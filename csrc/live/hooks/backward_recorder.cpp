@@ -28,18 +28,22 @@ std::vector<Entry> grad_entries(const variable_list& grads, const EntryOptions& 
 class BackwardRecorder : public torch::autograd::FunctionPostHook {
  public:
   BackwardRecorder(std::weak_ptr<Session> session, std::string name, StackPtr stack, Selected parts,
-                   std::optional<std::string> module)
+                   std::optional<std::string> module, uint64_t epoch)
       : session_(std::move(session)),
         name_(std::move(name)),
         stack_(std::move(stack)),
         parts_(parts),
-        module_(std::move(module)) {}
+        module_(std::move(module)),
+        epoch_(epoch) {}
 
   // The node's inputs are the gradients flowing into the call, its outputs those flowing out.
   variable_list operator()(const variable_list& outputs, const variable_list& inputs) override {
     std::shared_ptr<Session> s = session_.lock();
     if (!s || !s->collecting()) return outputs;
-    record_backward(*s, backward_call(name_, parts_, stack_, module_), inputs, outputs);
+    // Numbered with its forward: it belongs to the forward's step.
+    StoredCall call = backward_call(name_, parts_, stack_, module_);
+    call.epoch = epoch_;
+    record_backward(*s, std::move(call), inputs, outputs);
     return outputs;
   }
 
@@ -49,6 +53,7 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
   StackPtr stack_;
   Selected parts_;
   std::optional<std::string> module_;
+  uint64_t epoch_;
 };
 
 }  // namespace
@@ -72,9 +77,9 @@ void record_backward(Session& s, StoredCall&& call, const variable_list& grads_i
 
 void add_backward_recorder(const NodePtr& node, const std::shared_ptr<Session>& session,
                            std::string name, StackPtr stack, Selected parts,
-                           std::optional<std::string> module) {
+                           std::optional<std::string> module, uint64_t epoch) {
   node->add_post_hook(std::make_unique<BackwardRecorder>(session, std::move(name), std::move(stack),
-                                                         parts, std::move(module)));
+                                                         parts, std::move(module), epoch));
 }
 
 }  // namespace msprobe

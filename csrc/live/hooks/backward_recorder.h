@@ -9,6 +9,7 @@
 
 #include "live/hooks/node_ptr.h"
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +30,6 @@ void record_backward(Session& s, StoredCall&& call, const torch::autograd::varia
 // session weakly: a graph that outlives its session records nothing.
 void add_backward_recorder(const NodePtr& node, const std::shared_ptr<Session>& session,
                            std::string name, StackPtr stack, Selected parts,
-                           std::optional<std::string> module);
+                           std::optional<std::string> module, uint64_t epoch);
 
 }  // namespace msprobe

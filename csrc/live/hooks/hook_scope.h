@@ -42,6 +42,7 @@ struct OpenModuleCall {
   // it is on the Python stack the call is open; a forward that raised has left it.
   PyObject* frame = nullptr;
   std::string name;
+  uint64_t epoch = 0;  // Session::epoch() when it was numbered
   Selected selected;
   bool listed = false;  // named in `list`: everything inside it is collected (level mix)
   std::vector<Entry> inputs;

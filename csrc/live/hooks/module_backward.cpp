@@ -81,10 +81,13 @@ struct Pending {
   void record(variable_list in, variable_list out) {
     std::shared_ptr<Session> s = session.lock();
     if (!s || !s->collecting()) return;
+    const uint64_t epoch = s->epoch();
     const std::string name = key + "." + std::to_string(s->next_index(key));
     const Selected sel = s->selection().module_backward(name, base);
     if (!sel.backward) return;
-    record_backward(*s, backward_call(name, sel, stack, std::nullopt), in, out);
+    StoredCall call = backward_call(name, sel, stack, std::nullopt);
+    call.epoch = epoch;
+    record_backward(*s, std::move(call), in, out);
   }
 };
 

@@ -29,6 +29,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     Selection& selection = s->selection();
     OpenModuleCall open;
     open.module = module.ptr();
+    open.epoch = s->epoch();
     open.name = forward_key + "." + std::to_string(s->next_index(forward_key));
     if (!record) {
       push_module_call(std::move(open));
@@ -80,6 +81,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     }
     if (!open.selected.forward) return;
     StoredCall call;
+    call.epoch = open.epoch;
     call.record.name = std::move(open.name);
     call.record.has_inputs = open.selected.inputs;
     call.record.has_outputs = open.selected.outputs;

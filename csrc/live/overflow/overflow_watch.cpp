@@ -60,13 +60,15 @@ void OverflowWatch::mark_compiled_output(const at::Tensor& t) {
 
 void OverflowWatch::remember_outputs(const CallRecord& rec, const LiveTensors& live,
                                      bool explained) {
-  for (size_t i = 0; i < rec.outputs.size() && i < live.outputs.size(); ++i) {
-    for_each_tensor(rec.outputs[i], live.outputs[i], [&](const Entry& e, const at::Tensor& t) {
+  for_each_arg(rec, [&](const ArgPos& pos, const Entry& arg) {
+    const LiveArg* tensors = live.at(pos);
+    if (pos.side != ArgPos::Side::Output || !tensors) return;
+    for_each_tensor(arg, *tensors, [&](const Entry& e, const at::Tensor& t) {
       if (!is_anomalous(e, detector_.options().compat)) return;
       known_.insert_or_assign(t.unsafeGetTensorImpl(),
                               Known{WeakImpl(t.getIntrusivePtr()), explained});
     });
-  }
+  });
 }
 
 void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& out) const {

@@ -35,6 +35,7 @@
 
 namespace msprobe {
 
+// Not thread-safe: it lives in the session's StepState and is reached only under that lock.
 class OverflowWatch {
  public:
   // Throws RulesError for an unusable rules file of the config.

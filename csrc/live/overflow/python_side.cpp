@@ -76,16 +76,19 @@ void queue_backward_flush(Session& session) {
   }));
 }
 
-py::object overflow_object(const PythonSide& side, const OverflowFacts& facts) {
+py::dict overflow_fields(const OverflowFacts& facts, bool has_call) {
   const Finding& f = facts.finding;
   py::list tensors;
   for (const ArgFacts& t : facts.tensors) tensors.append(tensor_dict(t));
+  auto or_none = [has_call](const std::string& s) {
+    return has_call ? py::object(py::str(s)) : py::object(py::none());
+  };
   py::dict kw;
   kw["step"] = facts.step;
   kw["rank"] = facts.rank;
-  kw["call"] = f.call;
-  kw["scene"] = scene_name(f.scene);
-  kw["level"] = to_string(f.severity);
+  kw["call"] = or_none(f.call);
+  kw["scene"] = or_none(scene_name(f.scene));
+  kw["level"] = or_none(to_string(f.severity));
   kw["origin"] = facts.origin ? py::object(py::str(to_string(*facts.origin))) : py::none();
   kw["parameter"] = optional_str(facts.parameter);
   kw["input_args_anomaly_indices"] = f.input_indices;
@@ -100,7 +103,12 @@ py::object overflow_object(const PythonSide& side, const OverflowFacts& facts) {
   kw["absorbed"] = facts.absorbed;
   kw["note"] = facts.note;
   kw["message"] = facts.message();
-  return side.overflow_type(**kw);
+  kw["peer_stop"] = false;
+  return kw;
+}
+
+py::object overflow_object(const PythonSide& side, const OverflowFacts& facts) {
+  return side.overflow_type(**overflow_fields(facts, true));
 }
 
 void flush_deferred(Session& session) {

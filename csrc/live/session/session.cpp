@@ -201,7 +201,7 @@ std::string Session::end_step_for_raise() {
 void Session::advance() {
   capture_.new_step();
   selection_.new_step();
-  state_.with_lock([](StepState& s) {
+  state_.with_lock([this](StepState& s) {
     s.calls.clear();
     s.counters.clear();
     s.dirty = false;
@@ -211,8 +211,9 @@ void Session::advance() {
     if (s.watch) s.watch->new_step();
     if (s.decisions) s.decisions->new_step();
     ++s.step;
+    // Under the lock: add() compares a call's epoch with it.
+    epoch_ = ++g_epochs;
   });
-  epoch_ = ++g_epochs;
 }
 
 void Session::add_model_tensor(const std::string& name, const at::Tensor& t, bool buffer) {
@@ -254,7 +255,12 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
   const std::string name = call.record.name;
   StackPtr stack = call.stack;
   int rank = -1;
+  bool dropped = false;
   state_.with_lock([&](StepState& s) {
+    if (call.epoch != 0 && call.epoch != epoch_.load(std::memory_order_relaxed)) {
+      dropped = true;
+      return;
+    }
     if (s.watch) {
       const Verdict v = s.watch->judge(call.record, tensors, call.peer_rank);
       d = s.decisions->on_call(v, is_backward_name(call.record.name),
@@ -267,6 +273,7 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
     s.calls.push_back(std::move(call));
     s.dirty = true;
   });
+  if (dropped) return std::nullopt;
   if (!keep.names.empty()) keep_tensors(keep, name, tensors);
   // The source line needs the GIL, which must never be waited for while holding the step's lock:
   // a thread holding the GIL may be waiting for it (backward recorders run without the GIL).

@@ -26,6 +26,9 @@ namespace msprobe {
 
 struct StoredCall {
   CallRecord record;
+  // Session::epoch() when the call was numbered: a call still running when its step ended (another
+  // thread's stop) is not the next step's. 0: numbered by no step counter.
+  uint64_t epoch = 0;
   StackPtr stack;                          // may be null (no Python frames)
   std::optional<std::string> parent;       // enclosing module call, for construct.json
   std::optional<std::string> module_hint;  // a backward call's forward module, for messages

@@ -26,6 +26,7 @@ struct DataStats {
   int32_t pending_stats = -1;  // still on the device: the PendingStats slot (valid for the step)
 };
 
+// Thread-safe: its own mutex (hooks run on autograd and user threads too).
 class StatsCache {
  public:
   // Tensors smaller than this are cheaper to scan again than to look up.
