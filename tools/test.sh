@@ -2,8 +2,9 @@
 # The whole test suite: GoogleTest (ctest) for the core, pytest end to end.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 install_packages
-echo "== include graph"
+echo "== include graph and class sizes"
 "$PYTHON" "$ROOT/tools/include_graph.py" --quiet
+"$PYTHON" "$ROOT/tools/class_sizes.py" --quiet
 # A new compiler warning fails the suite (MSPROBE_WERROR=OFF lets it through, for a local run).
 MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" build
 echo "== ctest"
