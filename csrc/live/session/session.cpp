@@ -252,8 +252,9 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
   const LiveTensors& tensors = live ? *live : kNone;
   CallDecision d;
   KeptTensors keep;
-  const std::string name = call.record.name;
-  StackPtr stack = call.stack;
+  // What the work after the lock needs of the call, taken only where there is such work.
+  std::string name;
+  StackPtr stack;
   int rank = -1;
   bool dropped = false;
   state_.with_lock([&](StepState& s) {
@@ -266,10 +267,12 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
       d = s.decisions->on_call(v, is_backward_name(call.record.name),
                                [&] { return facts_of(s, call, v); });
       if (d.keep_tensors) keep.names = claim_tensor_files(call.record, tensors);
+      if (d.wants_source || !keep.names.empty()) name = call.record.name;
+      if (d.wants_source) stack = call.stack;
+      rank = s.rank;
     }
     keep.index = s.calls.size();
     keep.epoch = epoch_.load(std::memory_order_relaxed);
-    rank = s.rank;
     s.calls.push_back(std::move(call));
     s.dirty = true;
   });
