@@ -24,8 +24,11 @@ import shutil
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "python"))
-sys.path.insert(0, str(HERE.parent / "tests" / "python"))
+# The source tree's package where tools/demo.sh built it in place; else the installed one (pip): a
+# source package without its extension would shadow it.
+if any((HERE.parent / "python" / "msprobe_cpp").glob("_C*.so")):
+    sys.path.insert(0, str(HERE.parent / "python"))
+sys.path.insert(0, str(HERE.parent / "tests" / "python"))  # the demo's model
 
 import torch  # noqa: E402
 

@@ -89,6 +89,7 @@ PYBIND11_MODULE(_C, m) {
              s.step();
            })
       .def("pause", &Session::pause)
+      .def("set_module_dump", &Session::set_module_dump, py::arg("on"))
       .def_property_readonly("finished", &Session::finished)
       .def_property_readonly("collecting", &Session::collecting)
       .def_property_readonly("current_step", &Session::current_step)
@@ -98,6 +99,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("task", [](const Session& s) { return to_string(s.config().task); })
       .def_property_readonly("level", [](const Session& s) { return to_string(s.config().level); })
       .def_property_readonly("dump_path", [](const Session& s) { return s.config().dump_path; })
+      .def_property_readonly("config_warnings",
+                             [](const Session& s) { return s.config().warnings; })
       .def_property_readonly("watching", &Session::watching)
       .def_property_readonly("folder_rank", &Session::folder_rank)
       .def_property_readonly("step_flagged", &Session::step_flagged)
@@ -177,7 +180,7 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(PyInstanceMethod_New(f.ptr()));
   });
   m.def("module_hooks", &make_module_hooks, py::arg("qualname"), py::arg("class_name"),
-        py::arg("record") = true);
+        py::arg("record") = true, py::arg("dumped") = false);
   // The debugger's own torch calls (a loss scaler's get_scale()) must not land in the dump.
   m.def("call_unhooked", [](py::function fn) {
     ReentryGuard guard;

@@ -325,9 +325,11 @@ void check_ignored_top_level(const json& doc, const Loc& root) {
 void check_override_keys(const json& overrides) {
   for (const auto& entry : overrides.items()) {
     if (is_override_key(entry.key())) continue;
+    // The Python-only keywords (taken by PrecisionDebugger itself) are listed too: the message
+    // names every keyword a user can pass.
     throw ConfigError(std::string(kDebugger) + ": unknown keyword argument " + show(entry.key()) +
-                      "; allowed: " + join(kOverrideKeys) + ", and the overflow_check keys " +
-                      join(kOverflowKeys));
+                      "; allowed: config_path, " + join(kOverrideKeys) +
+                      ", model, on_overflow, and the overflow_check keys " + join(kOverflowKeys));
   }
 }
 
@@ -433,6 +435,12 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
     check_override_keys(overrides);
   }
   check_ignored_top_level(doc, root);
+  std::vector<std::string> warnings;
+  if (const json* v = find(doc, "enable_dataloader"); v && *v == true) {
+    warnings.push_back(root.child("enable_dataloader").str() +
+                       ": true is deprecated (msprobe 1.1.1) and ignored: call start(), stop() and "
+                       "step() around each training step");
+  }
 
   // A keyword argument replaces the file's value before validation, so it can also repair a bad
   // one (msprobe's template config.json ships "dump_path": "").
@@ -460,6 +468,7 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
     config.overflow_check =
         parse_overflow(section, root.child("overflow_check"), overrides, base_dir);
   }
+  config.warnings = std::move(warnings);
   return config;
 }
 

@@ -86,6 +86,8 @@ struct Config {
   CollectSection statistics;
   CollectSection tensor;
   OverflowSection overflow_check;
+  // Accepted but worth a word (a deprecated key): one line each, for the program to say.
+  std::vector<std::string> warnings;
 
   // The section that scope/list/data_mode come from for the chosen task.
   const CollectSection& collect() const { return task == Task::Tensor ? tensor : statistics; }

@@ -13,12 +13,13 @@ import torch  # noqa: F401 - torch's libraries and Python types are in place bef
 
 from . import _C
 from ._C import ConfigError, RulesError, WriteError
-from .debugger import PrecisionDebugger
+from .debugger import PrecisionDebugger, module_dump, module_dump_end, write_at_exit
 from .errors import Overflow, OverflowError  # noqa: A004 - msprobe_cpp.OverflowError, a RuntimeError
+from .seed import seed_all
 
 __version__: str = _C.__version__
 
-__all__ = ["PrecisionDebugger", "Overflow", "OverflowError", "ConfigError", "RulesError", "WriteError"]
+__all__ = ["PrecisionDebugger", "seed_all", "module_dump", "module_dump_end", "Overflow",
+           "OverflowError", "ConfigError", "RulesError", "WriteError"]
 
-# Sessions hold Python objects: let go of the live one while the interpreter can still take them.
-atexit.register(_C.set_current_session, None)
+atexit.register(write_at_exit)

@@ -76,6 +76,31 @@ def _models_of(model: Any) -> List[torch.nn.Module]:
     return models
 
 
+class _OnTheDebugger:
+    """msprobe's start/stop/step/forward_backward_dump_end are classmethods acting on its one
+    debugger: `PrecisionDebugger.start()` is the same call as `debugger.start()`, once a debugger
+    exists (the live one: the last made)."""
+
+    def __init__(self, method: Callable[..., Any]) -> None:
+        self._method = method
+        self.__doc__ = method.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, debugger: Any, owner: type) -> Callable[..., Any]:
+        if debugger is None:
+            debugger = owner._instance  # type: ignore[attr-defined]
+            if debugger is None:
+                name = self._name
+
+                def no_debugger(*args: Any, **kwargs: Any) -> None:
+                    raise RuntimeError(f"PrecisionDebugger.{name}(): no PrecisionDebugger exists yet; "
+                                       "make one first (PrecisionDebugger(config_path=...))")
+                return no_debugger
+        return self._method.__get__(debugger, owner)
+
+
 class PrecisionDebugger:
     """Collects msprobe-format dumps of a training run, and guards it against overflows.
 
@@ -105,6 +130,7 @@ class PrecisionDebugger:
         self._overflow: Optional[Overflow] = None
         self._api_hooks = ApiHooks()
         self._module_handles: List[Any] = []
+        self._dump_handles: List[Any] = []  # module_dump()'s
         self._models: List[torch.nn.Module] = []
         self._hooked_modules: Set[int] = set()
         self._done = False
@@ -151,6 +177,8 @@ class PrecisionDebugger:
                                           on_stop, raise_peer_stop, mark_collective_input,
                                           collective_input_rank)
 
+        for warning in self._session.config_warnings:
+            _warn(warning)
         previous = PrecisionDebugger._instance
         if previous is not None and not previous._done:
             _warn("a new PrecisionDebugger replaces the live one: the earlier one's hooks are removed "
@@ -169,6 +197,7 @@ class PrecisionDebugger:
         while it is clean."""
         return self._overflow
 
+    @_OnTheDebugger
     def start(self, model: Optional[Any] = None, loss_scaler: Any = None) -> None:
         """Begins (or resumes) collection for the current step; installs hooks the first time.
 
@@ -218,6 +247,7 @@ class PrecisionDebugger:
             self._peer.check_peer()
         self._session.start(_rank())
 
+    @_OnTheDebugger
     def stop(self) -> None:
         """Ends collection for now and writes the step's files."""
         if self._peer is not None:
@@ -225,6 +255,7 @@ class PrecisionDebugger:
         self._stopped = True
         self._session.stop()
 
+    @_OnTheDebugger
     def step(self) -> None:
         """Moves to the next step; after the last configured step every hook is removed.
 
@@ -242,11 +273,33 @@ class PrecisionDebugger:
         if self._session.finished:
             self._release()
 
-    @classmethod
-    def forward_backward_dump_end(cls) -> None:
-        """Stops collection until the next start(), e.g. to leave the optimizer out."""
-        if cls._instance is not None:
-            cls._instance._session.pause()
+    @_OnTheDebugger
+    def forward_backward_dump_end(self) -> None:
+        """Ends the collected block, placed after the forward and before loss.backward(): the
+        block's forward calls and, when loss.backward() runs, their backward are recorded; nothing
+        else is until the next start() (the optimizer, say)."""
+        self._session.pause()
+
+    def _module_dump(self, module: torch.nn.Module, dump_name: str) -> None:
+        self._module_dump_end()
+        pre, post = _C.module_hooks(dump_name, type(module).__name__, True, True)
+        self._dump_handles = [_register_pre_hook(module, pre), module.register_forward_hook(post)]
+        self._session.set_module_dump(True)
+
+    def _module_dump_end(self) -> None:
+        for handle in self._dump_handles:
+            handle.remove()
+        self._dump_handles = []
+        self._session.set_module_dump(False)
+
+    def _write_at_exit(self) -> None:
+        """A script that ends after start() without stop() gets its step written, as msprobe's."""
+        if self._done or self._last_start_step is None or self._stopped:
+            return
+        try:
+            self._session.stop()
+        except Exception as e:  # noqa: BLE001 - the interpreter is ending: say it, raise nothing
+            _warn(f"the step started last could not be written at exit: {e}")
 
     def _warn_once(self, cause: str, text: str) -> None:
         if cause not in self._warned:
@@ -307,12 +360,43 @@ class PrecisionDebugger:
         """Removes every hook; the debugger collects nothing more."""
         self._api_hooks.remove()
         self._grad_scalers.remove()
-        for handle in self._module_handles:
+        for handle in self._module_handles + self._dump_handles:
             handle.remove()
         self._module_handles = []
+        self._dump_handles = []
         self._hooked_modules = set()
         self._done = True
         if self._peer is not None:
             self._peer.close()
         if PrecisionDebugger._instance is self:
             _C.set_current_session(None)
+
+
+def module_dump(module: torch.nn.Module, dump_name: str) -> None:
+    """From here until module_dump_end(), only `module`'s own forward and backward are recorded,
+    as Module.<dump_name>.<ClassName>.forward.<n> / .backward.<n>: the API calls and the child
+    modules inside it, and every other call, are not (msprobe's module_dump)."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module_dump: module must be a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(dump_name, str):
+        raise TypeError(f"module_dump: dump_name must be a str, got {type(dump_name).__name__}")
+    debugger = PrecisionDebugger._instance
+    if debugger is None or debugger._done:
+        raise RuntimeError("module_dump: no live PrecisionDebugger; make one and start() it first")
+    debugger._module_dump(module, dump_name)
+
+
+def module_dump_end() -> None:
+    """Recording goes back to normal, and module_dump()'s hooks are removed."""
+    debugger = PrecisionDebugger._instance
+    if debugger is not None:
+        debugger._module_dump_end()
+
+
+def write_at_exit() -> None:
+    """At interpreter exit: the live debugger's started step is written, then the session is let
+    go while the interpreter can still take its Python objects."""
+    debugger = PrecisionDebugger._instance
+    if debugger is not None:
+        debugger._write_at_exit()
+    _C.set_current_session(None)

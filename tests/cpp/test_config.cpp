@@ -281,7 +281,8 @@ TEST(ConfigTest, OverrideErrors) {
             R"(PrecisionDebugger(task=...): "run_ut" is an msprobe task that msprobe_cpp does )"
             "not support; supported: statistics, tensor, overflow_check");
   const std::string allowed =
-      "allowed: task, dump_path, level, step, rank, and the overflow_check keys overflow_nums, "
+      "allowed: config_path, task, dump_path, level, step, rank, model, on_overflow, and the "
+      "overflow_check keys overflow_nums, "
       "action, stop_level, stop_on, mutation_threshold, rules, compat, dump_skipped_steps, "
       "min_loss_scale, sync, sync_batch_calls";
   EXPECT_EQ(config_error(file, json{{"foo", 1}}),

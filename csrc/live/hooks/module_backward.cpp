@@ -80,7 +80,7 @@ struct Pending {
 
   void record(variable_list in, variable_list out) {
     std::shared_ptr<Session> s = session.lock();
-    if (!s || !s->collecting()) return;
+    if (!s || !s->collecting_backward()) return;
     const uint64_t epoch = s->epoch();
     const std::string name = key + "." + std::to_string(s->next_index(key));
     const Selected sel = s->selection().module_backward(name, base);

@@ -15,16 +15,19 @@ namespace py = pybind11;
 
 namespace msprobe {
 
-py::tuple make_module_hooks(const std::string& qualname, const std::string& class_name,
-                            bool record) {
+py::tuple make_module_hooks(const std::string& qualname, const std::string& class_name, bool record,
+                            bool dumped) {
   const std::string base = "Module." + qualname + "." + class_name;
   const std::string forward_key = base + ".forward";
   const std::string backward_key = base + ".backward";
 
   // PyTorch >= 2.0 passes keyword arguments too (registered with with_kwargs=True).
-  auto pre = [forward_key, record](py::handle module, py::handle inputs, py::handle kwargs) {
+  auto on = [dumped](const Session& s) {
+    return dumped ? s.collecting_module_dump() : s.collecting();
+  };
+  auto pre = [forward_key, record, on](py::handle module, py::handle inputs, py::handle kwargs) {
     std::shared_ptr<Session> s = current_session();
-    if (!s || !s->collecting()) return;
+    if (!s || !on(*s)) return;
     if (s->peer_stopped()) raise_peer_stop(*s);
     Selection& selection = s->selection();
     OpenModuleCall open;
@@ -59,12 +62,13 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     push_module_call(std::move(open));
   };
 
-  auto post = [base, backward_key](py::handle module, py::handle /*inputs*/, py::handle output) {
+  auto post = [base, backward_key, on](py::handle module, py::handle /*inputs*/,
+                                       py::handle output) {
     OpenModuleCall open;
     // A forward that began before collection started has no open call: nothing to record.
     if (!pop_module_call(module.ptr(), open)) return;
     std::shared_ptr<Session> s = current_session();
-    if (!s || !s->collecting()) return;
+    if (!s || !on(*s)) return;
     s->selection().end(open.name);
     if (open.backward) {
       try {

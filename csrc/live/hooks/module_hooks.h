@@ -13,7 +13,8 @@ namespace msprobe {
 // (pre_hook, forward_hook) for the module `Module.<qualname>.<class_name>`.
 // With `record` false the hooks only keep track of the enclosing module (level L1 of task
 // overflow_check, so that a stop names the module it happened in).
+// `dumped`: the hooks of module_dump(), which record while every other hook is suspended.
 pybind11::tuple make_module_hooks(const std::string& qualname, const std::string& class_name,
-                                  bool record = true);
+                                  bool record = true, bool dumped = false);
 
 }  // namespace msprobe

@@ -72,8 +72,8 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
       epoch_(++g_epochs),
       selection_(config_.collect(), config_.level, section_name(config_, source)),
       capture_(config_, paths_.dump_root),
-      writer_(paths_.dump_root, to_string(config_.task), to_string(config_.level),
-              capture_.saver()) {
+      writer_(config_.dump_path, paths_.dump_root, to_string(config_.task),
+              to_string(config_.level), capture_.saver()) {
   if (!watching()) return;
   state_.with_lock([&](StepState& s) {
     try {
@@ -87,7 +87,7 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
 }
 
 Session::~Session() {
-  collecting_ = false;
+  collecting_ = Collecting::Off;
   if (!py_) return;
   if (!Py_IsInitialized()) {
     // The interpreter is gone, and with it the objects: nothing may be released any more.
@@ -153,7 +153,7 @@ void Session::start(int rank) {
       rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
   const bool collect = rank_ok && config_.step.contains(step) && !finished();
   if (collect) state_.with_lock([](StepState& s) { s.collected = true; });
-  collecting_ = collect;
+  collecting_ = collect ? Collecting::On : Collecting::Off;
 }
 
 void Session::warn_unmatched_selection(int64_t step) {
@@ -170,16 +170,24 @@ void Session::warn_unmatched_selection(int64_t step) {
 }
 
 void Session::pause() {
-  collecting_ = false;
+  // The block's forward calls are recorded; their backward runs later, in loss.backward(), and is
+  // recorded too (msprobe's forward_backward_dump_end). New forward calls are not.
+  Collecting on = Collecting::On;
+  collecting_.compare_exchange_strong(on, Collecting::BackwardOnly);
+}
+
+void Session::set_module_dump(bool on) {
+  Collecting from = on ? Collecting::On : Collecting::ModuleDump;
+  collecting_.compare_exchange_strong(from, on ? Collecting::ModuleDump : Collecting::On);
 }
 
 void Session::stop() {
-  collecting_ = false;
+  collecting_ = Collecting::Off;
   write_step(/*at_stop=*/true);
 }
 
 void Session::step() {
-  collecting_ = false;
+  collecting_ = Collecting::Off;
   const auto [raised, collected, step] = state_.with_lock([](StepState& s) {
     const bool raised = std::exchange(s.ended_by_raise, false);
     return std::make_tuple(raised, s.collected, s.step);
@@ -191,7 +199,7 @@ void Session::step() {
 }
 
 std::string Session::end_step_for_raise() {
-  collecting_ = false;
+  collecting_ = Collecting::Off;
   const std::string write_error = write_step();
   advance();
   state_.with_lock([](StepState& s) { s.ended_by_raise = true; });
@@ -354,6 +362,7 @@ std::string Session::write_step(bool at_stop) {
     f->step = s.step;
     f->rank = s.rank;
     f->dir = dir_of(s);
+    f->folder = s.folder();
     f->calls = std::move(s.calls);
     s.calls.clear();
     // At L1 the overflow guard keeps a module stack of the started model: it names the parents.

@@ -64,17 +64,29 @@ class Session {
   bool modules_hooked() const { return config_.level != Level::L1; }
 
   // Lifecycle, called from Python with the GIL held.
-  void start(int rank);   // rank -1: torch.distributed not initialized
-  void stop();            // writes the step's files (everything collected in this step so far)
-  void step();            // writes if stop() was not called, then moves to the next step
-  void pause();           // forward_backward_dump_end: stop collecting until the next start()
+  void start(int rank);  // rank -1: torch.distributed not initialized
+  void stop();           // writes the step's files (everything collected in this step so far)
+  void step();           // writes if stop() was not called, then moves to the next step
+  // forward_backward_dump_end: only the backward of the calls recorded so far is collected
+  // until the next start().
+  void pause();
   bool finished() const;  // past the last configured step
   int64_t current_step() const;
   std::string step_dir() const;  // <dump_path>/step<S>/rank<R>
   int folder_rank() const;       // outside distributed: rank 0
 
   // Hot path.
-  bool collecting() const { return collecting_.load(std::memory_order_relaxed); }
+  bool collecting() const { return collecting_.load(std::memory_order_relaxed) == Collecting::On; }
+  // module_dump(): only the dumped module's own hooks record (its forward and backward).
+  void set_module_dump(bool on);
+  bool collecting_module_dump() const {
+    const Collecting c = collecting_.load(std::memory_order_relaxed);
+    return c == Collecting::On || c == Collecting::ModuleDump;
+  }
+  // Backward hooks of calls already recorded: also after pause().
+  bool collecting_backward() const {
+    return collecting_.load(std::memory_order_relaxed) != Collecting::Off;
+  }
   int64_t next_index(const std::string& key);  // n of `key` within the step
   // Unique among all sessions' steps: API hooks reset their own call counters when it changes.
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
@@ -159,7 +171,8 @@ class Session {
 
   const Config config_;
   const SessionPaths paths_;
-  std::atomic<bool> collecting_{false};
+  enum class Collecting : uint8_t { Off, On, BackwardOnly, ModuleDump };
+  std::atomic<Collecting> collecting_{Collecting::Off};
   std::atomic<uint64_t> epoch_;
   Guarded<StepState> state_;
   std::atomic<size_t> deferred_count_{0};  // state_'s queue length, read without the lock

@@ -11,9 +11,10 @@
 
 namespace msprobe {
 
-StepWriter::StepWriter(std::string dump_root, std::string task, std::string level,
-                       TensorSaver* saver)
-    : dump_root_(std::move(dump_root)),
+StepWriter::StepWriter(std::string dump_path, std::string dump_root, std::string task,
+                       std::string level, TensorSaver* saver)
+    : dump_path_(std::move(dump_path)),
+      dump_root_(std::move(dump_root)),
       task_(std::move(task)),
       level_(std::move(level)),
       saver_(saver) {}
@@ -77,7 +78,9 @@ void StepWriter::save_tensors(FinishedStep& step, const std::string& tensor_dir,
     remove_empty_folders(tensor_dir, step.dir);
     return;
   }
-  header.dump_data_dir = tensor_dir;
+  std::string given = dump_path_;
+  while (given.size() > 1 && given.back() == '/') given.pop_back();
+  header.dump_data_dir = given + "/" + step.folder + "/dump_tensor_data";
   for (StoredCall& c : step.calls) {
     for_each_entry(c.record, [&](Entry& e) {
       if (!e.data_name.empty()) written.push_back(tensor_dir + "/" + e.data_name);

@@ -19,7 +19,8 @@ namespace msprobe {
 struct FinishedStep {
   int64_t step = 0;
   int rank = -1;
-  std::string dir;  // <dump_root>/step<S>/rank<R>
+  std::string dir;     // <dump_root>/step<S>/rank<R>
+  std::string folder;  // step<S>/rank<R>
   std::vector<StoredCall> calls;
   std::vector<StackLines> stacks;  // parallel to calls; null for backward records
   bool construct = false;          // construct.json names each call's enclosing module
@@ -30,8 +31,11 @@ struct FinishedStep {
 
 class StepWriter {
  public:
-  // `saver`: where kept tensors go (null under task statistics).
-  StepWriter(std::string dump_root, std::string task, std::string level, TensorSaver* saver);
+  // `dump_path`: as the user gave it, for dump.json's dump_data_dir (relative stays relative, as
+  // msprobe writes it); `dump_root`: the same made absolute. `saver`: where kept tensors go (null
+  // under task statistics).
+  StepWriter(std::string dump_path, std::string dump_root, std::string task, std::string level,
+             TensorSaver* saver);
 
   // Writes `step`'s files; under overflow_check also the one-screen summary on stderr. A step
   // that cannot be completed (a full disk) leaves nothing and returns why ("" when written); the
@@ -43,7 +47,7 @@ class StepWriter {
   void save_tensors(FinishedStep& step, const std::string& tensor_dir, DumpHeader& header,
                     std::vector<std::string>& written);
 
-  const std::string dump_root_;
+  const std::string dump_path_, dump_root_;
   const std::string task_, level_;
   TensorSaver* const saver_;
   std::mutex mu_;            // one step at a time; guards the members below
