@@ -71,11 +71,16 @@ TARGETS = {("gpt", "overflow-L1"): 1.4, ("gpt", "L1"): 1.6, ("gpt", "mix"): 1.8,
            ("convnet", "overflow-L1"): 1.1}
 # "gpt-nomask" is the same TinyGPT without its causal mask: no -inf anywhere, so its ratio beside
 # "gpt"'s shows what the -inf masks (the explained path of overflow_check) cost.
-MODELS = ("gpt", "gpt-nomask", "convnet", "mlp")
+# "gpt-foreach" trains it as many scripts do: a foreach optimizer (torch._foreach_* calls) and
+# zero_grad(set_to_none=False) (Tensor.zero_ on every gradient): what the wrap list's choice of
+# optimizer and zeroing calls costs.
+MODELS = ("gpt", "gpt-nomask", "gpt-foreach", "convnet", "mlp")
 
 
 def build_model(name: str) -> torch.nn.Module:
-    return make_model("gpt", mask_mode="none") if name == "gpt-nomask" else make_model(name)
+    if name == "gpt-nomask":
+        return make_model("gpt", mask_mode="none")
+    return make_model("gpt" if name == "gpt-foreach" else name)
 
 # Attributes an L1 dump wraps, one per namespace; identity with the originals means no hook is left.
 PROBES: List[Tuple[Any, str]] = [(torch, "tanh"), (F, "linear"), (torch.Tensor, "__mul__"), (torch.Tensor, "add_")]
@@ -87,6 +92,7 @@ class Run:
     model: torch.nn.Module
     opt: torch.optim.Optimizer
     level: Optional[str] = None  # the configuration's name; None for the baseline
+    set_to_none: bool = True  # zero_grad's
     rounds: List[List[float]] = field(default_factory=list)  # step times (s), one list per round
     losses: List[float] = field(default_factory=list)
     steps_dumped: int = 0
@@ -139,7 +145,7 @@ def run_steps(run: Run, n: int, data: List[Any], device: str, debugger: Any) -> 
         x, y = data[len(run.losses) % len(data)]
         sync(device)
         t0 = time.perf_counter()
-        loss = train_step(run.model, run.opt, x, y, debugger)
+        loss = train_step(run.model, run.opt, x, y, debugger, set_to_none=run.set_to_none)
         sync(device)
         times.append(time.perf_counter() - t0)
         run.losses.append(loss.item())  # outside the timed window and after stop()
@@ -211,7 +217,9 @@ def measure_model(model_name: str, configs: List[str], args: argparse.Namespace,
     runs: Dict[str, Run] = {}
     for name in ["baseline"] + configs:
         model = copy.deepcopy(base)
-        runs[name] = Run(name=name, model=model, opt=make_optimizer(model), level=None if name == "baseline" else name)
+        foreach = model_name == "gpt-foreach"
+        runs[name] = Run(name=name, model=model, opt=make_optimizer(model, foreach=foreach),
+                         level=None if name == "baseline" else name, set_to_none=not foreach)
 
     print(f"\n== model {model_name}")
     for r in range(rounds):

@@ -209,17 +209,17 @@ def make_batches(model: nn.Module, steps: int, *, seed: int = 0, batch: int = 8,
 
 
 def make_optimizer(model: nn.Module, optimizer: str = "adamw", lr: float = 1e-3,
-                   dtype: torch.dtype = torch.float32) -> torch.optim.Optimizer:
+                   dtype: torch.dtype = torch.float32, foreach: bool = False) -> torch.optim.Optimizer:
     # foreach=False pins the per-parameter update loop (Tensor.add_ ... in the dump) whatever the
     # torch version or device would pick by default, so dumps have the same calls everywhere.
     if optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=lr, foreach=False)
+        return torch.optim.SGD(model.parameters(), lr=lr, foreach=foreach)
     if optimizer == "adamw":
         # AdamW's default eps (1e-8) rounds to 0 in float16, so a parameter whose gradient is 0 (an
         # embedding row no token used) gets 0/0 = NaN; 1e-4 is representable and keeps clean fp16
         # training clean, so the only overflows are the ones a test plants.
         eps = 1e-4 if dtype == torch.float16 else 1e-8
-        return torch.optim.AdamW(model.parameters(), lr=lr, eps=eps, foreach=False)
+        return torch.optim.AdamW(model.parameters(), lr=lr, eps=eps, foreach=foreach)
     raise ValueError(f"unknown optimizer {optimizer!r}: expected 'adamw' or 'sgd'")
 
 
@@ -231,13 +231,13 @@ def compute_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Te
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-               debugger: Any = None) -> torch.Tensor:
+               debugger: Any = None, set_to_none: bool = True) -> torch.Tensor:
     """One step, bracketed by the debugger when one is given. Returns the loss tensor; call .item()
     on it after this returns, so the read-out is not part of the dumped step."""
     if debugger is not None:
         debugger.start(model)
     # set_to_none=True (2.x's default, not 1.13's) so no Tensor.zero_ calls appear from step 1 on.
-    opt.zero_grad(set_to_none=True)
+    opt.zero_grad(set_to_none=set_to_none)
     loss = compute_loss(model, x, y)
     loss.backward()
     opt.step()
