@@ -99,6 +99,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("task", [](const Session& s) { return to_string(s.config().task); })
       .def_property_readonly("level", [](const Session& s) { return to_string(s.config().level); })
       .def_property_readonly("dump_path", [](const Session& s) { return s.config().dump_path; })
+      .def_property_readonly("extra_apis", [](const Session& s) { return s.config().extra_apis; })
       .def_property_readonly("config_warnings",
                              [](const Session& s) { return s.config().warnings; })
       .def_property_readonly("watching", &Session::watching)

@@ -292,12 +292,39 @@ OverflowSection parse_overflow(const json* section, const Loc& at, const json& o
   return out;
 }
 
-const std::vector<std::string> kTopKeys = {"task",  "dump_path",  "rank",   "step",
-                                           "level", "statistics", "tensor", "overflow_check"};
+// "Tensor.view", "Torch.linalg.norm": an API as call names spell it. Whether the running torch has
+// it is checked where torch is (the debugger), with a did-you-mean.
+std::vector<std::string> parse_api_names(const json& value, const Loc& at) {
+  std::vector<std::string> names = parse_string_list(value, at);
+  static const std::vector<std::string> kPrefixes = {"Functional", "Tensor", "Torch", "Distributed",
+                                                     "VF"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names[i];
+    const size_t dot = n.find('.');
+    const bool prefixed =
+        dot != std::string::npos &&
+        std::find(kPrefixes.begin(), kPrefixes.end(), n.substr(0, dot)) != kPrefixes.end();
+    const std::string api = prefixed ? n.substr(dot + 1) : "";
+    const bool plain = !api.empty() && api.front() != '.' && api.back() != '.' &&
+                       std::all_of(api.begin(), api.end(), [](char c) {
+                         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+                       });
+    if (!plain) {
+      fail(at.item(i),
+           "an API named as in call names: " + join(kPrefixes, ".x, ") + ".x (\"Tensor.view\")", n);
+    }
+  }
+  return names;
+}
+
+const std::vector<std::string> kTopKeys = {"task",   "dump_path",      "rank",
+                                           "step",   "level",          "statistics",
+                                           "tensor", "overflow_check", "extra_apis"};
 const std::vector<std::string> kIgnoredTopKeys = {
     "is_deterministic", "enable_dataloader", "async_dump", "framework", "seed", "free_benchmark",
     "run_ut",           "grad_probe"};
-const std::vector<std::string> kOverrideKeys = {"task", "dump_path", "level", "step", "rank"};
+const std::vector<std::string> kOverrideKeys = {"task", "dump_path", "level",
+                                                "step", "rank",      "extra_apis"};
 
 bool is_override_key(const std::string& key) {
   auto in = [&](const std::vector<std::string>& keys) {
@@ -459,6 +486,7 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
     fail_missing(root.child("dump_path"), "a non-empty string (required)");
   }
   if (auto f = top.get("rank")) config.rank = parse_ranges(*f->value, f->at);
+  if (auto f = top.get("extra_apis")) config.extra_apis = parse_api_names(*f->value, f->at);
   if (auto f = top.get("step")) config.step = parse_ranges(*f->value, f->at);
   if (auto f = top.get("level")) config.level = parse_level(*f->value, f->at);
   if (auto f = top.get("statistics")) config.statistics = parse_collect(*f->value, f->at, true);

@@ -86,6 +86,8 @@ struct Config {
   CollectSection statistics;
   CollectSection tensor;
   OverflowSection overflow_check;
+  // APIs recorded besides the default wrap list ("Tensor.view"), every task.
+  std::vector<std::string> extra_apis;
   // Accepted but worth a word (a deprecated key): one line each, for the program to say.
   std::vector<std::string> warnings;
 

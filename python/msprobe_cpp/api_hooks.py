@@ -1,7 +1,9 @@
-"""Installs and removes the C++ API wrappers listed in rules/support_wrap_ops.yaml."""
+"""Installs and removes the C++ API wrappers: msprobe 1.1.1's wrap list (rules/support_wrap_ops.yaml),
+the dtype casts under task overflow_check, and the config's extra_apis."""
+import difflib
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed
@@ -22,6 +24,40 @@ _NAMESPACES = {
 }
 
 _MISSING = object()
+_SECTION_OF_PREFIX = {prefix: section for section, (_, prefix) in _NAMESPACES.items()}
+
+
+def resolve(section: str, name: str) -> Optional[Tuple[Any, str, Any]]:
+    """(owner, attribute, callable) of API `name` of a section in the running torch, or None where
+    it lacks it (msprobe skips those too). A dotted torch name (linalg.norm) is an attribute of
+    its submodule."""
+    owner = _NAMESPACES[section][0]
+    *path, attr = name.split(".")
+    for part in path:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return None
+    original = getattr(owner, attr, _MISSING)
+    if original is _MISSING or not callable(original) or isinstance(original, type):
+        return None
+    return owner, attr, original
+
+
+def check_extra_apis(names: List[str], label: Callable[[int], str]) -> List[Tuple[str, str]]:
+    """(section, name) of each "Tensor.view"-like name; ConfigError with a did-you-mean for one the
+    running torch does not have."""
+    out = []
+    for i, full in enumerate(names):
+        prefix, name = full.split(".", 1)
+        section = _SECTION_OF_PREFIX[prefix]
+        if resolve(section, name) is None:
+            owner = _NAMESPACES[section][0]
+            close = difflib.get_close_matches(name, [n for n in dir(owner) if not n.startswith("_")], n=1)
+            hint = f'; did you mean "{prefix}.{close[0]}"?' if close else ""
+            raise _C.ConfigError(f"{label(i)}: {full!r} is no API of this torch ({torch.__version__})"
+                                 f"{hint}")
+        out.append((section, name))
+    return out
 
 
 def compiling_probe() -> Optional[Callable[[], bool]]:
@@ -96,33 +132,41 @@ class ApiHooks:
     def installed(self) -> bool:
         return bool(self._saved)
 
-    def install(self, wrap_ops_path: str = os.path.join(RULES_DIR, "support_wrap_ops.yaml")) -> None:
+    def install(self, watching: bool = False, extra: Sequence[Tuple[str, str]] = (),
+                wrap_ops_path: str = os.path.join(RULES_DIR, "support_wrap_ops.yaml")) -> None:
+        """msprobe's list; with `watching` (task overflow_check) the casts too; then `extra`."""
         if self._saved:
             return
         ops: Dict[str, List[str]] = _C.load_wrap_ops(wrap_ops_path)
+        wanted = [(section, name) for section in _NAMESPACES for name in ops.get(section, [])]
+        if watching:
+            wanted += [("tensor", name) for name in ops.get("overflow_casts", [])]
+        wanted += list(extra)
         is_compiling = compiling_probe()
-        for section, names in ops.items():
-            if section not in _NAMESPACES:
+        done = set()
+        for section, name in wanted:
+            if (section, name) in done:
                 continue
-            owner, prefix = _NAMESPACES[section]
+            done.add((section, name))
+            prefix = _NAMESPACES[section][1]
             if section == "distributed" and not torch.distributed.is_available():
                 continue
-            for name in names:
-                original = getattr(owner, name, _MISSING)
-                if original is _MISSING or not callable(original) or isinstance(original, type):
-                    continue  # not in this torch version
-                hook = _C.ApiHook(f"{prefix}.{name}", original)
-                if is_compiling is not None:
-                    wrapper = _compile_aware(hook, original, is_compiling)  # a function: binds as a method
-                else:
-                    wrapper = _C.as_method(hook) if owner is torch.Tensor else hook
-                if section == "distributed":
-                    wrapper = _coordinated(wrapper)
-                # Tensor methods usually live in torch._C._TensorBase, not in torch.Tensor's own
-                # __dict__: remember which, so removal deletes rather than shadows.
-                own = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else original
-                self._saved.append((owner, name, own))
-                setattr(owner, name, wrapper)
+            found = resolve(section, name)
+            if found is None:
+                continue  # not in this torch version
+            owner, attr, original = found
+            hook = _C.ApiHook(f"{prefix}.{name}", original)
+            if is_compiling is not None:
+                wrapper = _compile_aware(hook, original, is_compiling)  # a function: binds as a method
+            else:
+                wrapper = _C.as_method(hook) if owner is torch.Tensor else hook
+            if section == "distributed":
+                wrapper = _coordinated(wrapper)
+            # Tensor methods usually live in torch._C._TensorBase, not in torch.Tensor's own
+            # __dict__: remember which, so removal deletes rather than shadows.
+            own = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else original
+            self._saved.append((owner, attr, own))
+            setattr(owner, attr, wrapper)
 
     def remove(self) -> None:
         for owner, name, own in reversed(self._saved):

@@ -125,6 +125,10 @@ class PrecisionDebugger:
         overrides = {k: _keyword_value(k, v) for k, v in given.items() if v is not None}
         path = os.fspath(config_path) if config_path is not None else ""
         self._session = _C.Session(path, json.dumps(overrides), PACKAGE_DIR, TORCH_DIR)
+        self._extra_apis = api_hooks.check_extra_apis(
+            self._session.extra_apis,
+            (lambda i: f"PrecisionDebugger(extra_apis=...)[{i}]") if "extra_apis" in overrides
+            else (lambda i: f"{path}: extra_apis[{i}]"))
         self._default_models = _models_of(model)
         self._on_overflow = on_overflow
         self._overflow: Optional[Overflow] = None
@@ -228,7 +232,7 @@ class PrecisionDebugger:
         self._stopped = False
 
         if self._session.apis_hooked:
-            self._api_hooks.install()
+            self._api_hooks.install(self._session.watching, self._extra_apis)
         if self._session.watching:
             self._grad_scalers.install()
         for m in new_models:

@@ -238,7 +238,7 @@ TEST(ConfigTest, DidYouMean) {
 TEST(ConfigTest, UnknownKeyWithoutCloseMatchListsAllowedKeys) {
   EXPECT_EQ(config_error(R"({"dump_path": "d", "verbosity": 3})"),
             "config.json: verbosity: unknown key; allowed: task, dump_path, rank, step, level, "
-            "statistics, tensor, overflow_check");
+            "statistics, tensor, overflow_check, extra_apis");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "tensor": {"summary_mode": "md5"}})"),
             "config.json: tensor.summary_mode: unknown key; allowed: scope, list, data_mode");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "overflow_check": {"max_calls": 2}})"),
@@ -247,7 +247,7 @@ TEST(ConfigTest, UnknownKeyWithoutCloseMatchListsAllowedKeys) {
             "min_loss_scale, sync, sync_batch_calls");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "a b\n": 1})"),
             R"(config.json: "a b\n": unknown key; allowed: task, dump_path, rank, step, level, )"
-            "statistics, tensor, overflow_check");
+            "statistics, tensor, overflow_check, extra_apis");
 }
 
 TEST(ConfigTest, UnsupportedMsprobeTasksAndLevels) {
@@ -281,7 +281,8 @@ TEST(ConfigTest, OverrideErrors) {
             R"(PrecisionDebugger(task=...): "run_ut" is an msprobe task that msprobe_cpp does )"
             "not support; supported: statistics, tensor, overflow_check");
   const std::string allowed =
-      "allowed: config_path, task, dump_path, level, step, rank, model, on_overflow, and the "
+      "allowed: config_path, task, dump_path, level, step, rank, extra_apis, model, on_overflow, "
+      "and the "
       "overflow_check keys overflow_nums, "
       "action, stop_level, stop_on, mutation_threshold, rules, compat, dump_skipped_steps, "
       "min_loss_scale, sync, sync_batch_calls";

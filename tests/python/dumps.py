@@ -71,7 +71,7 @@ def guard(tmp_path: pathlib.Path, level: str, **kw: Any):
 def debugger(tmp_path: pathlib.Path, **overflow: Any):
     """Configured by a config.json: `level` and `step` at its top, the rest in its overflow_check."""
     import msprobe_cpp
-    top = {k: overflow.pop(k) for k in ("level", "step") if k in overflow}
+    top = {k: overflow.pop(k) for k in ("level", "step", "extra_apis") if k in overflow}
     config = {"task": "overflow_check", "dump_path": str(tmp_path / "dump"), **top, "overflow_check": overflow}
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "config.json"

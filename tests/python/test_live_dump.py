@@ -127,9 +127,9 @@ def test_records_match_msprobe_field_by_field(tmp_path, fixtures, level, fixture
     assert construct == json.loads((fixtures / fixture / "construct.json").read_text())
 
 
-def collect(tmp_path, fn, level="L1"):
+def collect(tmp_path, fn, level="L1", **kw):
     """Runs fn() under a fresh debugger for one step; returns that step's records."""
-    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), level=level, step=[0])
+    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), level=level, step=[0], **kw)
     dbg.start()
     fn()
     dbg.stop()
@@ -220,8 +220,10 @@ def test_in_place_inputs_are_recorded_before_the_call(tmp_path, device):
 
 def test_argument_kinds(tmp_path):
     x = torch.arange(24.0).reshape(2, 3, 4)
+    # Tensor.to and Tensor.view are not in msprobe's wrap list: extra_apis adds them.
     data = collect(tmp_path, lambda: (x[0, 1:3, ...], x.to(torch.float64), x.view(torch.Size([6, 4])),
-                                      torch.sum(x, dim=(0, 1), dtype=None)))
+                                      torch.sum(x, dim=(0, 1), dtype=None)),
+                   extra_apis=["Tensor.to", "Tensor.view"])
     index = data["Tensor.__getitem__.0.forward"]["input_args"][1]
     assert index == [{"type": "int", "value": 0}, {"type": "slice", "value": [1, 3, None]},
                      {"type": "ellipsis", "value": "..."}]
@@ -267,10 +269,10 @@ def test_module_records_and_parents_at_mix(tmp_path):
 def wrapped_attributes():
     """(owner, name) of everything the API hooks may replace."""
     from msprobe_cpp import _C
-    from msprobe_cpp.api_hooks import RULES_DIR, _NAMESPACES
+    from msprobe_cpp.api_hooks import RULES_DIR, resolve
     ops = _C.load_wrap_ops(str(pathlib.Path(RULES_DIR) / "support_wrap_ops.yaml"))
-    return [(owner, n) for sec, ns in ops.items() for n in ns
-            for owner in [_NAMESPACES[sec][0]] if hasattr(owner, n)]
+    ops["tensor"] = ops["tensor"] + ops.pop("overflow_casts")  # installed under overflow_check
+    return [found[:2] for sec, ns in ops.items() for n in ns for found in [resolve(sec, n)] if found]
 
 
 def snapshot():

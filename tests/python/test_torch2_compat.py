@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import msprobe_cpp
-from testenv import ROOT
+from testenv import FIXTURES, ROOT
 
 
 @pytest.fixture
@@ -88,12 +88,18 @@ def test_module_keyword_arguments_are_recorded_where_torch_passes_them(tmp_path)
     assert rec["input_kwargs"]["bias"]["type"] == "torch.Tensor" and rec["input_kwargs"]["bias"]["Max"] == 0.0
 
 
-def test_the_wrap_list_is_checked_against_the_running_torch():
-    """tools/list_wrap_ops.py on this torch: every listed name is there, or is known to be added
-    (2.x) or removed (the *_multigpu collectives, gone in 2.x) by a torch release."""
+def test_the_wrap_list_is_msprobes():
+    """rules/support_wrap_ops.yaml is what tools/list_wrap_ops.py makes of msprobe 1.1.1's
+    wrap_ops.json: its five default sections name for name, and the casts of overflow_check."""
     import subprocess
     import sys
     tool = ROOT / "tools" / "list_wrap_ops.py"
-    out = subprocess.run([sys.executable, str(tool)], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"torch {torch.__version__}" in out.stdout
+    from msprobe_cpp import _C
+    ops = _C.load_wrap_ops(str(ROOT / "rules" / "support_wrap_ops.yaml"))
+    theirs = json.loads((FIXTURES / "wrap_ops.json").read_text())
+    assert {k: ops[k] for k in ("functional", "tensor", "torch", "distributed")} == \
+        {k: theirs[k] for k in ("functional", "tensor", "torch", "distributed")}
+    assert ops["vf"] == theirs["_VF"]
+    assert ops["overflow_casts"] == ["bfloat16", "double", "float", "half", "to", "type"]

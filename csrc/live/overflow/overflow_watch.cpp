@@ -35,6 +35,12 @@ bool only_minus_inf(const Entry& e) {
          std::isinf(e.min.as_double()) && e.min.as_double() < 0;
 }
 
+// Every element the same infinity (Max == Min == ±inf, so no NaN and nothing finite).
+bool one_infinity(const Entry& e) {
+  return e.max.is_number() && e.min.is_number() && std::isinf(e.max.as_double()) &&
+         e.max.as_double() == e.min.as_double();
+}
+
 }  // namespace
 
 OverflowWatch::OverflowWatch(const Config& config, const ModelTensors& models)
@@ -120,7 +126,9 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& ou
     }
     return;
   }
-  if (only_minus_inf(e)) {  // a mask made before the step (an attribute, not a buffer)
+  // A mask made before the step (an attribute, not a buffer), or a tensor holding one infinity
+  // only: what torch.full(..., ±inf) or fill_(±inf) make, which msprobe's wrap list does not record.
+  if (only_minus_inf(e) || one_infinity(e)) {
     out.kinds.add_tensor(e);
     return;
   }
