@@ -191,6 +191,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_write_budget", &set_write_budget_for_testing, py::arg("bytes"));
   m.def("_host_syncs", &host_syncs);
   m.def("load_wrap_ops", &load_wrap_ops, py::arg("path"));
+  m.def(
+      "set_process_group_facts",
+      [](py::object type, py::object facts) { set_process_group_facts(type.ptr(), facts.ptr()); },
+      py::arg("type"), py::arg("facts"));
   m.attr("__version__") = version();
   // `python -m msprobe_cpp`: the standalone binary's command line, same code, same output.
   m.def("_cli", [](const std::vector<std::string>& args) {

@@ -136,6 +136,12 @@ class RecordParser {
         const char c = cur_.peek();
         e.value = (c == '[' || c == '{') ? Scalar::of_raw(std::string(cur_.raw_value()))
                                          : cur_.read_scalar();
+      } else if (key == "group_ranks") {
+        const char c = cur_.peek();
+        e.value = (c == '[' || c == '{') ? Scalar::of_raw(std::string(cur_.raw_value()))
+                                         : cur_.read_scalar();
+      } else if (key == "group_id") {
+        e.group_id = string_field(field, "group_id");
       } else if (key == "md5") {
         e.md5 = string_field(field, "md5");
       } else if (key == "data_name") {

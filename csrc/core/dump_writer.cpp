@@ -75,6 +75,13 @@ void write_entry(JsonWriter& w, const Entry& e) {
       w.key("data_name");
       w.value_string(e.data_name);
     }
+  } else if (e.type == "torch.ProcessGroup") {
+    // {"type", "group_ranks", "group_id"}, as msprobe writes a process group.
+    if (e.value.present()) write_stat(w, "group_ranks", e.value);
+    if (!e.group_id.empty()) {
+      w.key("group_id");
+      w.value_string(e.group_id);
+    }
   } else if (e.value.present()) {
     // msprobe's one exception to {"type", "value"}.
     write_stat(w, e.type == "torch.memory_format" ? "format" : "value", e.value);

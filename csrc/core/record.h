@@ -120,6 +120,8 @@ struct Entry {
   Scalar value;  // non-tensor objects
   std::string md5;
   std::string data_name;
+  // torch.ProcessGroup: md5 of str(group_ranks) (the ranks are in `value`), as msprobe writes it.
+  std::string group_id;
   // Statistics still on the device (batched sync): the slot they will come back in; -1 when the
   // fields above are final. Never written to a file.
   int32_t pending_stats = -1;

@@ -1,6 +1,7 @@
 """Installs and removes the C++ API wrappers: msprobe 1.1.1's wrap list (rules/support_wrap_ops.yaml),
 the dtype casts under task overflow_check, and the config's extra_apis."""
 import difflib
+import hashlib
 import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -24,6 +25,19 @@ _NAMESPACES = {
 }
 
 _MISSING = object()
+
+
+def _process_group_facts(group: Any) -> Optional[Tuple[List[int], str]]:
+    """A process group argument as msprobe records it: its ranks, and the md5 of their text."""
+    try:
+        ranks = list(torch.distributed.get_process_group_ranks(group))
+    except Exception:  # noqa: BLE001 - then the record says the type alone, as msprobe's does
+        return None
+    return ranks, hashlib.md5(str(ranks).encode("utf-8")).hexdigest()
+
+
+if torch.distributed.is_available():
+    _C.set_process_group_facts(torch.distributed.ProcessGroup, _process_group_facts)
 _SECTION_OF_PREFIX = {prefix: section for section, (_, prefix) in _NAMESPACES.items()}
 
 

@@ -293,3 +293,24 @@ TEST(DumpReader, ExceptInfNanFieldsRoundTripInMsprobesPlace) {
       << compact;
   EXPECT_EQ(compact.find("Max_except_inf_nan"), std::string::npos);
 }
+
+TEST(DumpReader, ProcessGroupArgumentsRoundTripAsMsprobeWritesThem) {
+  // msprobe 1.1.1's record of a group= argument: {"type", "group_ranks", "group_id"}.
+  const std::string group = R"({"type": "torch.ProcessGroup", "group_ranks": [0, 1], )"
+                            R"("group_id": "3f7e0f2b2b8e3c0d6d0a6c1e0a1b2c3d"})";
+  auto recs = read_all(R"({"task": "statistics", "level": "L1", "dump_data_dir": null, "data": {)"
+                       R"("Distributed.all_reduce.0.forward": {"input_args": [], )"
+                       R"("input_kwargs": {"group": )" +
+                       group + R"(}, "output": []}}})");
+  ASSERT_EQ(recs.size(), 1u);
+  ASSERT_EQ(recs[0].kwargs.size(), 1u);
+  const Entry& e = recs[0].kwargs[0].second;
+  EXPECT_EQ(e.type, "torch.ProcessGroup");
+  EXPECT_EQ(e.group_id, "3f7e0f2b2b8e3c0d6d0a6c1e0a1b2c3d");
+  JsonWriter w(0);
+  write_entry(w, e);
+  std::string compact = w.take();
+  compact.erase(std::remove(compact.begin(), compact.end(), '\n'), compact.end());
+  EXPECT_EQ(compact, R"({"type": "torch.ProcessGroup","group_ranks": [0, 1],)"
+                     R"("group_id": "3f7e0f2b2b8e3c0d6d0a6c1e0a1b2c3d"})");
+}

@@ -42,6 +42,8 @@ def main() -> None:
         for p in model.parameters():
             dist.all_reduce(p.grad)  # through the module attribute, so the hooked one
             p.grad.div_(world_size)
+        group = dist.new_group([0, 1])
+        dist.all_reduce(torch.ones(2), group=group)  # a process group argument, as msprobe records it
         debugger.stop()
         debugger.step()
 

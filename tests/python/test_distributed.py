@@ -5,6 +5,7 @@ each rank writes its own step0/rank<R> folder with its own statistics, the all_r
 gradients is recorded by both, and config "rank": [1] leaves rank 0 without any output although it
 takes part in the collectives.
 """
+import hashlib
 import json
 import os
 import pathlib
@@ -119,10 +120,10 @@ def test_each_rank_dumps_its_own_folder_with_its_own_statistics(tmp_path):
         data = dump["data"]
         names = list(data)
         assert "Functional.linear.0.forward" in data
-        # One all_reduce per parameter (weight, then bias), after the backward.
+        # One all_reduce per parameter (weight, then bias), after the backward, then one with a group.
         assert "Distributed.all_reduce.0.forward" in data, names
         assert "Distributed.all_reduce.1.forward" in data, names
-        assert "Distributed.all_reduce.2.forward" not in data, names
+        assert "Distributed.all_reduce.3.forward" not in data, names
         assert names.index("Distributed.all_reduce.0.forward") > names.index("Functional.linear.0.backward")
         # As msprobe writes it: a stack for every forward record, none for backward records.
         assert set(load(folder, "stack.json")) == {n for n in data if not n.endswith(".backward")}
@@ -142,6 +143,10 @@ def test_each_rank_dumps_its_own_folder_with_its_own_statistics(tmp_path):
         assert grad["Min"] == pytest.approx(expected[rank]["grad_Min"], rel=1e-5, abs=1e-6)
         reduce_inputs[rank] = (grad["Max"], grad["Min"])
         assert data["Distributed.all_reduce.1.forward"]["input_args"][0]["shape"] == [4]
+        # msprobe's record of a process group: its ranks, and the md5 of their text.
+        assert data["Distributed.all_reduce.2.forward"]["input_kwargs"]["group"] == {
+            "type": "torch.ProcessGroup", "group_ranks": [0, 1],
+            "group_id": hashlib.md5(b"[0, 1]").hexdigest()}
 
     assert linear_inputs[0] != linear_inputs[1]  # different data on each rank, different statistics
     assert reduce_inputs[0] != reduce_inputs[1]

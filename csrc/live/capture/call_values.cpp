@@ -15,6 +15,36 @@ namespace {
 
 constexpr int kMaxDepth = 32;  // nested argument lists deeper than this are cut, not recursed
 
+// torch.distributed.ProcessGroup and a callable giving (ranks, md5 hex) of one, or None; given by
+// Python where torch.distributed exists. Never released: they outlive the interpreter's end.
+struct ProcessGroupSide {
+  PyObject* type = nullptr;
+  PyObject* facts = nullptr;
+} g_process_group;
+
+Scalar py_scalar(PyObject* v);
+
+Entry process_group_entry(PyObject* group) {
+  Entry e = Entry::scalar("torch.ProcessGroup", Scalar());
+  PyObject* facts = PyObject_CallFunctionObjArgs(g_process_group.facts, group, nullptr);
+  if (facts && PyTuple_Check(facts) && PyTuple_GET_SIZE(facts) == 2) {
+    PyObject* ranks = PyTuple_GET_ITEM(facts, 0);
+    PyObject* id = PyTuple_GET_ITEM(facts, 1);
+    if (PyList_Check(ranks) && PyUnicode_Check(id)) {
+      std::vector<Scalar> items;
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ranks); ++i) {
+        items.push_back(py_scalar(PyList_GET_ITEM(ranks, i)));
+      }
+      e.value = Scalar::of_list(std::move(items));
+      const char* utf8 = PyUnicode_AsUTF8(id);
+      if (utf8) e.group_id = utf8;
+    }
+  }
+  Py_XDECREF(facts);
+  PyErr_Clear();  // a group whose ranks cannot be had is recorded by its type alone, as msprobe's
+  return e;
+}
+
 Scalar py_scalar(PyObject* v) {
   if (v == Py_None) return Scalar::null();
   if (PyBool_Check(v)) return Scalar::of_bool(v == Py_True);
@@ -87,6 +117,10 @@ Entry value_entry_of(PyObject* obj) {
     return Entry::scalar("torch.memory_format", Scalar::of_string(std::move(name)));
   }
   if (THPLayout_Check(obj)) return Entry::scalar("torch.layout", Scalar::of_string(py_str(obj)));
+  if (g_process_group.type && PyObject_IsInstance(obj, g_process_group.type) == 1) {
+    return process_group_entry(obj);
+  }
+  PyErr_Clear();
   return Entry::null_entry();
 }
 
@@ -157,6 +191,12 @@ std::vector<LiveArg> live_args_of(PyObject* seq) {
     walk(PySequence_Fast_GET_ITEM(seq, static_cast<Py_ssize_t>(i)), nullptr, "", 0, &out[i]);
   }
   return out;
+}
+
+void set_process_group_facts(PyObject* type, PyObject* facts) {
+  Py_XINCREF(type);
+  Py_XINCREF(facts);
+  g_process_group = ProcessGroupSide{type, facts};
 }
 
 }  // namespace msprobe

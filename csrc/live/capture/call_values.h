@@ -26,6 +26,10 @@ Entry value_entry(PyObject* obj, const EntryOptions& options, const std::string&
 std::vector<Entry> item_entries(PyObject* seq, const EntryOptions& options, const std::string& stem,
                                 std::vector<LiveArg>* live = nullptr);
 
+// torch.distributed.ProcessGroup, and `facts(group)` -> (ranks list, md5 hex of str(ranks)) or
+// None: process group arguments are then recorded as msprobe records them. GIL required.
+void set_process_group_facts(PyObject* type, PyObject* facts);
+
 // The live tensors alone, laid out as item_entries would lay them out.
 std::vector<LiveArg> live_args_of(PyObject* seq);
 
