@@ -127,7 +127,8 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& ou
     return;
   }
   // A mask made before the step (an attribute, not a buffer), or a tensor holding one infinity
-  // only: what torch.full(..., ±inf) or fill_(±inf) make, which msprobe's wrap list does not record.
+  // only: what torch.full(..., ±inf) or fill_(±inf) make, which msprobe's wrap list does not
+  // record.
   if (only_minus_inf(e) || one_infinity(e)) {
     out.kinds.add_tensor(e);
     return;
