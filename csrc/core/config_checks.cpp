@@ -156,4 +156,29 @@ std::vector<std::string> parse_string_list(const json& value, const Loc& at) {
   return out;
 }
 
+// "Tensor.view", "Torch.linalg.norm": an API as call names spell it. Whether the running torch has
+// it is checked where torch is (the debugger), with a did-you-mean.
+std::vector<std::string> parse_api_names(const json& value, const Loc& at) {
+  std::vector<std::string> names = parse_string_list(value, at);
+  static const std::vector<std::string> kPrefixes = {"Functional", "Tensor", "Torch", "Distributed",
+                                                     "VF"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names[i];
+    const size_t dot = n.find('.');
+    const bool prefixed =
+        dot != std::string::npos &&
+        std::find(kPrefixes.begin(), kPrefixes.end(), n.substr(0, dot)) != kPrefixes.end();
+    const std::string api = prefixed ? n.substr(dot + 1) : "";
+    const bool plain = !api.empty() && api.front() != '.' && api.back() != '.' &&
+                       std::all_of(api.begin(), api.end(), [](char c) {
+                         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+                       });
+    if (!plain) {
+      fail(at.item(i),
+           "an API named as in call names: " + join(kPrefixes, ".x, ") + ".x (\"Tensor.view\")", n);
+    }
+  }
+  return names;
+}
+
 }  // namespace msprobe::config_checks

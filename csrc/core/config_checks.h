@@ -64,6 +64,8 @@ std::optional<int64_t> as_int64(const json& value);
 bool parse_bool(const json& value, const Loc& at);
 std::string parse_nonempty_string(const json& value, const Loc& at);
 std::vector<std::string> parse_string_list(const json& value, const Loc& at);
+// extra_apis: names as call names spell them ("Tensor.view"), prefix and shape checked.
+std::vector<std::string> parse_api_names(const json& value, const Loc& at);
 
 template <typename E>
 using EnumTable = std::vector<std::pair<std::string, E>>;
