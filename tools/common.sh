@@ -13,6 +13,8 @@ APT_PACKAGES=(
   nlohmann-json3-dev libyaml-cpp-dev libgtest-dev
   python3 python3-pytest python3-setuptools python3-venv python3-pip python3-wheel
   libtorch-dev python3-torch pybind11-dev python3-pybind11
+  # The bit-for-bit test runs with each BLAS (README, Dependencies); the benches need it too.
+  libopenblas0-pthread
 )
 
 install_packages() {

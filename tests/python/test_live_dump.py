@@ -124,7 +124,14 @@ def test_records_match_msprobe_field_by_field(tmp_path, fixtures, level, fixture
             assert statistics(mine["input_args"][0]) != statistics(mine["output"][0]), name
         assert shape_of(mine) == shape_of(record), name
     construct = json.loads((tmp_path / "step0" / "rank" / "construct.json").read_text())
-    assert construct == json.loads((fixtures / fixture / "construct.json").read_text())
+    expected = json.loads((fixtures / fixture / "construct.json").read_text())
+    if level == "mix" and int(torch.__version__.split(".")[0]) >= 2:
+        # The fixture is msprobe's on torch 1.13. On 2.x msprobe gives an API backward record the
+        # module backward open around it (README, construct.json); fc1's closes at once (its input,
+        # the batch, takes no gradient), so linear.0's backward has none.
+        expected.update({"Functional.linear.1.backward": "Module.fc2.Linear.backward.0",
+                         "Functional.linear.2.backward": "Module.fc3.Linear.backward.0"})
+    assert construct == expected
 
 
 def collect(tmp_path, fn, level="L1", **kw):

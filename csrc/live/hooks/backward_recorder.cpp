@@ -43,6 +43,7 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
     // Numbered with its forward: it belongs to the forward's step.
     StoredCall call = backward_call(name_, parts_, stack_, module_);
     call.epoch = epoch_;
+    if (kBackwardScopes) call.parent = s->backward_scope().innermost();
     record_backward(*s, std::move(call), inputs, outputs);
     return outputs;
   }

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_set>
 #include <utility>
@@ -67,6 +68,28 @@ struct Pending {
   variable_list grads_out;  // per positional argument: its `output`
   size_t waiting = 0;       // counted hooks still to run before the record is made
   size_t counted = 0;
+  // This pass's call (kBackwardScopes): opened by the first output hook that runs.
+  bool opened = false;
+  struct Opened {
+    std::string name;
+    uint64_t epoch = 0;
+    std::optional<std::string> parent;
+  };
+  std::optional<Opened> call;
+
+  // Under `mu`, at the first output hook of a pass: numbered and opened as msprobe's backward
+  // pre-hook does on torch 2.x.
+  void open() {
+    if (!kBackwardScopes || opened) return;
+    opened = true;
+    std::shared_ptr<Session> s = session.lock();
+    if (!s || !s->collecting_backward()) return;
+    Opened o;
+    o.epoch = s->epoch();
+    o.name = key + "." + std::to_string(s->next_index(key));
+    o.parent = s->backward_scope().open(o.name);
+    call = std::move(o);
+  }
 
   // Called by a counted hook, under `mu`: the record, when this was the last one.
   std::optional<std::pair<variable_list, variable_list>> done() {
@@ -78,16 +101,34 @@ struct Pending {
     return out;
   }
 
-  void record(variable_list in, variable_list out) {
+  // After done(), outside `mu`; `opened_call` is what open() made for this pass.
+  void record(variable_list in, variable_list out, std::optional<Opened> opened_call) {
     std::shared_ptr<Session> s = session.lock();
-    if (!s || !s->collecting_backward()) return;
-    const uint64_t epoch = s->epoch();
-    const std::string name = key + "." + std::to_string(s->next_index(key));
-    const Selected sel = s->selection().module_backward(name, base);
+    if (!s) return;
+    if (kBackwardScopes) {
+      if (!opened_call) return;  // not collecting when it opened
+      s->backward_scope().close();
+    }
+    if (!s->collecting_backward()) return;
+    Opened o;
+    if (opened_call) {
+      o = std::move(*opened_call);
+    } else {
+      o.epoch = s->epoch();
+      o.name = key + "." + std::to_string(s->next_index(key));
+    }
+    const Selected sel = s->selection().module_backward(o.name, base);
     if (!sel.backward) return;
-    StoredCall call = backward_call(name, sel, stack, std::nullopt);
-    call.epoch = epoch;
-    record_backward(*s, std::move(call), in, out);
+    StoredCall c = backward_call(o.name, sel, stack, std::nullopt);
+    c.epoch = o.epoch;
+    c.parent = std::move(o.parent);
+    record_backward(*s, std::move(c), in, out);
+  }
+
+  // Under `mu`, with done()'s result: this pass's call, and a fresh start for the next pass.
+  std::optional<Opened> take_call() {
+    opened = false;
+    return std::exchange(call, std::nullopt);
   }
 };
 
@@ -119,8 +160,10 @@ class OutputHook : public torch::autograd::FunctionPreHook {
 
   variable_list operator()(const variable_list& grads) override {
     std::optional<std::pair<variable_list, variable_list>> ready;
+    std::optional<Pending::Opened> call;
     {
       std::lock_guard<std::mutex> lock(p_->mu);
+      p_->open();
       for (const Use& u : items_) {
         if (u.input_nr < grads.size()) p_->grads_in[u.item] = grads[u.input_nr];
       }
@@ -128,8 +171,9 @@ class OutputHook : public torch::autograd::FunctionPreHook {
         if (u.input_nr < grads.size()) add_to(p_->grads_out[u.item], grads[u.input_nr]);
       }
       if (counted_) ready = p_->done();
+      if (ready) call = p_->take_call();
     }
-    if (ready) p_->record(std::move(ready->first), std::move(ready->second));
+    if (ready) p_->record(std::move(ready->first), std::move(ready->second), std::move(call));
     return grads;
   }
 
@@ -152,14 +196,16 @@ class InputHook : public torch::autograd::FunctionPostHook {
 
   variable_list operator()(const variable_list& outputs, const variable_list& /*inputs*/) override {
     std::optional<std::pair<variable_list, variable_list>> ready;
+    std::optional<Pending::Opened> call;
     {
       std::lock_guard<std::mutex> lock(p_->mu);
       for (const Use& u : uses_) {
         if (u.output < outputs.size()) add_to(p_->grads_out[u.arg], outputs[u.output]);
       }
       ready = p_->done();
+      if (ready) call = p_->take_call();
     }
-    if (ready) p_->record(std::move(ready->first), std::move(ready->second));
+    if (ready) p_->record(std::move(ready->first), std::move(ready->second), std::move(call));
     return outputs;
   }
 
@@ -260,8 +306,14 @@ void attach_module_backward(const std::shared_ptr<Session>& session,
   for (size_t n = 0; n < out_nodes.size(); ++n) {
     const bool counted = through_inputs ? !out_through[n].empty() : true;
     if (counted) ++p->counted;
-    out_nodes[n]->add_pre_hook(std::make_unique<OutputHook>(p, std::move(out_items[n]),
-                                                            std::move(out_through[n]), counted));
+    // Before the hooks of the modules inside this one that share the node (a Sequential's last
+    // layer): PyTorch's hook node of the enclosing module runs first, being downstream.
+    auto& hooks = out_nodes[n]->pre_hooks();
+    auto inner = std::find_if(hooks.begin(), hooks.end(), [](const auto& h) {
+      return dynamic_cast<const OutputHook*>(h.get()) != nullptr;
+    });
+    hooks.insert(inner, std::make_unique<OutputHook>(p, std::move(out_items[n]),
+                                                     std::move(out_through[n]), counted));
   }
   for (auto& [node, uses] : feeders) {
     ++p->counted;

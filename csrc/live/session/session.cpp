@@ -209,6 +209,7 @@ std::string Session::end_step_for_raise() {
 void Session::advance() {
   capture_.new_step();
   selection_.new_step();
+  backward_scope_.clear();
   state_.with_lock([this](StepState& s) {
     s.calls.clear();
     s.counters.clear();
@@ -246,7 +247,8 @@ OverflowFacts Session::facts_of(const StepState& s, const StoredCall& call,
   facts.parameter = v.parameter;
   facts.note = v.note;
   facts.absorbed = v.judgement == Judgement::Absorbed;
-  facts.module = call.parent ? call.parent : call.module_hint;
+  // A backward call's forward module names it better than the module backward it ran inside.
+  facts.module = call.module_hint ? call.module_hint : call.parent;
   facts.step = s.step;
   facts.rank = s.rank < 0 ? 0 : s.rank;
   if (s.decisions->budget_left()) facts.dump_dir = dir_of(s);

@@ -25,6 +25,7 @@
 #include "live/capture/call_stack.h"
 #include "live/capture/live_tensors.h"
 #include "live/capture/tensor_capture.h"
+#include "live/session/backward_scope.h"
 #include "live/session/step_state.h"
 #include "live/session/step_writer.h"
 #include "live/stats/device_stats.h"
@@ -96,6 +97,7 @@ class Session {
   bool watching() const { return config_.task == Task::OverflowCheck; }
   StackPtr capture_stack() { return codes_.capture(); }  // GIL required
   Selection& selection() { return selection_; }
+  BackwardScope& backward_scope() { return backward_scope_; }  // autograd threads
   const EntryOptions& entry_options() const { return capture_.options(); }
   const StatsCache& stats_cache() const { return capture_.stats_cache(); }
 
@@ -182,6 +184,7 @@ class Session {
   std::unique_ptr<PythonSide> py_;  // GIL
   StepWriter writer_;
   SaidOnce said_;
+  BackwardScope backward_scope_;
   std::atomic<bool> peer_stopped_{false};
   const int64_t host_syncs_at_start_ = msprobe::host_syncs();
 };

@@ -8,6 +8,7 @@
 #include "core/dump_writer.h"
 #include "core/json_writer.h"
 #include "core/output_files.h"
+#include "live/session/backward_scope.h"
 
 namespace msprobe {
 
@@ -116,13 +117,14 @@ void StepWriter::write_files(FinishedStep& step, std::vector<std::string>& writt
   JsonWriter construct(1, std::move(buffer_));
   construct.begin_object();
   if (step.construct) {
-    // A module's backward record has, as msprobe writes it, the backward of the module call that
-    // enclosed its forward; API backward records have none.
+    // On torch 1.x a module's backward record has, as msprobe writes it there, the backward of
+    // the module call that enclosed its forward; API backward records have none. On 2.x the hooks
+    // set both (backward_scope.h).
     std::unordered_map<std::string, const std::string*> forward_parents;
     for (const StoredCall& c : step.calls) {
       const std::string& name = c.record.name;
       std::optional<std::string> parent = c.parent;
-      if (!parent && name.rfind("Module.", 0) == 0 && is_backward_name(name)) {
+      if (!kBackwardScopes && !parent && name.rfind("Module.", 0) == 0 && is_backward_name(name)) {
         auto it = forward_parents.find(forward_name_of(name));
         if (it != forward_parents.end() && it->second) parent = backward_name_of(*it->second);
       }
