@@ -113,16 +113,18 @@ PYBIND11_MODULE(_C, m) {
           "set_python_side",
           [](Session& s, py::object overflow_type, py::object error_type, py::object on_flagged,
              py::object queue_callback, py::object on_stop, py::object raise_peer_stop,
-             py::object mark_collective_input, py::object collective_input_rank) {
+             py::object mark_collective_input, py::object collective_input_rank,
+             py::object replay) {
             s.set_python_side(std::make_unique<PythonSide>(PythonSide{
                 std::move(overflow_type), std::move(error_type), std::move(on_flagged),
                 std::move(queue_callback), std::move(on_stop), std::move(raise_peer_stop),
-                std::move(mark_collective_input), std::move(collective_input_rank)}));
+                std::move(mark_collective_input), std::move(collective_input_rank),
+                std::move(replay)}));
           },
           py::arg("overflow_type"), py::arg("error_type"), py::arg("on_flagged"),
           py::arg("queue_callback"), py::arg("on_stop") = py::none(),
           py::arg("raise_peer_stop") = py::none(), py::arg("mark_collective_input") = py::none(),
-          py::arg("collective_input_rank") = py::none())
+          py::arg("collective_input_rank") = py::none(), py::arg("replay") = py::none())
       .def_property_readonly("host_syncs", &Session::host_syncs)
       .def("set_peer_stopped", &Session::set_peer_stopped)
       .def_property_readonly("peer_stopped", &Session::peer_stopped)

@@ -239,7 +239,7 @@ double parse_min_loss_scale(const json& value, const Loc& at) {
 const std::vector<std::string> kOverflowKeys = {
     "overflow_nums",      "action", "stop_level",      "stop_on",
     "mutation_threshold", "rules",  "compat",          "dump_skipped_steps",
-    "min_loss_scale",     "sync",   "sync_batch_calls"};
+    "min_loss_scale",     "sync",   "sync_batch_calls", "replay"};
 
 int64_t parse_sync_batch_calls(const json& value, const Loc& at) {
   auto number = as_int64(value);
@@ -283,6 +283,7 @@ OverflowSection parse_overflow(const json* section, const Loc& at, const json& o
   if (auto v = get("dump_skipped_steps")) out.dump_skipped_steps = parse_bool(*v->value, v->at);
   if (auto v = get("min_loss_scale")) out.min_loss_scale = parse_min_loss_scale(*v->value, v->at);
   if (auto v = get("sync")) out.sync = parse_enum(*v->value, v->at, kSyncModes);
+  if (auto v = get("replay")) out.replay = parse_bool(*v->value, v->at);
   if (auto v = get("sync_batch_calls")) {
     out.sync_batch_calls = parse_sync_batch_calls(*v->value, v->at);
   }

@@ -73,6 +73,7 @@ struct OverflowSection {
   double min_loss_scale = 1.0;      // a loss scale below this stops the run
   SyncMode sync = SyncMode::Auto;
   int64_t sync_batch_calls = 256;  // calls judged per host sync under batched sync
+  bool replay = true;              // an op-origin stop replays the call wider and on the CPU
 
   bool stops_on(Origin o) const;
 };

@@ -181,6 +181,17 @@ void OverflowDecisions::set_raised_calls_later(const std::string& call, int64_t 
   }
 }
 
+void OverflowDecisions::set_replay(const std::string& call, const std::vector<ReplayFacts>& replay,
+                                   const std::string& not_replayed) {
+  for (auto* kept : {&step_overflow_, &pending_backward_, &reached_gradients_}) {
+    if (*kept && (*kept)->finding.call == call) {
+      (*kept)->replay_tried = true;
+      (*kept)->replay = replay;
+      (*kept)->not_replayed = not_replayed;
+    }
+  }
+}
+
 void OverflowDecisions::new_step() {
   step_overflow_.reset();
   step_absorbed_.reset();

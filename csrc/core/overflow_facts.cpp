@@ -125,6 +125,8 @@ std::string OverflowFacts::message() const {
   m += "\n  module: " + module.value_or("(none recorded)");
   m += "\n  source: " + source.value_or("(no Python frame)");
   for (const ArgFacts& t : tensors) m += "\n  " + t.text();
+  for (const ReplayFacts& r : replay) m += "\n  " + r.verdict;
+  if (!not_replayed.empty()) m += "\n  " + not_replayed;
   if (!gradients.empty()) {
     m += "\n  non-finite gradients:";
     for (size_t i = 0; i < gradients.size() && i < 8; ++i) m += (i ? ", " : " ") + gradients[i];
@@ -204,8 +206,45 @@ void OverflowFacts::write(JsonWriter& w) const {
     w.key("raised_calls_later");
     w.value_int(raised_calls_later);
   }
+  if (replay_tried) {
+    w.key("replay");
+    w.begin_array();
+    for (const ReplayFacts& r : replay) r.write(w);
+    w.end_array();
+    w.key("not_replayed");
+    if (not_replayed.empty()) {
+      w.value_null();
+    } else {
+      w.value_string(not_replayed);
+    }
+  }
   w.key("step");
   w.value_int(step);
+  w.end_object();
+}
+
+void ReplayFacts::write(JsonWriter& w) const {
+  auto number = [&w](const char* key, const std::optional<double>& v) {
+    w.key(key);
+    if (v) {
+      w.value_float(*v);
+    } else {
+      w.value_null();
+    }
+  };
+  w.begin_object();
+  w.key("kind");
+  w.value_string(kind);
+  w.key("dtype");
+  w.value_string(dtype);
+  w.key("device");
+  w.value_string(device);
+  w.key("finite");
+  w.value_bool(finite);
+  number("max", max);
+  number("min", min);
+  w.key("verdict");
+  w.value_string(verdict);
   w.end_object();
 }
 

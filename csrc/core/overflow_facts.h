@@ -38,6 +38,17 @@ struct ArgFacts {
   void write(JsonWriter& w) const;
 };
 
+// One replay of an op-origin call (issue 23): in a wider dtype, or on the CPU in the same one.
+struct ReplayFacts {
+  std::string kind;    // "wider" or "cpu"
+  std::string dtype;   // "torch.float32"
+  std::string device;  // "cpu", "cuda", ...
+  bool finite = false;
+  std::optional<double> max, min;  // over the finite elements; none when there is none
+  std::string verdict;             // "replay in float32: finite (max 1.07e+05 > ...): ..."
+  void write(JsonWriter& w) const;
+};
+
 struct OverflowFacts {
   Finding finding;
   std::optional<Origin> origin;          // none: downstream of an origin, or a mutation
@@ -56,6 +67,11 @@ struct OverflowFacts {
   std::string dump_error;  // why the step's files could not be written
   // Batched sync: how many hooked calls ran between this call and the raise.
   int64_t raised_calls_later = 0;
+  // Op-origin stops (overflow_check.replay): what the replays said, and why a replay was not done
+  // ("not replayed: an in-place call ..."; empty when every replay ran).
+  bool replay_tried = false;
+  std::vector<ReplayFacts> replay;
+  std::string not_replayed;
 
   // The exception's message: several lines, each fact on its own.
   std::string message() const;

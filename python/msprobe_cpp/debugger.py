@@ -16,6 +16,7 @@ from .errors import Overflow, OverflowError
 from .loss_scalers import GradScalerWatch
 from . import peer_stop
 from .peer_stop import PeerStop
+from .replay import live_replay
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Frames under here are torch's, not the user's line an overflow stop names.
@@ -179,7 +180,7 @@ class PrecisionDebugger:
             engine = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
             self._session.set_python_side(Overflow, OverflowError, on_flagged, engine.queue_callback,
                                           on_stop, raise_peer_stop, mark_collective_input,
-                                          collective_input_rank)
+                                          collective_input_rank, live_replay)
 
         for warning in self._session.config_warnings:
             _warn(warning)

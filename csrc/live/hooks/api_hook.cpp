@@ -10,6 +10,7 @@
 #include "live/hooks/backward_recorder.h"
 #include "live/hooks/hook_scope.h"
 #include "live/hooks/submit.h"
+#include "live/overflow/call_arguments.h"
 #include "live/overflow/python_side.h"
 #include "live/session/session.h"
 
@@ -168,6 +169,8 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
     if (written && watching && !collective_input_anomaly && holds_any_anomaly(call.record)) {
       call.peer_rank = anomalous_collective_input_rank(*session, name);
     }
+    const CallArguments arguments{&name, original_.ptr(), args.ptr(), kwargs.ptr()};
+    CallArgumentsScope current(watching ? &arguments : current_call_arguments());
     submit(*session, std::move(call), std::move(live));
   }
   return result;

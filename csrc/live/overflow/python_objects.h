@@ -19,6 +19,10 @@ struct PythonSide {
   // rank's input to `call` did (int or None).
   pybind11::object mark_collective_input;
   pybind11::object collective_input_rank;
+  // replay(call, original, args, kwargs, dtype) -> {"replay": [...], "not_replayed": str|None}
+  // (msprobe_cpp.replay.live_replay); original, args and kwargs are None when the call's
+  // arguments are not held any more.
+  pybind11::object replay;
 };
 
 }  // namespace msprobe

@@ -2,6 +2,8 @@
 
 #include <pybind11/stl.h>
 
+#include "live/overflow/call_arguments.h"
+
 namespace py = pybind11;
 
 namespace msprobe {
@@ -43,6 +45,49 @@ void queue_end_of_backward(Session& session) {
     if (!s) return;
     if (auto event = s->end_of_backward()) handle_overflow_event(*s, *event);
   }));
+}
+
+// Op-origin stops: the call replayed wider and on the CPU (msprobe_cpp.replay), its verdicts put
+// into the facts and into the step's report. A replay never costs the stop: whatever it raises
+// becomes one "not replayed" line.
+void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
+  if (!session.config().overflow_check.replay || !side.replay || side.replay.is_none()) return;
+  if (facts.origin != Origin::Op) return;
+  std::string dtype;
+  for (const ArgFacts& t : facts.tensors) {
+    if (t.is_tensor() && t.position.rfind("output", 0) == 0) {
+      dtype = t.dtype;
+      break;
+    }
+  }
+  const CallArguments* held = current_call_arguments();
+  const bool have = held && *held->name == facts.finding.call;
+  auto handle_or_none = [](PyObject* o) {
+    return o ? py::reinterpret_borrow<py::object>(o) : py::object(py::none());
+  };
+  facts.replay_tried = true;
+  try {
+    py::object out = side.replay(facts.finding.call, have ? handle_or_none(held->original) : py::none(),
+                                 have ? handle_or_none(held->args) : py::none(),
+                                 have ? handle_or_none(held->kwargs) : py::none(), dtype);
+    for (py::handle r : out["replay"]) {
+      ReplayFacts f;
+      f.kind = py::str(r["kind"]);
+      f.dtype = py::str(r["dtype"]);
+      f.device = py::str(r["device"]);
+      f.finite = r["finite"].cast<bool>();
+      if (!r["max"].is_none()) f.max = r["max"].cast<double>();
+      if (!r["min"].is_none()) f.min = r["min"].cast<double>();
+      f.verdict = py::str(r["verdict"]);
+      facts.replay.push_back(std::move(f));
+    }
+    if (!out["not_replayed"].is_none()) facts.not_replayed = py::str(out["not_replayed"]);
+  } catch (py::error_already_set& e) {
+    facts.not_replayed = std::string("not replayed: ") + e.what();
+  } catch (const std::exception& e) {
+    facts.not_replayed = std::string("not replayed: ") + e.what();
+  }
+  session.set_replay(facts);
 }
 
 }  // namespace
@@ -102,6 +147,20 @@ py::dict overflow_fields(const OverflowFacts& facts, bool has_call) {
   kw["masked"] = facts.masked;
   kw["absorbed"] = facts.absorbed;
   kw["note"] = facts.note;
+  py::list replay;
+  for (const ReplayFacts& r : facts.replay) {
+    py::dict d;
+    d["kind"] = r.kind;
+    d["dtype"] = r.dtype;
+    d["device"] = r.device;
+    d["finite"] = r.finite;
+    d["max"] = r.max ? py::object(py::float_(*r.max)) : py::object(py::none());
+    d["min"] = r.min ? py::object(py::float_(*r.min)) : py::object(py::none());
+    d["verdict"] = r.verdict;
+    replay.append(d);
+  }
+  kw["replay"] = replay;
+  kw["not_replayed"] = facts.not_replayed.empty() ? py::object(py::none()) : py::str(facts.not_replayed);
   kw["message"] = facts.message();
   kw["peer_stop"] = false;
   return kw;
@@ -131,6 +190,7 @@ void handle_overflow_event(Session& session, const OverflowEvent& event) {
   if (event.notify && side->on_flagged) side->on_flagged(overflow_object(*side, event.facts));
   if (!event.raise) return;
   OverflowFacts facts = event.facts;
+  replay_op(session, *side, facts);
   const std::string write_error = session.end_step_for_raise();
   if (!write_error.empty() && !facts.dump_dir.empty()) {
     facts.dump_dir.clear();  // never name a folder that is not there

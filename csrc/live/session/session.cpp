@@ -334,6 +334,12 @@ void Session::keep_tensors(const KeptTensors& keep, const std::string& call,
   });
 }
 
+void Session::set_replay(const OverflowFacts& facts) {
+  state_.with_lock([&](StepState& s) {
+    if (s.decisions) s.decisions->set_replay(facts.finding.call, facts.replay, facts.not_replayed);
+  });
+}
+
 void Session::tell_source(const StackPtr& stack, const std::string& call, OverflowEvent* event) {
   if (!stack) return;
   std::optional<std::string> source;

@@ -103,6 +103,8 @@ class Session {
 
   // Task overflow_check. GIL required for all of these.
   void set_python_side(std::unique_ptr<PythonSide> side);
+  // An op origin's replays (facts.replay, not_replayed), kept for the step's report.
+  void set_replay(const OverflowFacts& facts);
   PythonSide* python_side() const { return py_.get(); }
   // A parameter (or buffer, `buffer`) of a model given to start(), named `name`.
   void add_model_tensor(const std::string& name, const at::Tensor& t, bool buffer);
