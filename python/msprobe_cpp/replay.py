@@ -214,11 +214,13 @@ def _dtype_of(name: str) -> Optional[torch.dtype]:
 
 
 def live_replay(call: str, original: Optional[Callable[..., Any]], args: Optional[Tuple[Any, ...]],
-                kwargs: Optional[Dict[str, Any]], dtype: str) -> Dict[str, Any]:
-    """What the engine calls at an op-origin stop (the call's wrapper still holds its arguments,
-    unless batched sync judged the call after it returned)."""
+                kwargs: Optional[Dict[str, Any]], dtype: str, gone: Optional[str] = None) -> Dict[str, Any]:
+    """What the engine calls at an op-origin stop: the call's arguments as its wrapper had them
+    (kept until its batch was judged, under batched sync); None, with `gone` saying why, when
+    they cannot be used."""
     if original is None or args is None:
-        reason = why_not(call, {}) or "its arguments are not held any more (batched sync judged it later)"
+        reason = why_not(call, {}) or gone or "its arguments are not held any more"
         return {"replay": [], "not_replayed": f"not replayed: {reason}"}
     from msprobe_cpp import _C
-    return replay_call(call, original, tuple(args), dict(kwargs or {}), _dtype_of(dtype), unhooked=_C.call_unhooked)
+    # All of it unhooked: the casts and checks are torch calls too, and none is the user's.
+    return _C.call_unhooked(lambda: replay_call(call, original, tuple(args), dict(kwargs or {}), _dtype_of(dtype)))

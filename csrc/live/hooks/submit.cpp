@@ -7,6 +7,7 @@
 #include "live/capture/call_values.h"
 #include "live/capture/live_tensors.h"
 #include "live/capture/tensor_entry.h"
+#include "live/overflow/call_arguments.h"
 
 namespace msprobe {
 
@@ -26,7 +27,14 @@ void submit(Session& session, StoredCall&& call, LiveTensors&& live, Caller call
   if (session.must_defer(call)) {
     // Batched sync: judged when its batch comes back (at once under sync "call"). A backward
     // pass asks for its queue to be judged at its end, before an optimizer uses the gradients.
-    flush = session.defer(std::move(call), std::move(live));
+    // An API call keeps its arguments until then: a stop replays it (python_side).
+    std::shared_ptr<HeldArguments> held;
+    const CallArguments* current = current_call_arguments();
+    if (caller == Caller::Python && current && session.watching() &&
+        session.config().overflow_check.replay && *current->name == call.record.name) {
+      held = std::make_shared<HeldArguments>(*current, live);
+    }
+    flush = session.defer(std::move(call), std::move(live), std::move(held));
     queue_flush = !flush && caller == Caller::AutogradEngine && session.claim_backward_flush();
     if (!flush && !queue_flush) return;
   } else if (!session.watching()) {

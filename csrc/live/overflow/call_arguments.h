@@ -1,10 +1,21 @@
-// The API call this thread is inside, while it is being judged: what a replay at an op-origin
-// stop needs (the original function and the very arguments), held by the wrapper's frame.
+// The arguments of an API call, for a replay at an op-origin stop (issue 23): the original
+// function and the very argument objects. While the wrapper judges its call they are its own
+// (CallArgumentsScope); a call judged later (batched sync) keeps them in HeldArguments until its
+// batch is judged, with the versions of its input tensors, so that a replay can tell whether a
+// later in-place write changed them.
 #pragma once
 
-#include <Python.h>
+#include <pybind11/pybind11.h>
 
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "live/capture/live_tensors.h"
 
 namespace msprobe {
 
@@ -35,5 +46,60 @@ class CallArgumentsScope {
  private:
   const CallArguments* saved_;
 };
+
+// A deferred call's arguments. Made and released with the GIL held (the wrapper, and the
+// batch's judging under flush_deferred); the release takes it anyway, for a step cleared late.
+class HeldArguments {
+ public:
+  HeldArguments(const CallArguments& a, const LiveTensors& live)
+      : name_(*a.name),
+        original_(pybind11::reinterpret_borrow<pybind11::object>(a.original)),
+        args_(pybind11::reinterpret_borrow<pybind11::object>(a.args)),
+        kwargs_(a.kwargs ? pybind11::reinterpret_borrow<pybind11::object>(a.kwargs)
+                         : pybind11::object()) {
+    for (const auto* side : {&live.inputs, &live.kwargs}) {
+      for (const LiveArg& arg : *side) {
+        if (arg.tensor.defined()) versions_.emplace_back(arg.tensor, arg.tensor._version());
+        for (const at::Tensor& t : arg.items) versions_.emplace_back(t, t._version());
+      }
+    }
+  }
+  ~HeldArguments() {
+    if (!Py_IsInitialized()) {  // the interpreter is gone: nothing to release into
+      original_.release();
+      args_.release();
+      kwargs_.release();
+      return;
+    }
+    pybind11::gil_scoped_acquire gil;
+    original_ = pybind11::object();
+    args_ = pybind11::object();
+    kwargs_ = pybind11::object();
+  }
+  HeldArguments(const HeldArguments&) = delete;
+  HeldArguments& operator=(const HeldArguments&) = delete;
+
+  const std::string& name() const { return name_; }
+  CallArguments view() const { return {&name_, original_.ptr(), args_.ptr(), kwargs_.ptr()}; }
+  // Whether an input tensor was written in place after the call.
+  bool inputs_written_since() const {
+    for (const auto& [t, version] : versions_) {
+      if (t._version() != version) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::string name_;
+  pybind11::object original_, args_, kwargs_;
+  std::vector<std::pair<at::Tensor, int64_t>> versions_;
+};
+
+// The held arguments of the deferred call whose stop is being raised on this thread (set by the
+// batch's judging, taken by the replay). GIL required.
+inline std::shared_ptr<HeldArguments>& raising_call_arguments() {
+  thread_local std::shared_ptr<HeldArguments> held;
+  return held;
+}
 
 }  // namespace msprobe

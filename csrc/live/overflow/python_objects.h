@@ -19,9 +19,9 @@ struct PythonSide {
   // rank's input to `call` did (int or None).
   pybind11::object mark_collective_input;
   pybind11::object collective_input_rank;
-  // replay(call, original, args, kwargs, dtype) -> {"replay": [...], "not_replayed": str|None}
+  // replay(call, original, args, kwargs, dtype, gone) -> {"replay": [...], "not_replayed": ...}
   // (msprobe_cpp.replay.live_replay); original, args and kwargs are None when the call's
-  // arguments are not held any more.
+  // arguments are not held any more (`gone`: why, when it is known).
   pybind11::object replay;
 };
 

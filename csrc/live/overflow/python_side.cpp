@@ -60,16 +60,29 @@ void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
       break;
     }
   }
-  const CallArguments* held = current_call_arguments();
-  const bool have = held && *held->name == facts.finding.call;
+  // The wrapper's own arguments (judged at the call), or those its batch kept (batched sync).
+  std::shared_ptr<HeldArguments> kept = std::move(raising_call_arguments());
+  std::optional<CallArguments> held;
+  std::string gone;  // why the arguments cannot be used
+  if (const CallArguments* current = current_call_arguments();
+      current && *current->name == facts.finding.call) {
+    held = *current;
+  } else if (kept && kept->name() == facts.finding.call) {
+    if (kept->inputs_written_since()) {
+      gone = "an input was written in place after the call (batched sync judged it later)";
+    } else {
+      held = kept->view();
+    }
+  }
   auto handle_or_none = [](PyObject* o) {
     return o ? py::reinterpret_borrow<py::object>(o) : py::object(py::none());
   };
   facts.replay_tried = true;
   try {
-    py::object out = side.replay(facts.finding.call, have ? handle_or_none(held->original) : py::none(),
-                                 have ? handle_or_none(held->args) : py::none(),
-                                 have ? handle_or_none(held->kwargs) : py::none(), dtype);
+    py::object out = side.replay(facts.finding.call, held ? handle_or_none(held->original) : py::none(),
+                                 held ? handle_or_none(held->args) : py::none(),
+                                 held ? handle_or_none(held->kwargs) : py::none(), dtype,
+                                 gone.empty() ? py::object(py::none()) : py::str(gone));
     for (py::handle r : out["replay"]) {
       ReplayFacts f;
       f.kind = py::str(r["kind"]);
@@ -171,6 +184,10 @@ py::object overflow_object(const PythonSide& side, const OverflowFacts& facts) {
 }
 
 void flush_deferred(Session& session) {
+  // The raising call's kept arguments are for its replay alone: released here whatever happens.
+  struct Release {
+    ~Release() { raising_call_arguments().reset(); }
+  } release;
   std::vector<OverflowEvent> events = session.resolve_deferred();
   const OverflowEvent* stop = nullptr;
   for (const OverflowEvent& e : events) {

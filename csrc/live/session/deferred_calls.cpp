@@ -16,9 +16,9 @@ bool Session::must_defer(const StoredCall& call) const {
   return pending;
 }
 
-bool Session::defer(StoredCall&& call, LiveTensors&& live) {
+bool Session::defer(StoredCall&& call, LiveTensors&& live, std::shared_ptr<HeldArguments> held) {
   return state_.with_lock([&](StepState& s) {
-    s.deferred.push_back(DeferredCall{std::move(call), std::move(live)});
+    s.deferred.push_back(DeferredCall{std::move(call), std::move(live), std::move(held)});
     deferred_count_.store(s.deferred.size(), std::memory_order_relaxed);
     return config_.overflow_check.sync == SyncMode::Call ||
            static_cast<int64_t>(s.deferred.size()) >= config_.overflow_check.sync_batch_calls;
@@ -53,6 +53,7 @@ std::vector<OverflowEvent> Session::resolve_deferred() {
     if (!event) continue;
     if (event->raise && !raising) {
       raising = true;
+      raising_call_arguments() = std::move(batch[i].held);  // for its replay (python_side)
       const auto later = static_cast<int64_t>(batch.size() - 1 - i);
       event->facts.raised_calls_later = later;
       state_.with_lock([&](StepState& s) {

@@ -126,9 +126,9 @@ class Session {
   // Batched sync (overflow_check.sync). Whether `call` must queue: behind calls already queued,
   // or for statistics still on the device, or because every call is judged in batches.
   bool must_defer(const StoredCall& call) const;
-  // Queues a call with its live tensors; true when it is time to flush (sync "call", or a full
-  // batch). Thread-safe.
-  bool defer(StoredCall&& call, LiveTensors&& live);
+  // Queues a call with its live tensors (and an API call's arguments, for a replay); true when it
+  // is time to flush (sync "call", or a full batch). Thread-safe.
+  bool defer(StoredCall&& call, LiveTensors&& live, std::shared_ptr<HeldArguments> held = nullptr);
   bool has_deferred() const { return deferred_count_.load(std::memory_order_relaxed) != 0; }
   // Reads every queued call's device statistics back at once, then stores and judges the calls
   // in the order they were made, as add() would have one by one. Returns what the hooks must do;

@@ -19,6 +19,7 @@
 #include "core/report.h"
 #include "live/capture/call_stack.h"
 #include "live/capture/live_tensors.h"
+#include "live/overflow/call_arguments.h"
 #include "live/overflow/model_tensors.h"
 #include "live/overflow/overflow_watch.h"
 
@@ -41,6 +42,7 @@ struct StoredCall {
 struct DeferredCall {
   StoredCall call;
   LiveTensors live;
+  std::shared_ptr<HeldArguments> held;  // an API call's arguments, for a replay (GIL to release)
 };
 
 struct StepState {
