@@ -115,11 +115,11 @@ PYBIND11_MODULE(_C, m) {
              py::object queue_callback, py::object on_stop, py::object raise_peer_stop,
              py::object mark_collective_input, py::object collective_input_rank,
              py::object replay) {
-            s.set_python_side(std::make_unique<PythonSide>(PythonSide{
-                std::move(overflow_type), std::move(error_type), std::move(on_flagged),
-                std::move(queue_callback), std::move(on_stop), std::move(raise_peer_stop),
-                std::move(mark_collective_input), std::move(collective_input_rank),
-                std::move(replay)}));
+            s.set_python_side(std::make_unique<PythonSide>(
+                PythonSide{std::move(overflow_type), std::move(error_type), std::move(on_flagged),
+                           std::move(queue_callback), std::move(on_stop),
+                           std::move(raise_peer_stop), std::move(mark_collective_input),
+                           std::move(collective_input_rank), std::move(replay)}));
           },
           py::arg("overflow_type"), py::arg("error_type"), py::arg("on_flagged"),
           py::arg("queue_callback"), py::arg("on_stop") = py::none(),

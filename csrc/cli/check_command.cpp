@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "cli/stop_replays.h"
 #include "core/detector.h"
 #include "core/dump_reader.h"
 #include "core/json_writer.h"
@@ -151,6 +152,9 @@ void write_text(std::ostream& out, const std::string& file, const Report& report
     out << "  probable origin: none named (medium findings only: anomalies that entered calls "
            "and left them clean)\n";
   }
+  const std::vector<std::string> replays = stop_replay_lines(file);
+  if (!replays.empty()) out << "  at the stop (overflow_report.json):\n";
+  for (const std::string& line : replays) out << "    " << line << "\n";
 }
 
 bool fails(const Report& report, Severity fail_on) {

@@ -237,8 +237,8 @@ double parse_min_loss_scale(const json& value, const Loc& at) {
 }
 
 const std::vector<std::string> kOverflowKeys = {
-    "overflow_nums",      "action", "stop_level",      "stop_on",
-    "mutation_threshold", "rules",  "compat",          "dump_skipped_steps",
+    "overflow_nums",      "action", "stop_level",       "stop_on",
+    "mutation_threshold", "rules",  "compat",           "dump_skipped_steps",
     "min_loss_scale",     "sync",   "sync_batch_calls", "replay"};
 
 int64_t parse_sync_batch_calls(const json& value, const Loc& at) {

@@ -150,3 +150,16 @@ def test_replay_false_replays_nothing_and_records_the_same(tmp_path):
         return [x.replace(str(tmp_path / folder), "X") for x in str(e).splitlines() if "source:" not in x]
     # The verdict follows the anomalous tensors (header, origin, module, output[0]).
     assert lines(on, "on") == lines(off, "off")[:4] + ["  " + on.replay[0]["verdict"]] + lines(off, "off")[4:]
+
+
+def test_check_prints_the_stops_replays(tmp_path, cli):
+    import subprocess
+    e = train(tmp_path, "cpu", lambda s: s * 1e6)
+    dump = tmp_path / "dump" / "step2" / "rank" / "dump.json"
+    out = subprocess.run([str(cli), "check", str(dump), "--format", "text"], capture_output=True, text=True)
+    assert out.returncode == 1, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[-2:] == ["  at the stop (overflow_report.json):", "    " + e.replay[0]["verdict"]]
+    (dump.parent / "overflow_report.json").unlink()  # without the report: the findings alone
+    out = subprocess.run([str(cli), "check", str(dump), "--format", "text"], capture_output=True, text=True)
+    assert "at the stop" not in out.stdout and out.stdout.splitlines()[-1].startswith("  probable origin:")

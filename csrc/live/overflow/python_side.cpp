@@ -79,10 +79,11 @@ void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
   };
   facts.replay_tried = true;
   try {
-    py::object out = side.replay(facts.finding.call, held ? handle_or_none(held->original) : py::none(),
-                                 held ? handle_or_none(held->args) : py::none(),
-                                 held ? handle_or_none(held->kwargs) : py::none(), dtype,
-                                 gone.empty() ? py::object(py::none()) : py::str(gone));
+    py::object out =
+        side.replay(facts.finding.call, held ? handle_or_none(held->original) : py::none(),
+                    held ? handle_or_none(held->args) : py::none(),
+                    held ? handle_or_none(held->kwargs) : py::none(), dtype,
+                    gone.empty() ? py::object(py::none()) : py::str(gone));
     for (py::handle r : out["replay"]) {
       ReplayFacts f;
       f.kind = py::str(r["kind"]);
@@ -173,7 +174,8 @@ py::dict overflow_fields(const OverflowFacts& facts, bool has_call) {
     replay.append(d);
   }
   kw["replay"] = replay;
-  kw["not_replayed"] = facts.not_replayed.empty() ? py::object(py::none()) : py::str(facts.not_replayed);
+  kw["not_replayed"] =
+      facts.not_replayed.empty() ? py::object(py::none()) : py::str(facts.not_replayed);
   kw["message"] = facts.message();
   kw["peer_stop"] = false;
   return kw;
