@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include <iostream>
+#include <sstream>
 
+#include "cli/check_command.h"
 #include "cli/cli.h"
 #include "core/config.h"
 #include "core/output_files.h"
@@ -204,5 +206,18 @@ PYBIND11_MODULE(_C, m) {
     const int status = cli_main(args, std::cout, std::cerr);
     std::cout.flush();
     return status;
+  });
+  // The check command's JSON report of one path, for `msprobe-cpp replay` (which records were
+  // flagged): (exit status, report, error text).
+  m.def("_check_json", [](const std::string& path) {
+    CheckOptions options;
+    options.path = path;
+    std::ostringstream out, err;
+    int status = 0;
+    {
+      py::gil_scoped_release release;
+      status = run_check(options, out, err);
+    }
+    return py::make_tuple(status, out.str(), err.str());
   });
 }

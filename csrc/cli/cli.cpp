@@ -17,6 +17,7 @@ namespace {
 const char* kUsage =
     "usage: msprobe-cpp check PATH [--rules FILE]... [--threshold X] [--compat]\n"
     "                          [--format json|text] [--fail-on critical|high|medium]\n"
+    "       msprobe-cpp replay DUMP_DIR [--format json|text]   (python -m msprobe_cpp replay)\n"
     "       msprobe-cpp --version\n"
     "\n"
     "  PATH           a dump.json, or a folder searched for dump.json files\n"

@@ -142,11 +142,13 @@ def _error(e: BaseException) -> str:
 
 def replay_call(call: str, fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any],
                 dtype: Optional[torch.dtype] = None,
-                unhooked: Callable[[Callable[[], Any]], Any] = lambda f: f()) -> Dict[str, Any]:
+                unhooked: Callable[[Callable[[], Any]], Any] = lambda f: f(),
+                same_dtype_on_cpu: bool = False) -> Dict[str, Any]:
     """Replays `call` (its record name) with the original function `fn`.
 
     `dtype`: the dtype that overflowed (the anomalous output's); by default the first floating
-    input's. Returns {"replay": [result, ...], "not_replayed": str or None}; each result has kind
+    input's. The same-dtype CPU replay is made when the call ran on an accelerator, or always with
+    `same_dtype_on_cpu` (offline: the recording device is not known). Returns {"replay": [result, ...], "not_replayed": str or None}; each result has kind
     ("wider" or "cpu"), dtype, device, finite, max and min (over the finite elements; None when
     there is none) and verdict (one line)."""
     out: Dict[str, Any] = {"replay": [], "not_replayed": None}
@@ -189,7 +191,7 @@ def replay_call(call: str, fn: Callable[..., Any], args: Tuple[Any, ...], kwargs
                                   "finite": finite, "max": hi, "min": lo, "verdict": verdict})
         except Exception as e:  # noqa: BLE001 - a replay must never cost the stop
             notes.append(_error(e))
-    if any(d != "cpu" for d in devices) and dtype is not None:
+    if (same_dtype_on_cpu or any(d != "cpu" for d in devices)) and dtype is not None:
         try:
             result = _run(fn, _map(args, lambda t: t.detach().to("cpu")),
                           _map(kwargs, lambda t: t.detach().to("cpu")), unhooked, ["cpu"])
