@@ -128,6 +128,26 @@ PYBIND11_MODULE(_C, m) {
           py::arg("raise_peer_stop") = py::none(), py::arg("mark_collective_input") = py::none(),
           py::arg("collective_input_rank") = py::none(), py::arg("replay") = py::none())
       .def_property_readonly("host_syncs", &Session::host_syncs)
+      .def_property_readonly("headroom",
+                             [](const Session& s) {
+                               py::list out;
+                               for (const HeadroomRecord& r : s.headroom_warned()) {
+                                 py::list history;
+                                 for (const HeadroomPoint& p : r.history) {
+                                   py::dict point;
+                                   point["step"] = p.step;
+                                   point["max"] = p.magnitude;
+                                   point["fraction"] = p.fraction;
+                                   history.append(point);
+                                 }
+                                 py::dict site;
+                                 site["site"] = r.where;
+                                 site["dtype"] = r.dtype;
+                                 site["history"] = history;
+                                 out.append(site);
+                               }
+                               return out;
+                             })
       .def("set_peer_stopped", &Session::set_peer_stopped)
       .def_property_readonly("peer_stopped", &Session::peer_stopped)
       .def(

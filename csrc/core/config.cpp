@@ -236,10 +236,26 @@ double parse_min_loss_scale(const json& value, const Loc& at) {
   return value.get<double>();
 }
 
-const std::vector<std::string> kOverflowKeys = {
-    "overflow_nums",      "action", "stop_level",       "stop_on",
-    "mutation_threshold", "rules",  "compat",           "dump_skipped_steps",
-    "min_loss_scale",     "sync",   "sync_batch_calls", "replay"};
+const std::vector<std::string> kOverflowKeys = {"overflow_nums",
+                                                "action",
+                                                "stop_level",
+                                                "stop_on",
+                                                "mutation_threshold",
+                                                "rules",
+                                                "compat",
+                                                "dump_skipped_steps",
+                                                "min_loss_scale",
+                                                "sync",
+                                                "sync_batch_calls",
+                                                "replay",
+                                                "headroom"};
+
+double parse_headroom(const json& value, const Loc& at) {
+  if (!value.is_number() || !(value.get<double>() >= 0.0 && value.get<double>() < 1.0)) {
+    fail(at, "a number from 0 (off) up to, not including, 1", value);
+  }
+  return value.get<double>();
+}
 
 int64_t parse_sync_batch_calls(const json& value, const Loc& at) {
   auto number = as_int64(value);
@@ -284,6 +300,7 @@ OverflowSection parse_overflow(const json* section, const Loc& at, const json& o
   if (auto v = get("min_loss_scale")) out.min_loss_scale = parse_min_loss_scale(*v->value, v->at);
   if (auto v = get("sync")) out.sync = parse_enum(*v->value, v->at, kSyncModes);
   if (auto v = get("replay")) out.replay = parse_bool(*v->value, v->at);
+  if (auto v = get("headroom")) out.headroom = parse_headroom(*v->value, v->at);
   if (auto v = get("sync_batch_calls")) {
     out.sync_batch_calls = parse_sync_batch_calls(*v->value, v->at);
   }

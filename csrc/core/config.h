@@ -74,6 +74,7 @@ struct OverflowSection {
   SyncMode sync = SyncMode::Auto;
   int64_t sync_batch_calls = 256;  // calls judged per host sync under batched sync
   bool replay = true;              // an op-origin stop replays the call wider and on the CPU
+  double headroom = 0.5;           // the share of a 16-bit dtype's range that warns (0: off)
 
   bool stops_on(Origin o) const;
 };

@@ -1,5 +1,7 @@
 #include "core/overflow_facts.h"
 
+#include <cstdio>
+
 #include <algorithm>
 
 #include "core/anomaly.h"
@@ -125,6 +127,18 @@ std::string OverflowFacts::message() const {
   m += "\n  module: " + module.value_or("(none recorded)");
   m += "\n  source: " + source.value_or("(no Python frame)");
   for (const ArgFacts& t : tensors) m += "\n  " + t.text();
+  if (history) {
+    m += "\n  history: ";
+    for (size_t i = 0; i < history->history.size(); ++i) {
+      const HeadroomPoint& p = history->history[i];
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%sstep %lld %.0f%%", i ? ", " : "",
+                    static_cast<long long>(p.step), p.fraction * 100.0);
+      m += buf;
+    }
+    m += " of " + history->dtype.substr(history->dtype.rfind('.') + 1) +
+         "'s range: " + history->text;
+  }
   for (const ReplayFacts& r : replay) m += "\n  " + r.verdict;
   if (!not_replayed.empty()) m += "\n  " + not_replayed;
   if (!gradients.empty()) {
@@ -205,6 +219,28 @@ void OverflowFacts::write(JsonWriter& w) const {
   if (raised_calls_later > 0) {  // batched sync only
     w.key("raised_calls_later");
     w.value_int(raised_calls_later);
+  }
+  if (history) {
+    w.key("history");
+    w.begin_object();
+    w.key("dtype");
+    w.value_string(history->dtype);
+    w.key("steps");
+    w.begin_array();
+    for (const HeadroomPoint& p : history->history) {
+      w.begin_object();
+      w.key("step");
+      w.value_int(p.step);
+      w.key("max");
+      w.value_float(p.magnitude);
+      w.key("fraction");
+      w.value_float(p.fraction);
+      w.end_object();
+    }
+    w.end_array();
+    w.key("trend");
+    w.value_string(history->text);
+    w.end_object();
   }
   if (replay_tried) {
     w.key("replay");

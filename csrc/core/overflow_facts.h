@@ -10,6 +10,7 @@
 
 #include "core/config.h"
 #include "core/detector.h"
+#include "core/headroom.h"
 #include "core/json_writer.h"
 #include "core/record.h"
 
@@ -69,6 +70,8 @@ struct OverflowFacts {
   int64_t raised_calls_later = 0;
   // Op-origin stops (overflow_check.replay): what the replays said, and why a replay was not done
   // ("not replayed: an in-place call ..."; empty when every replay ran).
+  // A 16-bit call site's largest magnitudes over the steps before this one, and their trend.
+  std::optional<HeadroomTrend> history;
   bool replay_tried = false;
   std::vector<ReplayFacts> replay;
   std::string not_replayed;

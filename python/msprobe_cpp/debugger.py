@@ -202,6 +202,13 @@ class PrecisionDebugger:
         while it is clean."""
         return self._overflow
 
+    @property
+    def headroom(self) -> List[Dict[str, Any]]:
+        """Every float16/bfloat16 call site warned of (overflow_check.headroom), with its largest
+        magnitude in each of its last steps: [{"site", "dtype", "history": [{"step", "max",
+        "fraction"}]}]."""
+        return self._session.headroom
+
     @_OnTheDebugger
     def start(self, model: Optional[Any] = None, loss_scaler: Any = None) -> None:
         """Begins (or resumes) collection for the current step; installs hooks the first time.

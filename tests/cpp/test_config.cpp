@@ -244,7 +244,7 @@ TEST(ConfigTest, UnknownKeyWithoutCloseMatchListsAllowedKeys) {
   EXPECT_EQ(config_error(R"({"dump_path": "d", "overflow_check": {"max_calls": 2}})"),
             "config.json: overflow_check.max_calls: unknown key; allowed: overflow_nums, action, "
             "stop_level, stop_on, mutation_threshold, rules, compat, dump_skipped_steps, "
-            "min_loss_scale, sync, sync_batch_calls, replay");
+            "min_loss_scale, sync, sync_batch_calls, replay, headroom");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "a b\n": 1})"),
             R"(config.json: "a b\n": unknown key; allowed: task, dump_path, rank, step, level, )"
             "statistics, tensor, overflow_check, extra_apis");
@@ -285,7 +285,7 @@ TEST(ConfigTest, OverrideErrors) {
       "and the "
       "overflow_check keys overflow_nums, "
       "action, stop_level, stop_on, mutation_threshold, rules, compat, dump_skipped_steps, "
-      "min_loss_scale, sync, sync_batch_calls, replay";
+      "min_loss_scale, sync, sync_batch_calls, replay, headroom";
   EXPECT_EQ(config_error(file, json{{"foo", 1}}),
             R"(PrecisionDebugger: unknown keyword argument "foo"; )" + allowed);
   EXPECT_EQ(config_error(file, json{{"overflow_check", json::object()}}),

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -63,6 +65,34 @@ std::string section_name(const Config& c, const std::string& source) {
   return source + ": " + (c.task == Task::Tensor ? "tensor" : "statistics");
 }
 
+HeadroomSite call_site(const std::string& name, const StackPtr& stack) {
+  // "Tensor.__mul__.3.forward" -> "Tensor.__mul__"
+  std::string family = name;
+  for (int dots = 0; dots < 2; ++dots) {
+    const size_t at = family.rfind('.');
+    if (at != std::string::npos) family.erase(at);
+  }
+  return HeadroomSite{std::move(family), reinterpret_cast<uintptr_t>(stack.get())};
+}
+
+std::optional<HeadroomRecord> observe_headroom(Headroom& headroom, const StoredCall& call,
+                                               int64_t step) {
+  // API forward calls: a module's output is its last call's, and backward values are the loss
+  // scaler's to keep in range.
+  const std::string& name = call.record.name;
+  if (name.rfind("Module.", 0) == 0 || is_backward_name(name)) return std::nullopt;
+  std::optional<HeadroomRecord> crossed;
+  std::optional<HeadroomSite> site;
+  for (const Entry& e : call.record.outputs) {
+    if (!e.is_tensor() || largest_16bit(e.dtype) <= 0 || !e.max.is_number() || !e.min.is_number())
+      continue;
+    const double magnitude = std::max(std::fabs(e.max.as_double()), std::fabs(e.min.as_double()));
+    if (!site) site = call_site(name, call.stack);
+    if (auto r = headroom.observe(*site, step, e.dtype, magnitude)) crossed = std::move(r);
+  }
+  return crossed;
+}
+
 }  // namespace
 
 Session::Session(Config config, std::string package_dir, const std::string& source,
@@ -83,6 +113,9 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
       throw ConfigError(source + ": overflow_check.rules: " + e.what());
     }
     s.decisions = std::make_unique<OverflowDecisions>(config_.overflow_check);
+    if (config_.overflow_check.headroom > 0) {
+      s.headroom = std::make_unique<Headroom>(config_.overflow_check.headroom);
+    }
   });
 }
 
@@ -254,6 +287,8 @@ OverflowFacts Session::facts_of(const StepState& s, const StoredCall& call,
   if (s.decisions->budget_left()) facts.dump_dir = dir_of(s);
   // The source line is added by add(), outside the lock (it needs the GIL).
   facts.tensors = anomalous_args(call.record, facts.finding, config_.overflow_check.compat);
+  if (s.headroom)
+    facts.history = s.headroom->trend(call_site(call.record.name, call.stack), s.step);
   return facts;
 }
 
@@ -267,10 +302,21 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
   StackPtr stack;
   int rank = -1;
   bool dropped = false;
+  std::optional<HeadroomRecord> crossed;  // a 16-bit call site that just reached the headroom
+  std::optional<std::string> parent;
   state_.with_lock([&](StepState& s) {
     if (call.epoch != 0 && call.epoch != epoch_.load(std::memory_order_relaxed)) {
       dropped = true;
       return;
+    }
+    if (s.headroom) {
+      crossed = observe_headroom(*s.headroom, call, s.step);
+      if (crossed) {
+        name = call.record.name;
+        stack = call.stack;
+        parent = call.parent;
+        rank = s.rank;
+      }
     }
     if (s.watch) {
       const Verdict v = s.watch->judge(call.record, tensors, call.peer_rank);
@@ -287,6 +333,7 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
     s.dirty = true;
   });
   if (dropped) return std::nullopt;
+  if (crossed) say_headroom(*crossed, call_site(name, stack), parent, stack, rank);
   if (!keep.names.empty()) keep_tensors(keep, name, tensors);
   // The source line needs the GIL, which must never be waited for while holding the step's lock:
   // a thread holding the GIL may be waiting for it (backward recorders run without the GIL).
@@ -331,6 +378,40 @@ void Session::keep_tensors(const KeptTensors& keep, const std::string& call,
       return;
     StoredCall& stored = s.calls[keep.index];
     if (stored.record.name == call) stored.tensors = std::move(copies);
+  });
+}
+
+void Session::say_headroom(const HeadroomRecord& r, const HeadroomSite& site,
+                           const std::optional<std::string>& parent, const StackPtr& stack,
+                           int rank) {
+  std::string source;
+  if (stack) {
+    pybind11::gil_scoped_acquire gil;
+    source =
+        codes_.first_frame_outside(*stack, {paths_.package_dir, paths_.library_dir}).value_or("");
+  }
+  // "Module.blocks.2.attn.CausalSelfAttention.forward.0" -> "blocks.2.attn"
+  std::string module;
+  if (parent && parent->rfind("Module.", 0) == 0) {
+    module = parent->substr(7);
+    for (int dots = 0; dots < 3; ++dots) {
+      const size_t at = module.rfind('.');
+      if (at != std::string::npos) module.erase(at);
+    }
+  }
+  const std::string where = headroom_where(site.family, module, source);
+  state_.with_lock([&](StepState& s) { s.headroom->set_where(site, where); });
+  const std::string who = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
+  std::fprintf(stderr, "%s%s\n", who.c_str(), headroom_warning(where, r).c_str());
+}
+
+std::vector<HeadroomRecord> Session::headroom_warned() const {
+  return state_.with_lock([](const StepState& s) {
+    std::vector<HeadroomRecord> out;
+    if (s.headroom) {
+      for (auto& [site, r] : s.headroom->warned()) out.push_back(std::move(r));
+    }
+    return out;
   });
 }
 

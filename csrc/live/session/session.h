@@ -105,6 +105,8 @@ class Session {
   void set_python_side(std::unique_ptr<PythonSide> side);
   // An op origin's replays (facts.replay, not_replayed), kept for the step's report.
   void set_replay(const OverflowFacts& facts);
+  // The 16-bit call sites said to near their dtype's range (debugger.headroom).
+  std::vector<HeadroomRecord> headroom_warned() const;
   PythonSide* python_side() const { return py_.get(); }
   // A parameter (or buffer, `buffer`) of a model given to start(), named `name`.
   void add_model_tensor(const std::string& name, const at::Tensor& t, bool buffer);
@@ -172,6 +174,8 @@ class Session {
                                                                  const LiveTensors& live);
   void keep_tensors(const KeptTensors& keep, const std::string& call, const LiveTensors& live);
   void tell_source(const StackPtr& stack, const std::string& call, OverflowEvent* event);
+  void say_headroom(const HeadroomRecord& r, const HeadroomSite& site,
+                    const std::optional<std::string>& parent, const StackPtr& stack, int rank);
 
   const Config config_;
   const SessionPaths paths_;

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/headroom.h"
 #include "core/overflow_decisions.h"
 #include "core/record.h"
 #include "core/report.h"
@@ -62,6 +63,7 @@ struct StepState {
   ModelTensors models;
   std::unique_ptr<OverflowWatch> watch;
   std::unique_ptr<OverflowDecisions> decisions;
+  std::unique_ptr<Headroom> headroom;  // overflow_check with headroom > 0; kept across steps
 
   // "step<S>/rank<R>" below the dump root.
   std::string folder() const {

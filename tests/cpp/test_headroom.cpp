@@ -1,0 +1,88 @@
+// Headroom of 16-bit call sites: when a site is said, what its history keeps, and how a stop reads
+// the trend.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/headroom.h"
+
+namespace msprobe {
+namespace {
+
+const HeadroomSite kSite{"Tensor.__mul__", 1};
+const HeadroomSite kOther{"Tensor.__mul__", 2};  // the same API on another line
+
+TEST(Headroom, SaidOnceWhenTheThresholdIsReached) {
+  Headroom h(0.5);
+  EXPECT_FALSE(h.observe(kSite, 0, "torch.float16", 30000.0));
+  auto said = h.observe(kSite, 1, "torch.float16", 33000.0);
+  ASSERT_TRUE(said);
+  EXPECT_NEAR(said->history.back().fraction, 33000.0 / 65504.0, 1e-12);
+  EXPECT_FALSE(h.observe(kSite, 2, "torch.float16", 60000.0));  // once for the run
+  EXPECT_TRUE(h.observe(kOther, 2, "torch.float16", 40000.0));  // each site for itself
+  EXPECT_EQ(h.warned().size(), 2u);
+}
+
+TEST(Headroom, OffAtZeroAndSilentForOtherDtypesAndNonFiniteValues) {
+  Headroom off(0.0);
+  EXPECT_FALSE(off.observe(kSite, 0, "torch.float16", 65000.0));
+  EXPECT_FALSE(off.trend(kSite, 1));
+  Headroom h(0.5);
+  EXPECT_FALSE(h.observe(kSite, 0, "torch.float32", 3e38));
+  EXPECT_FALSE(h.observe(kSite, 0, "torch.float16", INFINITY));
+  EXPECT_FALSE(h.trend(kSite, 1));
+  EXPECT_TRUE(h.observe(kSite, 0, "torch.bfloat16", 2e38));
+}
+
+TEST(Headroom, KeepsTheLargestOfEachOfTheLastEightSteps) {
+  Headroom h(0.9);
+  for (int64_t step = 0; step < 12; ++step) {
+    h.observe(kSite, step, "torch.float16", 100.0 * (step + 1));
+    h.observe(kSite, step, "torch.float16", 50.0);  // a smaller value in the same step
+  }
+  auto t = h.trend(kSite, 12);
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->history.size(), kHeadroomSteps);
+  EXPECT_EQ(t->history.front().step, 4);
+  EXPECT_EQ(t->history.back().magnitude, 1200.0);
+}
+
+TEST(Headroom, SteadyGrowthAndAJump) {
+  Headroom h(0.5);
+  for (int64_t step = 0; step < 6; ++step) {
+    h.observe(kSite, step, "torch.float16", 6550.0 * std::pow(1.5, step));
+  }
+  auto steady = h.trend(kSite, 6);
+  ASSERT_TRUE(steady);
+  EXPECT_EQ(steady->text,
+            "grew steadily: x1.50 a step, a doubling every 1.7 steps, to 76% of float16's range "
+            "(divergence, learning rate or loss scale)");
+  for (int64_t step = 0; step < 4; ++step) h.observe(kOther, step, "torch.float16", 3300.0);
+  auto jump = h.trend(kOther, 4);
+  ASSERT_TRUE(jump);
+  EXPECT_EQ(jump->text,
+            "jumped in one step: from 5% of float16's range at step 3 to overflow (a spike in the "
+            "data)");
+  // Growing, but far too slowly to have overflowed now: a jump on top of the growth.
+  Headroom slow(0.5);
+  for (int64_t step = 0; step < 4; ++step) {
+    slow.observe(kSite, step, "torch.float16", 100.0 * std::pow(1.1, step));
+  }
+  EXPECT_EQ(slow.trend(kSite, 4)->text.rfind("jumped in one step", 0), 0u);
+}
+
+TEST(Headroom, TheWarningLine) {
+  HeadroomRecord r;
+  r.dtype = "torch.float16";
+  r.history = {{7, 34102.0 / 65504.0, 34102.0}};
+  EXPECT_EQ(headroom_warning(headroom_where("Tensor.__mul__", "blocks.2.attn", "train.py:50"), r),
+            "msprobe_cpp: step 7: Tensor.__mul__ in blocks.2.attn (train.py:50) reached 52% of "
+            "float16's range (max 34102); it overflows if it doubles");
+  r.history = {{3, 0.2, 13100.8}};
+  EXPECT_EQ(headroom_warning(headroom_where("Torch.exp", "", ""), r),
+            "msprobe_cpp: step 3: Torch.exp reached 20% of float16's range (max 13100.8); it "
+            "overflows if it grows 5x");
+}
+
+}  // namespace
+}  // namespace msprobe
