@@ -34,6 +34,11 @@ How it is measured:
   hooks never sit on another configuration's model, and every copy must end with exactly the
   baseline's losses: a dump must not change a value.
 
+- The floor column: 1 + the time to compute the statistics of the step's distinct tensor versions
+  once, with no hooks, over the baseline's median step (bench/stats_floor.py: the tensors of one
+  step's task-tensor dump at the configuration's level, deduplicated by content, through the hooks'
+  own statistics kernel). How far a ratio is above it is what bookkeeping and repeat reads cost.
+
 If msprobe_cpp cannot be imported, only the baseline is measured, with a note saying why.
 """
 from __future__ import annotations
@@ -63,6 +68,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from models import make_batches, make_model, make_optimizer, train_step  # noqa: E402
+from stats_floor import measure as measure_floor, step_tensors  # noqa: E402
 
 # configuration -> (task, level)
 CONFIGS = {"L1": ("statistics", "L1"), "mix": ("statistics", "mix"), "L0": ("statistics", "L0"),
@@ -254,13 +260,24 @@ def measure_model(model_name: str, configs: List[str], args: argparse.Namespace,
             print(f"  round {r + 1}/{rounds} {name:>11}: median {median_ms(times):8.2f} ms over {len(times)} steps",
                   flush=True)
 
+    # The floor of each level: its step's distinct tensor versions' statistics once, no hooks.
+    floors: Dict[str, Any] = {}
+    if Debugger is not None:
+        for level in sorted({CONFIGS[c][1] for c in configs}):
+            model = copy.deepcopy(base)
+            opt = make_optimizer(model, foreach=model_name == "gpt-foreach")
+            x, y = data[0]
+            tensors = step_tensors(Debugger, level, model, lambda: train_step(
+                model, opt, x, y, None, set_to_none=model_name != "gpt-foreach"))
+            floors[level] = measure_floor(tensors)
+
     baseline = runs["baseline"]
     results: Dict[str, Any] = {"baseline": {"median_ms": median_ms(baseline.times), "min_ms": 1e3 * min(baseline.times),
                                             "round_medians_ms": [median_ms(s) for s in baseline.rounds]},
                                "configs": {}}
     print()
     hdr = (f"{model_name + ' config':<20}{'median ms':>10}{'min ms':>9}{'ratio':>7}{'min/min':>8}{'per round':>13}"
-           f"{'target':>8}{'dumped':>8}{'records':>8}{'KB/step':>8}  losses")
+           f"{'floor':>7}{'target':>8}{'dumped':>8}{'records':>8}{'KB/step':>8}  losses")
     print(hdr)
     print("-" * len(hdr))
     print(f"{'baseline':<20}{median_ms(baseline.times):>10.2f}{1e3 * min(baseline.times):>9.2f}")
@@ -281,11 +298,14 @@ def measure_model(model_name: str, configs: List[str], args: argparse.Namespace,
             # The fastest steps are the least disturbed by a noisy shared machine: their ratio is
             # printed beside the medians'.
             min_ratio = min(times) / min(baseline.times)
+            floor = floors.get(CONFIGS[level][1])
+            floor_ratio = 1.0 + floor.ms / median_ms(baseline.times) if floor else None
             print(f"{level:<20}{median_ms(times):>10.2f}{1e3 * min(times):>9.2f}{ratio:>7.2f}{min_ratio:>8.2f}{spread:>13}"
-                  f"{(f'{target:.2f}' if target else '-'):>8}{f'{run.steps_dumped}/{run.steps_expected}':>8}"
+                  f"{(f'{floor_ratio:.2f}' if floor_ratio else '-'):>7}{(f'{target:.2f}' if target else '-'):>8}{f'{run.steps_dumped}/{run.steps_expected}':>8}"
                   f"{rec:>8}{kb:>8}  {'identical' if same else 'DIFFER'}")
             entry.update({"median_ms": median_ms(times), "min_ms": 1e3 * min(times), "ratio": ratio,
                           "min_ratio": min_ratio, "ratio_per_round": per_round, "target": target,
+                          "floor_ratio": floor_ratio, "floor": floor.__dict__ if floor else None,
                           "steps_dumped": run.steps_dumped, "steps_expected": run.steps_expected,
                           "records_per_step": statistics.median(run.records) if run.records else None,
                           "dump_bytes_per_step": statistics.median(run.dump_bytes) if run.dump_bytes else None,
@@ -307,6 +327,10 @@ def measure_model(model_name: str, configs: List[str], args: argparse.Namespace,
             failed = True
             print(f"  {level}: {run.error}")
         results["configs"][level] = entry
+    for level, f in floors.items():
+        print(f"  floor {level}: statistics of the step's {f.distinct} distinct tensor versions ({f.megabytes:.1f} MB; "
+              f"{f.entries} tensor entries) once, no hooks: {f.ms:.2f} ms = "
+              f"+{f.ms / median_ms(baseline.times):.2f} of the baseline step")
     if args.keep:
         print(f"kept {tmp}")
     else:

@@ -212,6 +212,17 @@ PYBIND11_MODULE(_C, m) {
     return fn();
   });
   m.def("_force_generic_statistics", &force_generic_statistics, py::arg("on"));
+  // The statistics the hooks compute for one tensor, with nothing recorded (the benches' floor).
+  m.def(
+      "_tensor_statistics",
+      [](const at::Tensor& t) {
+        const Entry e = tensor_stats_entry(t);
+        auto number = [](const Scalar& s) {
+          return s.is_number() ? py::object(py::float_(s.as_double())) : py::object(py::none());
+        };
+        return py::make_tuple(number(e.max), number(e.min), number(e.mean), number(e.norm));
+      },
+      py::arg("tensor"));
   m.def("_set_write_budget", &set_write_budget_for_testing, py::arg("bytes"));
   m.def("_host_syncs", &host_syncs);
   m.def("load_wrap_ops", &load_wrap_ops, py::arg("path"));
