@@ -34,8 +34,11 @@ def tensor(rng: random.Random, anomalous: bool = False) -> dict:
     return entry
 
 
+ANOMALOUS = [0.001]  # the share of records with an anomalous output (--anomalous)
+
+
 def record(rng: random.Random, name: str, n: int, backward: bool) -> tuple:
-    anomalous = rng.random() < 0.001
+    anomalous = rng.random() < ANOMALOUS[0]
     if backward:
         return f"{name}.{n}.backward", {"input": [tensor(rng)],
                                           "output": [tensor(rng, anomalous), tensor(rng)]}
@@ -115,9 +118,13 @@ def main() -> None:
     ap.add_argument("--gb", type=float, default=0.0, help="write calls until the file holds this many GB")
     ap.add_argument("--keep", help="write the dump here and keep it (default: a temporary folder)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--anomalous", type=float, default=0.001,
+                    help="share of records with an anomalous output (0.15: ~36 MB of findings in 600 MB)")
+    ap.add_argument("--format", default="json", choices=("json", "text"))
     ap.add_argument("--bin", default=str(ROOT / "build" / "bin" / "msprobe-cpp"))
     ap.add_argument("--generate-to", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    ANOMALOUS[0] = args.anomalous
     if args.generate_to:
         print(generate(pathlib.Path(args.generate_to), args.calls, int(args.gb * 1e9)))
         return
@@ -126,10 +133,11 @@ def main() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         calls = subprocess.run([sys.executable, __file__, "--calls", str(args.calls), "--gb", str(args.gb),
-                                "--generate-to", str(path)], check=True, capture_output=True, text=True).stdout
+                                "--anomalous", str(args.anomalous), "--generate-to", str(path)],
+                               check=True, capture_output=True, text=True).stdout
         size = path.stat().st_size
         print(f"generated {calls.strip()} calls, {size / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s")
-        results = [run_check(args.bin, path) for _ in range(args.repeat)]
+        results = [run_check(args.bin, path, "--format", args.format) for _ in range(args.repeat)]
         best = min(r[0] for r in results)
         rss = max(r[1] for r in results)
         print(f"check: best of {args.repeat}: {best:.3f} s = {size / 1e6 / best:.0f} MB/s "

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <ostream>
 #include <unordered_map>
 #include <unordered_set>
@@ -13,6 +15,7 @@
 #include "core/json_writer.h"
 #include "core/report.h"
 #include "core/rules.h"
+#include "core/spilled_report.h"
 #include "core/stack_sources.h"
 
 namespace fs = std::filesystem;
@@ -176,22 +179,41 @@ int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err)
     const bool single = !fs::is_directory(options.path, ec);
     const std::vector<std::string> files = dump_files(options.path);
     bool any = false;
+    if (options.text) {
+      for (const std::string& file : files) {
+        const Report report = check_file(file, detector);
+        any = any || fails(report, options.fail_on);
+        write_text(out, file, report);
+      }
+      return any ? 1 : 0;
+    }
+    // JSON, streamed: each file's findings spilled as they are found (SpilledReport). A folder's
+    // document goes through one more temporary file, so that an unreadable file among them leaves
+    // stdout empty, as a single file's error does.
+    std::optional<SpillFile> document;
+    if (!single) document.emplace();
+    const std::function<void(const std::string&)> sink = [&](const std::string& text) {
+      if (document) {
+        document->append(text);
+      } else {
+        out << text;
+      }
+    };
     JsonWriter json(1);
     if (!single) json.begin_object();
     for (const std::string& file : files) {
-      const Report report = check_file(file, detector);
-      any = any || fails(report, options.fail_on);
-      if (options.text) {
-        write_text(out, file, report);
-      } else {
-        if (!single) json.key(file);
-        report.write(json);
-      }
+      SpilledReport report(1, single ? 0 : 1);
+      detector.reset();
+      read_dump_file(file, [&](CallRecord&& rec) {
+        if (auto f = detector.judge(rec)) report.add(*f);
+      });
+      any = any || report.fails(options.fail_on);
+      if (!single) json.key(file);
+      report.write(json, sink);
     }
-    if (!options.text) {
-      if (!single) json.end_object();
-      out << json.str() << "\n";
-    }
+    if (!single) json.end_object();
+    sink(json.take_chunk() + "\n");
+    if (document) document->replay([&](const std::string& text) { out << text; });
     return any ? 1 : 0;
   } catch (const std::exception& e) {
     err << "msprobe-cpp check: " << e.what() << "\n";

@@ -38,6 +38,19 @@ class JsonWriter {
 
   const std::string& str() const { return out_; }
   std::string take() { return std::move(out_); }
+  // What has been written since the last call, leaving the writer where it is: a long document
+  // goes out in chunks.
+  std::string take_chunk() {
+    std::string chunk;
+    chunk.swap(out_);
+    return chunk;
+  }
+
+  // A writer for one member of a container `depth` levels deep, its bytes exactly those the
+  // enclosing document's writer would write there (`first`: the container's first member).
+  static JsonWriter member_at(int indent, size_t depth, bool first);
+  // Members rendered by member_at() writers, appended to the innermost open container.
+  void raw_members(std::string_view text);
 
  private:
   void before_value();

@@ -1,0 +1,59 @@
+// The check command's JSON report of one dump file, written as its findings arrive: the call
+// names of each level and the details are rendered at once into temporary files and copied into
+// the output at the end, in the report's order (docs/check.md), so memory holds one rendered
+// finding and one chunk however many findings there are. The bytes are Report::write's.
+#pragma once
+
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/detector.h"
+#include "core/json_writer.h"
+
+namespace msprobe {
+
+// An anonymous temporary file, removed when closed. Throws std::runtime_error when none can be
+// made.
+class SpillFile {
+ public:
+  SpillFile();
+  void append(const std::string& text);
+  // Hands the file's contents to `sink` in chunks, from the start.
+  template <typename Sink>
+  void replay(Sink&& sink);
+  size_t count = 0;  // members appended
+
+ private:
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_;
+  void rewind_for_reading();
+  size_t read_chunk(std::string& chunk);
+};
+
+template <typename Sink>
+void SpillFile::replay(Sink&& sink) {
+  rewind_for_reading();
+  std::string chunk;
+  while (read_chunk(chunk) > 0) sink(chunk);
+}
+
+class SpilledReport {
+ public:
+  // `depth`: how many containers enclose the report object in the document (0: it is the
+  // document).
+  SpilledReport(int indent, size_t depth) : indent_(indent), depth_(depth) {}
+
+  void add(const Finding& f);
+  bool fails(Severity fail_on) const;  // a finding at or above `fail_on`
+  // Writes the report object where `w` stands, handing `w`'s text to `sink` chunk by chunk.
+  void write(JsonWriter& w, const std::function<void(const std::string&)>& sink);
+
+ private:
+  int indent_;
+  size_t depth_;
+  SpillFile names_[3];  // by Severity
+  SpillFile details_;
+};
+
+}  // namespace msprobe
