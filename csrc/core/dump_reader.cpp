@@ -1,11 +1,15 @@
 #include "core/dump_reader.h"
 
 #include <limits>
+#include <string_view>
 
 #include "core/json_cursor.h"
 #include "core/text_file.h"
 
 namespace msprobe {
+
+// Keys compared as string views: their lengths first, no strlen of the literal.
+using namespace std::string_view_literals;
 
 namespace {
 
@@ -112,39 +116,39 @@ class RecordParser {
     std::string& key = key_;
     cur_.begin_object();
     while (cur_.next_key(key)) {
-      if (key == "type") {
+      if (key == "type"sv) {
         e.type = string_field(field, "type");
-      } else if (key == "dtype") {
+      } else if (key == "dtype"sv) {
         e.dtype = string_field(field, "dtype");
-      } else if (key == "shape") {
+      } else if (key == "shape"sv) {
         shape(e, field);
-      } else if (key == "Max") {
+      } else if (key == "Max"sv) {
         e.max = numeric_string(scalar_field(field, "Max"));
-      } else if (key == "Min") {
+      } else if (key == "Min"sv) {
         e.min = numeric_string(scalar_field(field, "Min"));
-      } else if (key == "Mean") {
+      } else if (key == "Mean"sv) {
         e.mean = numeric_string(scalar_field(field, "Mean"));
-      } else if (key == "Norm") {
+      } else if (key == "Norm"sv) {
         e.norm = numeric_string(scalar_field(field, "Norm"));
-      } else if (key == "Max_except_inf_nan") {
+      } else if (key == "Max_except_inf_nan"sv) {
         e.max_except = numeric_string(scalar_field(field, "Max_except_inf_nan"));
-      } else if (key == "Min_except_inf_nan") {
+      } else if (key == "Min_except_inf_nan"sv) {
         e.min_except = numeric_string(scalar_field(field, "Min_except_inf_nan"));
-      } else if (key == "requires_grad") {
+      } else if (key == "requires_grad"sv) {
         e.requires_grad = scalar_field(field, "requires_grad");
-      } else if (key == "value") {
+      } else if (key == "value"sv) {
         const char c = cur_.peek();
         e.value = (c == '[' || c == '{') ? Scalar::of_raw(std::string(cur_.raw_value()))
                                          : cur_.read_scalar();
-      } else if (key == "group_ranks") {
+      } else if (key == "group_ranks"sv) {
         const char c = cur_.peek();
         e.value = (c == '[' || c == '{') ? Scalar::of_raw(std::string(cur_.raw_value()))
                                          : cur_.read_scalar();
-      } else if (key == "group_id") {
+      } else if (key == "group_id"sv) {
         e.group_id = string_field(field, "group_id");
       } else if (key == "md5") {
         e.md5 = string_field(field, "md5");
-      } else if (key == "data_name") {
+      } else if (key == "data_name"sv) {
         e.data_name = string_field(field, "data_name");
       } else {
         cur_.skip_value();
@@ -162,14 +166,14 @@ void read_record(JsonCursor& cur, RecordParser& parser, CallRecord& rec) {
   std::string key;
   cur.begin_object();
   while (cur.next_key(key)) {
-    if (key == "input_args") {
+    if (key == "input_args"sv) {
       rec.inputs = parser.entry_list("input_args");
-    } else if (key == "input") {
+    } else if (key == "input"sv) {
       rec.inputs = parser.entry_list("input");
       rec.uses_input_key = true;
-    } else if (key == "input_kwargs") {
+    } else if (key == "input_kwargs"sv) {
       rec.kwargs = parser.entry_map("input_kwargs");
-    } else if (key == "output") {
+    } else if (key == "output"sv) {
       rec.outputs = parser.entry_list("output");
     } else {
       cur.skip_value();
@@ -209,12 +213,12 @@ DumpHeader read_dump(JsonCursor& cur, const std::string& source, const CallSink&
     std::string key;
     cur.begin_object();
     while (cur.next_key(key)) {
-      if (key == "data") {
+      if (key == "data"sv) {
         read_data(cur, on_call);
         saw_data = true;
-      } else if (key == "task") {
+      } else if (key == "task"sv) {
         header.task = header_string(cur, "task");
-      } else if (key == "level") {
+      } else if (key == "level"sv) {
         header.level = header_string(cur, "level");
       } else if (key == "dump_data_dir" && cur.peek() == '"') {
         header.dump_data_dir = cur.read_string();

@@ -44,11 +44,13 @@ bool JsonCursor::fill(size_t at) {
 }
 
 void JsonCursor::skip_ws() {
+  // The indentation of every line of a dump passes through here: a pointer loop, no offsets.
   for (;;) {
-    while (pos_ < end_) {
-      if (!is_ws(at(pos_))) return;
-      ++pos_;
-    }
+    const char* p = data_ + (pos_ - base_);
+    const char* const stop = data_ + (end_ - base_);
+    while (p != stop && is_ws(*p)) ++p;
+    pos_ = base_ + static_cast<size_t>(p - data_);
+    if (p != stop) return;
     if (!fill(pos_)) return;
   }
 }

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -58,13 +59,18 @@ std::string read_text_file(const std::string& path) {
 }
 
 void TextPosition::advance(const char* first, const char* last) {
-  for (; first != last; ++first) {
-    if (*first == '\n') {
-      ++line;
-      column = 1;
-    } else if ((static_cast<unsigned char>(*first) & 0xC0) != 0x80) {  // not a continuation byte
-      ++column;
-    }
+  // The reader discards every chunk through here: count lines in one vectorized pass, and columns
+  // only on the last line.
+  const auto newlines = static_cast<size_t>(std::count(first, last, '\n'));
+  const char* line_start = first;
+  if (newlines > 0) {
+    line += newlines;
+    column = 1;
+    line_start = last;
+    while (line_start[-1] != '\n') --line_start;
+  }
+  for (const char* p = line_start; p != last; ++p) {
+    if ((static_cast<unsigned char>(*p) & 0xC0) != 0x80) ++column;  // not a continuation byte
   }
 }
 
