@@ -107,6 +107,8 @@ class Run:
     dump_bytes: List[int] = field(default_factory=list)
     error: Optional[str] = None
     leftover_hooks: bool = False
+    cache_hits: int = 0  # the statistics cache's, over every instrumented step
+    cache_misses: int = 0
 
     @property
     def times(self) -> List[float]:
@@ -248,6 +250,8 @@ def measure_model(model_name: str, configs: List[str], args: argparse.Namespace,
                     debugger = Debugger(config_path=str(cfg))
                     run_steps(run, args.warmup, data, args.device, debugger)
                     times = run_steps(run, seg_steps[r], data, args.device, debugger)
+                    run.cache_hits += debugger._session.stats_cache_hits
+                    run.cache_misses += debugger._session.stats_cache_misses
                     del debugger
                     collect_dumps(run, dump_path, n)
                     if clean_before and [getattr(owner, attr) for owner, attr in PROBES] != originals:
@@ -330,7 +334,13 @@ def measure_model(model_name: str, configs: List[str], args: argparse.Namespace,
     for level, f in floors.items():
         print(f"  floor {level}: statistics of the step's {f.distinct} distinct tensor versions ({f.megabytes:.1f} MB; "
               f"{f.entries} tensor entries) once, no hooks: {f.ms:.2f} ms = "
-              f"+{f.ms / median_ms(baseline.times):.2f} of the baseline step")
+              f"+{f.ms / median_ms(baseline.times):.2f} of the baseline step; every entry scanned (no cache): "
+              f"{f.every_entry_ms:.2f} ms, {100 * (1 - f.ms / f.every_entry_ms):.0f}% of it on versions already seen")
+    for level in configs:
+        run = runs[level]
+        if run.cache_hits or run.cache_misses:
+            print(f"  statistics cache {level}: {run.cache_hits / max(run.steps_expected, 1):.0f} hits and "
+                  f"{run.cache_misses / max(run.steps_expected, 1):.0f} misses a step (tensors of >= 2048 elements)")
     if args.keep:
         print(f"kept {tmp}")
     else:
