@@ -1,5 +1,7 @@
 #include "core/report.h"
 
+#include <array>
+
 namespace msprobe {
 
 namespace {
@@ -66,10 +68,15 @@ std::string Report::to_json(int indent) const {
 }
 
 std::string severity_summary(const std::vector<Finding>& findings) {
-  size_t counts[3] = {0, 0, 0};
+  std::array<size_t, 3> counts = {0, 0, 0};
   for (const Finding& f : findings) ++counts[static_cast<int>(f.severity)];
-  return std::to_string(findings.size()) + " anomalous call" + (findings.size() == 1 ? "" : "s") +
-         " (" + std::to_string(counts[2]) + " critical, " + std::to_string(counts[1]) + " high, " +
+  return severity_summary(counts);
+}
+
+std::string severity_summary(const std::array<size_t, 3>& counts) {
+  const size_t n = counts[0] + counts[1] + counts[2];
+  return std::to_string(n) + " anomalous call" + (n == 1 ? "" : "s") + " (" +
+         std::to_string(counts[2]) + " critical, " + std::to_string(counts[1]) + " high, " +
          std::to_string(counts[0]) + " medium)";
 }
 

@@ -2,6 +2,7 @@
 // overflow_report.json.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ struct Report {
 
 // "5 anomalous calls (1 critical, 2 high, 2 medium)".
 std::string severity_summary(const std::vector<Finding>& findings);
+std::string severity_summary(const std::array<size_t, 3>& counts);  // by Severity
 
 // The one-screen stderr summary of a flagged step, each line prefixed "[rank R] " when `rank` is
 // not -1: the first anomaly with its origin, source and counts, the flagged calls by level, the

@@ -4,39 +4,14 @@
 // finding and one chunk however many findings there are. The bytes are Report::write's.
 #pragma once
 
-#include <cstdio>
 #include <functional>
-#include <memory>
 #include <string>
 
 #include "core/detector.h"
 #include "core/json_writer.h"
+#include "core/spill_file.h"
 
 namespace msprobe {
-
-// An anonymous temporary file, removed when closed. Throws std::runtime_error when none can be
-// made.
-class SpillFile {
- public:
-  SpillFile();
-  void append(const std::string& text);
-  // Hands the file's contents to `sink` in chunks, from the start.
-  template <typename Sink>
-  void replay(Sink&& sink);
-  size_t count = 0;  // members appended
-
- private:
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_;
-  void rewind_for_reading();
-  size_t read_chunk(std::string& chunk);
-};
-
-template <typename Sink>
-void SpillFile::replay(Sink&& sink) {
-  rewind_for_reading();
-  std::string chunk;
-  while (read_chunk(chunk) > 0) sink(chunk);
-}
 
 class SpilledReport {
  public:

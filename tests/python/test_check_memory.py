@@ -1,7 +1,8 @@
-"""`check` streams its JSON report: findings are written as they are found (spilled to temporary
-files, copied out in the report's order), so its memory does not grow with the number of findings.
-The in-memory report it replaced held every finding and the whole document (about 3.5x the
-report's size: over 90 MB here)."""
+"""`check` streams its reports: findings are written as they are found (spilled to temporary
+files, copied out in the report's order; the text report's source lines looked up a batch of
+findings at a time), so its memory does not grow with the number of findings. The in-memory
+reports they replaced held every finding and the whole document (the JSON one about 3.5x the
+report's size: over 70 MB here)."""
 import importlib.util
 import json
 import pathlib
@@ -34,6 +35,20 @@ def test_a_report_of_many_findings_is_written_in_bounded_memory(tmp_path, cli):
     doc = json.loads(report.stdout)
     listed = len(doc["critical_apis"]) + len(doc["high_priority_apis"]) + len(doc["medium_priority_apis"])
     assert listed == len(doc["anomaly_details"]) > 50_000
+    # The text report, with a stack.json that names every forward record's line.
+    with open(tmp_path / "stack.json", "w") as stack:
+        stack.write("{" + ",".join(f"\n {json.dumps(n)}: [\"File /w/train.py, line {i}, in f, \\n y = g(x)\"]"
+                                   for i, n in enumerate(doc["critical_apis"]) if n.endswith(".forward")) + "\n}")
+    _, peak = b.run_check(str(cli), dump, "--format", "text")
+    assert peak < MEMORY_BOUND, f"text: peak RSS {peak / 1e6:.1f} MB"
+    text = subprocess.run([str(cli), "check", str(dump), "--format", "text"], capture_output=True, text=True).stdout
+    lines = text.splitlines()
+    assert lines[0] == f"{dump}: {listed} anomalous calls ({len(doc['critical_apis'])} critical, " \
+                       f"{len(doc['high_priority_apis'])} high, {len(doc['medium_priority_apis'])} medium)"
+    with_line = {n for n in doc["critical_apis"] if n.endswith(".forward")}
+    assert sum(1 for x in lines if x.startswith("    at /w/train.py:")) == len(with_line) + \
+        sum(1 for d in doc["anomaly_details"] if d["api_name"].endswith(".backward")
+            and d["api_name"].replace(".backward", ".forward") in with_line)
 
 
 def test_a_folders_report_is_streamed_too_and_empty_on_error(tmp_path, cli):
