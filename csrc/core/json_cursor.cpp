@@ -60,7 +60,7 @@ bool JsonCursor::at_end() {
   return !has(pos_);
 }
 
-char JsonCursor::peek() {
+char JsonCursor::peek_after_ws() {
   skip_ws();
   return has(pos_) ? at(pos_) : '\0';
 }

@@ -41,8 +41,16 @@ class JsonCursor {
   // Line and column of an offset; offsets already discarded by a streaming cursor report where
   // the kept text begins, except offset 0.
   TextPosition position(size_t offset) const;
-  bool at_end();              // only whitespace left
-  char peek();                // next non-whitespace character, '\0' at the end
+  bool at_end();  // only whitespace left
+  // Next non-whitespace character, '\0' at the end. Inline for the common case, a token that
+  // follows another at once: every separator and value of a record asks.
+  char peek() {
+    if (pos_ < end_) {
+      const char c = data_[pos_ - base_];
+      if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return c;
+    }
+    return peek_after_ws();
+  }
   void expect(char c);        // consume c or throw
   bool consume(char c);       // consume c if it is next
   std::string read_string();  // a JSON string; throws if the next value is not a string
@@ -83,6 +91,7 @@ class JsonCursor {
   bool fill(size_t at);
 
   void skip_ws();
+  char peek_after_ws();
   bool match_word(std::string_view word);
   Scalar read_number();
   void append_escape(std::string& out);
