@@ -12,6 +12,7 @@
 #include "core/output_files.h"
 #include "live/hooks/hook_scope.h"
 #include "live/overflow/python_objects.h"
+#include "live/session/headroom_sites.h"
 
 namespace msprobe {
 
@@ -63,34 +64,6 @@ SessionPaths session_paths(const Config& config, std::string package_dir, std::s
 
 std::string section_name(const Config& c, const std::string& source) {
   return source + ": " + (c.task == Task::Tensor ? "tensor" : "statistics");
-}
-
-HeadroomSite call_site(const std::string& name, const StackPtr& stack) {
-  // "Tensor.__mul__.3.forward" -> "Tensor.__mul__"
-  std::string family = name;
-  for (int dots = 0; dots < 2; ++dots) {
-    const size_t at = family.rfind('.');
-    if (at != std::string::npos) family.erase(at);
-  }
-  return HeadroomSite{std::move(family), reinterpret_cast<uintptr_t>(stack.get())};
-}
-
-std::optional<HeadroomRecord> observe_headroom(Headroom& headroom, const StoredCall& call,
-                                               int64_t step) {
-  // API forward calls: a module's output is its last call's, and backward values are the loss
-  // scaler's to keep in range.
-  const std::string& name = call.record.name;
-  if (name.rfind("Module.", 0) == 0 || is_backward_name(name)) return std::nullopt;
-  std::optional<HeadroomRecord> crossed;
-  std::optional<HeadroomSite> site;
-  for (const Entry& e : call.record.outputs) {
-    if (!e.is_tensor() || largest_16bit(e.dtype) <= 0 || !e.max.is_number() || !e.min.is_number())
-      continue;
-    const double magnitude = std::max(std::fabs(e.max.as_double()), std::fabs(e.min.as_double()));
-    if (!site) site = call_site(name, call.stack);
-    if (auto r = headroom.observe(*site, step, e.dtype, magnitude)) crossed = std::move(r);
-  }
-  return crossed;
 }
 
 }  // namespace
@@ -378,40 +351,6 @@ void Session::keep_tensors(const KeptTensors& keep, const std::string& call,
       return;
     StoredCall& stored = s.calls[keep.index];
     if (stored.record.name == call) stored.tensors = std::move(copies);
-  });
-}
-
-void Session::say_headroom(const HeadroomRecord& r, const HeadroomSite& site,
-                           const std::optional<std::string>& parent, const StackPtr& stack,
-                           int rank) {
-  std::string source;
-  if (stack) {
-    pybind11::gil_scoped_acquire gil;
-    source =
-        codes_.first_frame_outside(*stack, {paths_.package_dir, paths_.library_dir}).value_or("");
-  }
-  // "Module.blocks.2.attn.CausalSelfAttention.forward.0" -> "blocks.2.attn"
-  std::string module;
-  if (parent && parent->rfind("Module.", 0) == 0) {
-    module = parent->substr(7);
-    for (int dots = 0; dots < 3; ++dots) {
-      const size_t at = module.rfind('.');
-      if (at != std::string::npos) module.erase(at);
-    }
-  }
-  const std::string where = headroom_where(site.family, module, source);
-  state_.with_lock([&](StepState& s) { s.headroom->set_where(site, where); });
-  const std::string who = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
-  std::fprintf(stderr, "%s%s\n", who.c_str(), headroom_warning(where, r).c_str());
-}
-
-std::vector<HeadroomRecord> Session::headroom_warned() const {
-  return state_.with_lock([](const StepState& s) {
-    std::vector<HeadroomRecord> out;
-    if (s.headroom) {
-      for (auto& [site, r] : s.headroom->warned()) out.push_back(std::move(r));
-    }
-    return out;
   });
 }
 
