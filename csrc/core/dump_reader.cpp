@@ -53,6 +53,7 @@ class RecordParser {
   std::vector<Entry> entry_list(const std::string& field) {
     if (cur_.peek() != '[') fail_expected(field, "a list");
     std::vector<Entry> out;
+    out.reserve(4);  // most calls have one to three arguments: one allocation, no moves
     cur_.begin_array();
     while (cur_.next_item()) out.push_back(entry(field));
     return out;
@@ -91,14 +92,15 @@ class RecordParser {
     return cur_.read_scalar();
   }
 
-  std::string string_field(const std::string& field, const char* key) {
+  void string_field(std::string& out, const std::string& field, const char* key) {
     if (cur_.peek() != '"') fail_expected(field + "." + key, "a string");
-    return cur_.read_string();
+    cur_.read_string_into(out);
   }
 
   void shape(Entry& e, const std::string& field) {
     if (cur_.peek() != '[') fail_expected(field + ".shape", "a list of integers");
     e.has_shape = true;
+    e.shape.reserve(4);
     cur_.begin_array();
     while (cur_.next_item()) {
       const size_t at = cur_.offset();
@@ -117,9 +119,9 @@ class RecordParser {
     cur_.begin_object();
     while (cur_.next_key(key)) {
       if (key == "type"sv) {
-        e.type = string_field(field, "type");
+        string_field(e.type, field, "type");
       } else if (key == "dtype"sv) {
-        e.dtype = string_field(field, "dtype");
+        string_field(e.dtype, field, "dtype");
       } else if (key == "shape"sv) {
         shape(e, field);
       } else if (key == "Max"sv) {
@@ -145,11 +147,11 @@ class RecordParser {
         e.value = (c == '[' || c == '{') ? Scalar::of_raw(std::string(cur_.raw_value()))
                                          : cur_.read_scalar();
       } else if (key == "group_id"sv) {
-        e.group_id = string_field(field, "group_id");
+        string_field(e.group_id, field, "group_id");
       } else if (key == "md5") {
-        e.md5 = string_field(field, "md5");
+        string_field(e.md5, field, "md5");
       } else if (key == "data_name"sv) {
-        e.data_name = string_field(field, "data_name");
+        string_field(e.data_name, field, "data_name");
       } else {
         cur_.skip_value();
       }

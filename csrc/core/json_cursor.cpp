@@ -5,12 +5,43 @@
 #include <cmath>
 #include <limits>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 namespace msprobe {
 
 namespace {
 
 bool is_ws(char c) {
   return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+bool ends_plain_run(char ch) {
+  const auto c = static_cast<unsigned char>(ch);
+  return c == '"' || c == '\\' || c < 0x20;
+}
+
+// The first '"', '\\' or control character in [p, limit), or limit: 16 bytes a step where SSE2
+// exists (every x86-64), since the keys and names of a dump are most of its bytes.
+const char* string_stop(const char* p, const char* limit) {
+#ifdef __SSE2__
+  const __m128i quote = _mm_set1_epi8('"');
+  const __m128i backslash = _mm_set1_epi8('\\');
+  const __m128i high_bits = _mm_set1_epi8(static_cast<char>(0xE0));
+  const __m128i zero = _mm_setzero_si128();
+  while (limit - p >= 16) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i hit =
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, backslash)),
+                     _mm_cmpeq_epi8(_mm_and_si128(x, high_bits), zero));
+    const int mask = _mm_movemask_epi8(hit);
+    if (mask != 0) return p + __builtin_ctz(static_cast<unsigned>(mask));
+    p += 16;
+  }
+#endif
+  while (p != limit && !ends_plain_run(*p)) ++p;
+  return p;
 }
 
 }  // namespace
@@ -65,18 +96,9 @@ char JsonCursor::peek_after_ws() {
   return has(pos_) ? at(pos_) : '\0';
 }
 
-void JsonCursor::expect(char c) {
-  if (peek() != c) {
-    if (!has(pos_)) fail(std::string("expected '") + c + "', got end of file");
-    fail(std::string("expected '") + c + "', got '" + at(pos_) + "'");
-  }
-  ++pos_;
-}
-
-bool JsonCursor::consume(char c) {
-  if (peek() != c) return false;
-  ++pos_;
-  return true;
+void JsonCursor::fail_expected_char(char c) {
+  if (!has(pos_)) fail(std::string("expected '") + c + "', got end of file");
+  fail(std::string("expected '") + c + "', got '" + at(pos_) + "'");
 }
 
 // After an object's or array's first member, members are separated by ','.
@@ -97,7 +119,7 @@ bool JsonCursor::separator(char close, const char* expected) {
 bool JsonCursor::next_key(std::string& key) {
   if (!separator('}', "',' or '}'")) return false;
   if (peek() != '"') fail("expected a key string");
-  key = read_string();
+  read_string_into(key);
   expect(':');
   return true;
 }
@@ -192,10 +214,30 @@ void JsonCursor::append_escape(std::string& out) {
 }
 
 std::string JsonCursor::read_string() {
+  std::string out;
+  read_string_into(out);
+  return out;
+}
+
+void JsonCursor::read_string_into(std::string& out) {
   if (peek() != '"') fail("expected a string");
   const size_t open = pos_++;
+  out.clear();
+  // Nearly every string of a dump is a short key or type name held whole in the buffer with no
+  // escape: one pass finds its end, one assign copies it.
+  const char* const first = ptr(pos_);
+  const char* const limit = ptr(end_);
+  const char* const p = string_stop(first, limit);
+  if (p != limit && *p == '"') {
+    out.assign(first, static_cast<size_t>(p - first));
+    pos_ += static_cast<size_t>(p - first) + 1;
+    return;
+  }
+  read_string_slow(out, open);
+}
+
+void JsonCursor::read_string_slow(std::string& out, size_t open) {
   Pin pin(*this, open);
-  std::string out;
   size_t run = pos_;
   while (true) {
     if (!has(pos_)) fail_at(open + 1, "unterminated string");
@@ -203,7 +245,7 @@ std::string JsonCursor::read_string() {
     if (c == '"') {
       out.append(ptr(run), pos_ - run);
       ++pos_;
-      return out;
+      return;
     }
     if (c == '\\') {
       out.append(ptr(run), pos_ - run);
@@ -225,8 +267,47 @@ bool JsonCursor::match_word(std::string_view word) {
   return true;
 }
 
+namespace {
+
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+// The end of a well-formed number that starts at `p` and ends before `limit`, or nullptr: the
+// caller then takes the careful path, which reads across chunks and words its errors.
+const char* scan_number(const char* p, const char* limit, bool& integral) {
+  if (p == limit) return nullptr;
+  if (*p == '-') ++p;
+  const char* const digits = p;
+  while (p != limit && is_digit(*p)) ++p;
+  if (p == digits || p == limit || (*digits == '0' && p - digits > 1)) return nullptr;
+  integral = true;
+  if (*p == '.') {
+    integral = false;
+    const char* const frac = ++p;
+    while (p != limit && is_digit(*p)) ++p;
+    if (p == frac || p == limit) return nullptr;
+  }
+  if (*p == 'e' || *p == 'E') {
+    integral = false;
+    ++p;
+    if (p != limit && (*p == '+' || *p == '-')) ++p;
+    const char* const exp = p;
+    while (p != limit && is_digit(*p)) ++p;
+    if (p == exp || p == limit) return nullptr;
+  }
+  return p;
+}
+
+}  // namespace
+
 Scalar JsonCursor::read_number() {
   const size_t start = pos_;
+  bool integral = true;
+  if (const char* stop = scan_number(ptr(pos_), ptr(end_), integral)) {
+    pos_ += static_cast<size_t>(stop - ptr(pos_));
+    return number_from_text(start, pos_, integral);
+  }
   if (match_word("-Infinity")) return Scalar::of_float(-std::numeric_limits<double>::infinity());
   Pin pin(*this, start);
   auto digit = [this](size_t i) { return has(i) && at(i) >= '0' && at(i) <= '9'; };
@@ -236,7 +317,7 @@ Scalar JsonCursor::read_number() {
   while (digit(i)) ++i;
   if (i == digits) fail("invalid number");
   if (at(digits) == '0' && i - digits > 1) fail("invalid number: leading zero");
-  bool integral = true;
+  integral = true;
   if (has(i) && at(i) == '.') {
     integral = false;
     const size_t frac = ++i;
@@ -252,8 +333,12 @@ Scalar JsonCursor::read_number() {
     if (i == exp) fail_at(i, "invalid number: digits expected in exponent");
   }
   pos_ = i;
+  return number_from_text(start, i, integral);
+}
+
+Scalar JsonCursor::number_from_text(size_t start, size_t stop, bool integral) {
   const char* first = ptr(start);
-  const char* last = ptr(i);
+  const char* last = ptr(stop);
   if (integral) {
     int64_t v = 0;
     auto r = std::from_chars(first, last, v);

@@ -51,12 +51,22 @@ class JsonCursor {
     }
     return peek_after_ws();
   }
-  void expect(char c);        // consume c or throw
-  bool consume(char c);       // consume c if it is next
+  // Consumes c or throws.
+  void expect(char c) {
+    if (peek() != c) fail_expected_char(c);
+    ++pos_;
+  }
+  // Consumes c if it is next.
+  bool consume(char c) {
+    if (peek() != c) return false;
+    ++pos_;
+    return true;
+  }
   std::string read_string();  // a JSON string; throws if the next value is not a string
-  Scalar read_scalar();       // string, number, true/false/null, NaN/Infinity; throws otherwise
-  void skip_value();          // any value
-  std::string raw_value();    // any value, returned as its JSON text
+  void read_string_into(std::string& out);  // the same, reusing out's storage
+  Scalar read_scalar();     // string, number, true/false/null, NaN/Infinity; throws otherwise
+  void skip_value();        // any value
+  std::string raw_value();  // any value, returned as its JSON text
 
   // Object and array iteration: `begin_object()` then `next_key(key)` until it returns false.
   void begin_object() { expect('{'), enter(); }
@@ -92,8 +102,11 @@ class JsonCursor {
 
   void skip_ws();
   char peek_after_ws();
+  [[noreturn]] void fail_expected_char(char c);
   bool match_word(std::string_view word);
   Scalar read_number();
+  Scalar number_from_text(size_t start, size_t stop, bool integral);
+  void read_string_slow(std::string& out, size_t open);
   void append_escape(std::string& out);
   bool separator(char close, const char* expected);
   // Nesting is bounded so that a hostile file cannot exhaust the stack.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 namespace msprobe {
@@ -58,10 +59,28 @@ std::string read_text_file(const std::string& path) {
   return text;
 }
 
+namespace {
+
+// Byte counters summed in blocks of 255 let the compiler compare 32 or 64 bytes at a time;
+// std::count widens every comparison to a 64-bit sum and runs at a quarter of that.
+size_t count_newlines(const char* first, const char* last) {
+  size_t total = 0;
+  while (last - first >= 255) {
+    uint8_t block = 0;
+    for (int i = 0; i < 255; ++i) block += static_cast<uint8_t>(first[i] == '\n');
+    total += block;
+    first += 255;
+  }
+  for (; first != last; ++first) total += *first == '\n';
+  return total;
+}
+
+}  // namespace
+
 void TextPosition::advance(const char* first, const char* last) {
   // The reader discards every chunk through here: count lines in one vectorized pass, and columns
   // only on the last line.
-  const auto newlines = static_cast<size_t>(std::count(first, last, '\n'));
+  const auto newlines = count_newlines(first, last);
   const char* line_start = first;
   if (newlines > 0) {
     line += newlines;
