@@ -8,11 +8,11 @@ a step stay a step's worth, and the writer's cost is not in the figure:
 - forward-only: `torch.add(a, b)` on 4-element tensors without requires_grad, microseconds added
   per call (target <= 1.0);
 - forward + backward: 300 chained `torch.mul(y, 1.0)` on a 4-element tensor with requires_grad,
-  then backward, microseconds added per call (target <= 3.0);
+  then backward, microseconds added per call (target <= 2.0);
 - scan rate: `x.mul_(1.0)` on 8M float32 elements (in place: nothing is allocated, and each call
   makes a new version, so no statistic is reused): the time the hook adds, as the bytes its
   statistics read (the input before, the output after) per second, over `torch.sum`'s read rate
-  on the same buffer (target >= 0.7).
+  on the same buffer (target >= 0.8).
 Each figure is the best of --repeats timings in each of --rounds rounds (plain, then hooked), to
 keep a noisy machine's worst moments out.
 """
@@ -115,9 +115,9 @@ def main() -> int:
     print(f"forward-only tiny call:       {1e6 * plain_fwd:7.2f} -> {1e6 * hooked_fwd:7.2f} us, "
           f"+{1e6 * (hooked_fwd - plain_fwd):.2f} us per call (target <= 1.0)")
     print(f"forward+backward tiny call:   {1e6 * plain_fb:7.2f} -> {1e6 * hooked_fb:7.2f} us, "
-          f"+{1e6 * (hooked_fb - plain_fb):.2f} us per call (target <= 3.0)")
+          f"+{1e6 * (hooked_fb - plain_fb):.2f} us per call (target <= 2.0)")
     print(f"statistics scan (mul_, 8M f32): +{1e3 * (hooked_scan - plain_scan):.2f} ms = {scan_rate / 1e9:.1f} GB/s; "
-          f"torch.sum reads {sum_rate / 1e9:.1f} GB/s: {scan_rate / sum_rate:.2f}x (target >= 0.7)")
+          f"torch.sum reads {sum_rate / 1e9:.1f} GB/s: {scan_rate / sum_rate:.2f}x (target >= 0.8)")
     return 0
 
 

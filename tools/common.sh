@@ -15,6 +15,9 @@ APT_PACKAGES=(
   libtorch-dev python3-torch pybind11-dev python3-pybind11
   # The bit-for-bit test runs with each BLAS (README, Dependencies); the benches need it too.
   libopenblas0-pthread
+  # Debian's reference BLAS, the other set of fixtures: installed after OpenBLAS, apt takes it as
+  # already provided and leaves it out.
+  libblas3 liblapack3
 )
 
 install_packages() {

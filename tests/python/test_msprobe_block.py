@@ -35,6 +35,11 @@ LIBS = pathlib.Path("/usr/lib/x86_64-linux-gnu")
 # The folders that make the dynamic loader take each BLAS (and a LAPACK that does not bring the
 # other one in) whichever one Debian's alternatives made the default.
 BLAS_PATHS = {"reference": [LIBS / "blas", LIBS / "lapack"], "openblas": [LIBS / "openblas-pthread"]}
+# Debian's OpenBLAS picks its kernels by CPU at load time, and its AVX-512 kernels (SkylakeX, picked
+# on AVX-512 machines, AMD's Zen 4 included) round differently from the AVX2 ones the fixtures were
+# made with (Haswell and Zen give the same bits). The dumps pin the kernel so that every machine
+# computes what the fixtures hold.
+OPENBLAS_KERNEL = {"OPENBLAS_CORETYPE": "Haswell"}
 
 # The fixture folders: name -> (task, level, summary_mode).
 CONFIGS = {
@@ -68,6 +73,7 @@ def dump(folder: pathlib.Path, tool: str, fixture: str, blas: Optional[str]) -> 
     if blas:
         env["LD_LIBRARY_PATH"] = os.pathsep.join([str(p) for p in BLAS_PATHS[blas]] +
                                                  [os.environ.get("LD_LIBRARY_PATH", "")])
+        env.update(OPENBLAS_KERNEL)
     done = subprocess.run([sys.executable, str(TESTS / "block_dump.py"), tool, str(config)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
