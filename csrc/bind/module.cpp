@@ -9,13 +9,13 @@
 #include <iostream>
 #include <sstream>
 
+#include "bind/api_hook_type.h"
 #include "cli/check_command.h"
 #include "cli/cli.h"
 #include "core/config.h"
 #include "core/output_files.h"
 #include "core/rules.h"
 #include "live/capture/call_values.h"
-#include "live/hooks/api_hook.h"
 #include "live/hooks/hook_scope.h"
 #include "live/hooks/module_hooks.h"
 #include "live/hooks/submit.h"
@@ -194,11 +194,7 @@ PYBIND11_MODULE(_C, m) {
       py::arg("step"), py::arg("rank"),
       "Overflow's fields for a stop that names no call of this rank (a peer's stop)");
 
-  py::class_<ApiHook>(m, "ApiHook")
-      .def(py::init<std::string, py::object>(), py::arg("api"), py::arg("original"))
-      .def("__call__", &ApiHook::call)
-      .def_property_readonly("original", &ApiHook::original)
-      .def_property_readonly("api", &ApiHook::api);
+  add_api_hook_type(m);
 
   // Tensor methods need a descriptor to receive `self`; pybind11 callables are not descriptors.
   m.def("as_method", [](py::object f) {

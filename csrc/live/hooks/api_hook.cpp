@@ -65,8 +65,8 @@ NodePtr new_grad_fn(PyObject* result, const std::vector<const torch::autograd::N
 
 // The original with the very argument tuple and dict we were given: pybind11's `*args, **kwargs`
 // unpacking would copy both on every call.
-py::object ApiHook::call_original(const py::args& args, const py::kwargs& kwargs) const {
-  PyObject* result = PyObject_Call(original_.ptr(), args.ptr(), kwargs.ptr());
+py::object ApiHook::call_original(PyObject* args, PyObject* kwargs) const {
+  PyObject* result = PyObject_Call(original_.ptr(), args, kwargs);
   if (!result) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(result);
 }
@@ -83,7 +83,7 @@ int64_t ApiHook::next_index(const Session& session) {
   return count_.fetch_add(1, std::memory_order_relaxed);
 }
 
-py::object ApiHook::call(py::args args, py::kwargs kwargs) {
+py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   std::shared_ptr<Session> session = current_session();
   if (!session || !session->collecting() || ReentryGuard::inside()) {
     return call_original(args, kwargs);
@@ -125,18 +125,21 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
   call.record.has_outputs = sel.outputs;
   std::vector<const torch::autograd::Node*> grad_fns_before;
   if (sel.backward) {
-    for (py::handle a : args) collect_grad_fns(a.ptr(), grad_fns_before, 0);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
+      collect_grad_fns(PyTuple_GET_ITEM(args, i), grad_fns_before, 0);
+    }
   }
   // The overflow guard traces anomalous entries back to their tensor objects.
   LiveTensors live;
   const bool watching = session->watching();
   if (sel.forward && sel.inputs) {
-    call.record.inputs = item_entries(args.ptr(), options, options.stem(name, "input"),
-                                      watching ? &live.inputs : nullptr);
-    for (auto kv : kwargs) {
-      const std::string key = py::str(kv.first);
+    call.record.inputs =
+        item_entries(args, options, options.stem(name, "input"), watching ? &live.inputs : nullptr);
+    PyObject *key_object = nullptr, *value = nullptr;
+    for (Py_ssize_t at = 0; kwargs && PyDict_Next(kwargs, &at, &key_object, &value);) {
+      const std::string key = py::str(key_object);
       call.record.kwargs.emplace_back(
-          key, value_entry(kv.second.ptr(), options, options.kwarg_stem(name, key),
+          key, value_entry(value, options, options.kwarg_stem(name, key),
                            watching ? &live.kwargs.emplace_back() : nullptr));
     }
   }
@@ -169,7 +172,7 @@ py::object ApiHook::call(py::args args, py::kwargs kwargs) {
     if (written && watching && !collective_input_anomaly && holds_any_anomaly(call.record)) {
       call.peer_rank = anomalous_collective_input_rank(*session, name);
     }
-    const CallArguments arguments{&name, original_.ptr(), args.ptr(), kwargs.ptr()};
+    const CallArguments arguments{&name, original_.ptr(), args, kwargs};
     CallArgumentsScope current(watching ? &arguments : current_call_arguments());
     submit(*session, std::move(call), std::move(live));
   }

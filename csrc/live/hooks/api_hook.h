@@ -23,11 +23,12 @@ class ApiHook {
   ApiHook(std::string api, pybind11::object original)
       : api_(std::move(api)), original_(std::move(original)), written_(written_argument(api_)) {}
 
-  pybind11::object call(pybind11::args args, pybind11::kwargs kwargs);
+  // `args`: the call's tuple; `kwargs`: its dict, or null when it has none.
+  pybind11::object call(PyObject* args, PyObject* kwargs);
   // n of this API's next call within the session's step: a counter of the hook's own, reset when
   // the step changes, so naming a call takes no lock and no lookup.
   int64_t next_index(const Session& session);
-  pybind11::object call_original(const pybind11::args& args, const pybind11::kwargs& kwargs) const;
+  pybind11::object call_original(PyObject* args, PyObject* kwargs) const;
   const pybind11::object& original() const { return original_; }
   const std::string& api() const { return api_; }
 

@@ -34,11 +34,10 @@ WrittenArgument written_argument(const std::string& api) {
   return {};
 }
 
-pybind11::handle written_buffer(const WrittenArgument& w, const pybind11::args& args,
-                                const pybind11::kwargs& kwargs) {
+pybind11::handle written_buffer(const WrittenArgument& w, PyObject* args, PyObject* kwargs) {
   if (w.index < 0) return {};
-  if (static_cast<size_t>(w.index) < args.size()) return args[static_cast<size_t>(w.index)];
-  if (kwargs.contains(w.keyword)) return kwargs[w.keyword];
+  if (w.index < PyTuple_GET_SIZE(args)) return PyTuple_GET_ITEM(args, w.index);
+  if (kwargs) return PyDict_GetItemString(kwargs, w.keyword);
   return {};
 }
 

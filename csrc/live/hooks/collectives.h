@@ -17,7 +17,6 @@ struct WrittenArgument {
 WrittenArgument written_argument(const std::string& api);
 
 // The argument itself in a call, or null when the call did not pass it.
-pybind11::handle written_buffer(const WrittenArgument& w, const pybind11::args& args,
-                                const pybind11::kwargs& kwargs);
+pybind11::handle written_buffer(const WrittenArgument& w, PyObject* args, PyObject* kwargs);
 
 }  // namespace msprobe
