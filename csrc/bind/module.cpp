@@ -91,6 +91,7 @@ PYBIND11_MODULE(_C, m) {
              s.step();
            })
       .def("pause", &Session::pause)
+      .def("drain_writes", &Session::drain_writes)
       .def("set_module_dump", &Session::set_module_dump, py::arg("on"))
       .def_property_readonly("finished", &Session::finished)
       .def_property_readonly("collecting", &Session::collecting)

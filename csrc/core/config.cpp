@@ -7,7 +7,7 @@
 //
 // Accepted but ignored, so that a user's msprobe 1.1.x config.json works unchanged (these are the
 // keys msprobe's own config.json and pt_config.py carry):
-//   top level       is_deterministic, enable_dataloader, async_dump (booleans),
+//   top level       is_deterministic, enable_dataloader (booleans),
 //                   framework ("pytorch" only: this is the PyTorch side of msprobe),
 //                   seed (integer),
 //                   free_benchmark, run_ut, grad_probe (sections of msprobe tasks this product does
@@ -489,6 +489,7 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
     config.overflow_check =
         parse_overflow(section, root.child("overflow_check"), overrides, base_dir);
   }
+  if (const json* v = find(doc, "async_dump")) config.async_dump = *v == true;
   config.warnings = std::move(warnings);
   return config;
 }

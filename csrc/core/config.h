@@ -88,6 +88,9 @@ struct Config {
   CollectSection statistics;
   CollectSection tensor;
   OverflowSection overflow_check;
+  // msprobe's `async_dump`: a step's files are written by a thread of their own while the next
+  // step runs (docs/config.md says when they are complete).
+  bool async_dump = false;
   // APIs recorded besides the default wrap list ("Tensor.view"), every task.
   std::vector<std::string> extra_apis;
   // Accepted but worth a word (a deprecated key): one line each, for the program to say.

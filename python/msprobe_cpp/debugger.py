@@ -1,4 +1,5 @@
 """PrecisionDebugger: msprobe's entry point, backed by the C++ session."""
+import atexit
 import json
 import operator
 import reprlib
@@ -369,7 +370,9 @@ class PrecisionDebugger:
                 self._session.add_model_tensor(prefix + name, b, True)
 
     def _release(self) -> None:
-        """Removes every hook; the debugger collects nothing more."""
+        """Removes every hook; the debugger collects nothing more, and (async_dump) every step it
+        handed over is on disk when this returns."""
+        self._session.drain_writes()
         self._api_hooks.remove()
         self._grad_scalers.remove()
         for handle in self._module_handles + self._dump_handles:
@@ -382,6 +385,14 @@ class PrecisionDebugger:
             self._peer.close()
         if PrecisionDebugger._instance is self:
             _C.set_current_session(None)
+
+
+@atexit.register
+def _drain_writes_at_exit() -> None:
+    """async_dump: the steps handed over to the write thread are on disk before the process ends."""
+    debugger = PrecisionDebugger._instance
+    if debugger is not None:
+        debugger._session.drain_writes()
 
 
 def module_dump(module: torch.nn.Module, dump_name: str) -> None:

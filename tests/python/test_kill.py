@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 import msprobe_cpp
@@ -20,18 +21,21 @@ from testenv import PACKAGE_ROOT, TESTS
 TRAIN = """
 import sys
 sys.path.insert(0, {python!r}); sys.path.insert(0, {tests!r})
-import torch, msprobe_cpp
+import json, torch, msprobe_cpp
 from models import make_batches, make_model, make_optimizer, train_step
 torch.set_num_threads(1)
 model = make_model("mlp")
 opt = make_optimizer(model)
-dbg = msprobe_cpp.PrecisionDebugger(task="tensor", dump_path=sys.argv[1], level="L1")
+config = sys.argv[1] + "_config.json"
+with open(config, "w") as f:
+    json.dump({{"task": "tensor", "dump_path": sys.argv[1], "level": "L1", "async_dump": sys.argv[2] == "1"}}, f)
+dbg = msprobe_cpp.PrecisionDebugger(config_path=config)
 batches = make_batches(model, 8)
 print("ready", flush=True)
 for i in range(10 ** 6):
     x, y = batches[i % len(batches)]
     train_step(model, opt, x, y, dbg)
-    print("written", i, flush=True)  # train_step's stop() has written step i
+    print("stopped", i, flush=True)  # train_step's stop() has written step i, or handed it over
 """
 
 
@@ -46,19 +50,22 @@ def assert_complete(folder: pathlib.Path) -> None:
                     assert list(t.shape) == entry["shape"]
 
 
-def test_kill_9_leaves_only_complete_steps(tmp_path):
+# async_dump: step i is on disk once the stop() of step i + 2 has returned (write_thread.h).
+@pytest.mark.parametrize("async_dump, lag", [(False, 0), (True, 2)], ids=["sync", "async_dump"])
+def test_kill_9_leaves_only_complete_steps(tmp_path, async_dump, lag):
     script = tmp_path / "train.py"
     script.write_text(TRAIN.format(python=str(PACKAGE_ROOT), tests=str(TESTS)))
     dump = tmp_path / "dump"
     rng = random.Random(7)
     for attempt in range(20):
         written = 1 + attempt % 2
-        proc = subprocess.Popen([sys.executable, str(script), str(dump)], stdout=subprocess.PIPE)
+        proc = subprocess.Popen([sys.executable, str(script), str(dump), str(int(async_dump))],
+                                stdout=subprocess.PIPE)
         try:
             assert proc.stdout.readline().strip() == b"ready"
             times = [time.monotonic()]
-            for i in range(written):
-                assert proc.stdout.readline().split() == [b"written", str(i).encode()]
+            for i in range(written + lag):
+                assert proc.stdout.readline().split() == [b"stopped", str(i).encode()]
                 times.append(time.monotonic())
             time.sleep(rng.uniform(0.0, 1.0) * (times[-1] - times[-2]))
         finally:

@@ -189,7 +189,12 @@ void Session::set_module_dump(bool on) {
 
 void Session::stop() {
   collecting_ = Collecting::Off;
-  write_step(/*at_stop=*/true);
+  write_step(/*at_stop=*/true, /*hand_over=*/config_.async_dump);
+}
+
+void Session::drain_writes() {
+  pybind11::gil_scoped_release no_gil;
+  writer_.drain();
 }
 
 void Session::step() {
@@ -199,7 +204,7 @@ void Session::step() {
     return std::make_tuple(raised, s.collected, s.step);
   });
   if (raised) return;  // the raise already ended this step
-  write_step();
+  write_step(/*at_stop=*/false, /*hand_over=*/config_.async_dump);
   if (collected) warn_unmatched_selection(step);
   advance();
 }
@@ -371,7 +376,13 @@ void Session::tell_source(const StackPtr& stack, const std::string& call, Overfl
   state_.with_lock([&](StepState& s) { s.decisions->set_source(call, source); });
 }
 
-std::string Session::write_step(bool at_stop) {
+std::string Session::write_step(bool at_stop, bool hand_over) {
+  if (config_.async_dump) {
+    // A write of this step still in progress gives its calls back before new ones join them.
+    const int64_t now = state_.with_lock([](StepState& s) { return s.dirty ? s.step : -1; });
+    pybind11::gil_scoped_release no_gil;
+    if (now >= 0) writer_.drain_step(now);
+  }
   // Under the lock: whether the step is due, and its calls taken out with what the files need.
   std::string say;
   std::optional<FinishedStep> done = state_.with_lock([&](StepState& s) {
@@ -410,18 +421,25 @@ std::string Session::write_step(bool at_stop) {
                                ? codes_.format_once(c.stack, paths_.package_dir)
                                : StackLines());
   }
-  std::string error;
-  {
-    pybind11::gil_scoped_release no_gil;
-    error = writer_.write(*done);
+  pybind11::gil_scoped_release no_gil;
+  if (hand_over) {
+    // The write thread needs neither the GIL nor the state lock until it gives the calls back.
+    writer_.write_later(std::make_shared<FinishedStep>(std::move(*done)),
+                        [this](FinishedStep& f) { take_back_calls(f); });
+    return "";
   }
-  // The calls go back: a later stop() in the same step writes them again, with those made since.
-  state_.with_lock([&](StepState& s) {
-    if (s.step != done->step) return;
-    for (StoredCall& c : s.calls) done->calls.push_back(std::move(c));
-    s.calls = std::move(done->calls);
-  });
+  const std::string error = writer_.write(*done);
+  take_back_calls(*done);
   return error;
+}
+
+// A later stop() in the same step writes the calls again, with those made since.
+void Session::take_back_calls(FinishedStep& done) {
+  state_.with_lock([&](StepState& s) {
+    if (s.step != done.step) return;
+    for (StoredCall& c : s.calls) done.calls.push_back(std::move(c));
+    s.calls = std::move(done.calls);
+  });
 }
 
 std::optional<OverflowEvent> Session::end_of_backward() {

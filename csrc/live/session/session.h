@@ -67,6 +67,7 @@ class Session {
   // Lifecycle, called from Python with the GIL held.
   void start(int rank);  // rank -1: torch.distributed not initialized
   void stop();           // writes the step's files (everything collected in this step so far)
+  void drain_writes();   // async_dump: returns once every step handed over is written
   void step();           // writes if stop() was not called, then moves to the next step
   // forward_backward_dump_end: only the backward of the calls recorded so far is collected
   // until the next start().
@@ -159,7 +160,9 @@ class Session {
   void warn_unmatched_selection(int64_t step);  // once per entry and session
   // Writes the step if anything was collected since the last write ("" or why it could not be).
   // `at_stop`: a scaled step waits for step(), when the loss scaler has said whether it skipped.
-  std::string write_step(bool at_stop = false);
+  // hand_over: under async_dump, the write thread writes the files and this returns at once.
+  std::string write_step(bool at_stop = false, bool hand_over = false);
+  void take_back_calls(FinishedStep& done);
   std::string dir_of(const StepState& s) const { return paths_.dump_root + "/" + s.folder(); }
   OverflowFacts facts_of(const StepState& s, const StoredCall& call, const Verdict& v) const;
   // Task overflow_check: a call's evidence. The file names are the step's, claimed under the

@@ -20,6 +20,15 @@ StepWriter::StepWriter(std::string dump_path, std::string dump_root, std::string
       level_(std::move(level)),
       saver_(saver) {}
 
+void StepWriter::write_later(std::shared_ptr<FinishedStep> step,
+                             std::function<void(FinishedStep&)> then) {
+  last_posted_ = step->step;
+  thread_.post([this, step = std::move(step), then = std::move(then)] {
+    write(*step);
+    then(*step);
+  });
+}
+
 std::string StepWriter::write(FinishedStep& step) {
   std::lock_guard<std::mutex> lock(mu_);
   // A step that cannot be completed leaves nothing: neither files that no dump.json names nor

@@ -3,6 +3,9 @@
 // A function of its inputs: it runs with no session lock held and without the GIL.
 #pragma once
 
+#include <atomic>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -13,6 +16,7 @@
 #include "live/capture/call_stack.h"
 #include "live/capture/tensor_saver.h"
 #include "live/session/step_state.h"
+#include "live/session/write_thread.h"
 
 namespace msprobe {
 
@@ -41,6 +45,15 @@ class StepWriter {
   // that cannot be completed (a full disk) leaves nothing and returns why ("" when written); the
   // first such failure of a session is said on stderr. Thread-safe.
   std::string write(FinishedStep& step);
+  // async_dump: writes `step` on the write thread and then calls `then(step)` there; returns at
+  // once, or once there is room (write_thread.h).
+  void write_later(std::shared_ptr<FinishedStep> step, std::function<void(FinishedStep&)> then);
+  // Returns once every step handed over is written; drain_step: only if `step` was handed over
+  // and may still be in writing.
+  void drain() { thread_.drain(); }
+  void drain_step(int64_t step) {
+    if (last_posted_.load() == step) thread_.drain();
+  }
 
  private:
   void write_files(FinishedStep& step, std::vector<std::string>& written);
@@ -53,6 +66,8 @@ class StepWriter {
   std::mutex mu_;            // one step at a time; guards the members below
   std::string buffer_;       // the files' text, its capacity kept from step to step
   bool said_error_ = false;  // a failed write or save is said once per session
+  std::atomic<int64_t> last_posted_{-1};
+  WriteThread thread_;  // last: its destructor finishes the jobs while the rest still lives
 };
 
 }  // namespace msprobe

@@ -1,0 +1,136 @@
+"""`async_dump: true` (msprobe's key): stop() hands the step's files to a write thread and returns;
+the files are the same as a synchronous dump's, complete once the debugger is released or the
+process ends (normally or by an exception), and a stop that raises still leaves its step on disk.
+(kill -9: test_kill.py, both ways.)"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Dict, List
+
+import pytest
+import torch
+
+import msprobe_cpp
+from msprobe_cpp import _C
+from models import fp16_overflow_at, make_batches, make_model, make_optimizer, run_steps, train, train_step
+from testenv import PACKAGE_ROOT, TESTS
+
+
+def config(tmp_path: pathlib.Path, name: str, **fields) -> str:
+    path = tmp_path / f"{name}.json"
+    doc = {"task": "statistics", "dump_path": str(tmp_path / name), "level": "L1"}
+    doc.update(fields)
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def dumps(root: pathlib.Path) -> Dict[str, dict]:
+    return {p.parent.parent.name: json.loads(p.read_text())
+            for p in sorted(root.glob("step*/rank/dump.json"))}
+
+
+def threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_the_files_are_those_of_a_synchronous_dump(tmp_path):
+    losses = {}
+    for name, on in (("sync", False), ("async", True)):
+        dbg = msprobe_cpp.PrecisionDebugger(config_path=config(tmp_path, name, async_dump=on, step=[0, 1, 2, 3]))
+        losses[name] = train(make_model("gpt"), 4, debugger=dbg)  # its last step releases it
+    assert losses["sync"] == losses["async"] == train(make_model("gpt"), 4)
+    sync, written = dumps(tmp_path / "sync"), dumps(tmp_path / "async")
+    assert list(written) == ["step0", "step1", "step2", "step3"]
+    for step in sync:
+        mine = {k: v for k, v in written[step].items() if k != "dump_data_dir"}
+        theirs = {k: v for k, v in sync[step].items() if k != "dump_data_dir"}
+        assert mine == theirs, step
+    for f in ("stack.json", "construct.json"):
+        assert (tmp_path / "async" / "step3" / "rank" / f).read_text() == \
+            (tmp_path / "sync" / "step3" / "rank" / f).read_text()
+
+
+def test_stop_hands_the_step_to_a_thread_of_its_own(tmp_path):
+    model, before = make_model("mlp"), threads()
+    opt = make_optimizer(model)
+    dbg = msprobe_cpp.PrecisionDebugger(config_path=config(tmp_path, "sync"))
+    for x, y in make_batches(model, 2):
+        train_step(model, opt, x, y, dbg)
+    assert threads() == before  # the synchronous dump writes on the training thread
+    dbg = msprobe_cpp.PrecisionDebugger(config_path=config(tmp_path, "async", async_dump=True))
+    for x, y in make_batches(model, 2):
+        train_step(model, opt, x, y, dbg)
+    assert threads() == before + 1
+    dbg._release()
+    assert list(dumps(tmp_path / "async")) == ["step0", "step1"]
+
+
+def test_two_stops_in_one_step_write_every_call(tmp_path):
+    dbg = msprobe_cpp.PrecisionDebugger(config_path=config(tmp_path, "async", async_dump=True))
+    a = torch.ones(3)
+    dbg.start()
+    torch.add(a, 1)
+    dbg.stop()  # handed over; the step goes on
+    dbg.start()
+    torch.mul(a, 2)
+    dbg.stop()  # writes the step again, the first stop's calls with it
+    dbg.step()
+    dbg._release()
+    assert list(dumps(tmp_path / "async")["step0"]["data"]) == ["Torch.add.0.forward", "Torch.mul.0.forward"]
+
+
+EXITS = {
+    "normal": "",
+    "exception": "raise RuntimeError('the training script fails')",
+    "sys.exit": "sys.exit(3)",
+}
+
+
+@pytest.mark.parametrize("how", list(EXITS))
+def test_the_process_end_leaves_every_step_handed_over(tmp_path, how):
+    script = tmp_path / "train.py"
+    script.write_text(f"""
+import sys
+sys.path.insert(0, {str(PACKAGE_ROOT)!r}); sys.path.insert(0, {str(TESTS)!r})
+import torch, msprobe_cpp
+from models import make_batches, make_model, make_optimizer, train_step
+torch.set_num_threads(1)
+model = make_model("gpt")
+opt = make_optimizer(model)
+dbg = msprobe_cpp.PrecisionDebugger(config_path={config(tmp_path, "async", async_dump=True)!r})
+for x, y in make_batches(model, 5):
+    train_step(model, opt, x, y, dbg)
+{EXITS[how]}
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == {"normal": 0, "exception": 1, "sys.exit": 3}[how], done.stderr[-2000:]
+    written = dumps(tmp_path / "async")
+    assert list(written) == [f"step{i}" for i in range(5)]
+    assert all(len(d["data"]) > 100 for d in written.values())
+
+
+def test_a_stop_that_raises_leaves_its_step_on_disk(tmp_path):
+    model = make_model("gpt")
+    dbg = msprobe_cpp.PrecisionDebugger(config_path=config(
+        tmp_path, "async", task="overflow_check", async_dump=True))
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        run_steps(model, 4, dbg, fp16_overflow_at([2], block=1, model=model))
+    # No drain, no release: the raise wrote the flagged step before the exception left stop().
+    step = pathlib.Path(info.value.dump_dir)
+    data = json.loads((step / "dump.json").read_text())["data"]
+    assert list(data)[-1] == info.value.call
+
+
+def test_a_full_disk_costs_the_dump_not_the_training(tmp_path, capfd):
+    _C._set_write_budget(0)
+    try:
+        dbg = msprobe_cpp.PrecisionDebugger(config_path=config(tmp_path, "async", async_dump=True, step=[0, 1, 2]))
+        losses: List[float] = train(make_model("mlp"), 3, debugger=dbg)
+    finally:
+        _C._set_write_budget(-1)
+    assert losses == train(make_model("mlp"), 3)
+    assert not (tmp_path / "async").exists() or not any((tmp_path / "async").rglob("*.json"))
+    err = capfd.readouterr().err
+    assert err.count("could not be written") == 1, err
