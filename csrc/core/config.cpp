@@ -489,7 +489,7 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
     config.overflow_check =
         parse_overflow(section, root.child("overflow_check"), overrides, base_dir);
   }
-  if (const json* v = find(doc, "async_dump")) config.async_dump = *v == true;
+  if (const json* v = find(doc, "async_dump")) config.async_dump = *v == true;  // checked above
   config.warnings = std::move(warnings);
   return config;
 }

@@ -137,6 +137,13 @@ TEST(ConfigTest, AcceptsMsprobeOwnConfig) {
                           "config.json");
   EXPECT_EQ(c.task, Task::Statistics);
   EXPECT_EQ(c.dump_path, "./dump_path");
+  EXPECT_FALSE(c.async_dump);
+}
+
+TEST(ConfigTest, AsyncDumpIsMsprobesKey) {
+  EXPECT_FALSE(parse_config(json::parse(R"({"dump_path": "d"})"), "config.json").async_dump);
+  EXPECT_TRUE(parse_config(json::parse(R"({"dump_path": "d", "async_dump": true})"), "config.json")
+                  .async_dump);
 }
 
 TEST(ConfigTest, OverridesReplaceFileValues) {
