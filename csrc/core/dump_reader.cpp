@@ -51,12 +51,34 @@ class RecordParser {
   }
 
   std::vector<Entry> entry_list(const std::string& field) {
-    if (cur_.peek() != '[') fail_expected(field, "a list");
     std::vector<Entry> out;
-    out.reserve(4);  // most calls have one to three arguments: one allocation, no moves
-    cur_.begin_array();
-    while (cur_.next_item()) out.push_back(entry(field));
+    entry_list_into(out, field);
     return out;
+  }
+
+  // Into `out`'s storage: a reader reusing one record keeps its lists' capacity.
+  // The entries already in `out` are refilled, so their shape lists keep their storage too.
+  void entry_list_into(std::vector<Entry>& out, const std::string& field) {
+    if (cur_.peek() != '[') fail_expected(field, "a list");
+    out.reserve(4);  // most calls have one to three arguments: one allocation, no moves
+    size_t n = 0;
+    cur_.begin_array();
+    while (cur_.next_item()) {
+      if (n == out.size()) {
+        out.emplace_back();
+      } else {
+        recycle(out[n]);
+      }
+      entry_into(out[n++], field);
+    }
+    out.resize(n);
+  }
+
+  static void recycle(Entry& e) {
+    std::vector<int64_t> shape = std::move(e.shape);
+    e = Entry();
+    shape.clear();
+    e.shape = std::move(shape);
   }
 
   std::vector<std::pair<std::string, Entry>> entry_map(const std::string& field) {
@@ -72,17 +94,25 @@ class RecordParser {
   }
 
   Entry entry(const std::string& field) {
-    const char c = cur_.peek();
-    if (c == '[') return Entry::list(entry_list(field));
-    if (c == '{') return object(field);
     Entry e;
-    if (c == 'n') {
-      cur_.read_scalar();
-      return e;
-    }
-    e.kind = Entry::Kind::Other;
-    cur_.skip_value();
+    entry_into(e, field);
     return e;
+  }
+
+  // Fills a default Entry (a recycled one included).
+  void entry_into(Entry& e, const std::string& field) {
+    const char c = cur_.peek();
+    if (c == '[') {
+      e.kind = Entry::Kind::List;
+      e.items = entry_list(field);
+    } else if (c == '{') {
+      object(e, field);
+    } else if (c == 'n') {
+      cur_.read_scalar();
+    } else {
+      e.kind = Entry::Kind::Other;
+      cur_.skip_value();
+    }
   }
 
  private:
@@ -112,8 +142,7 @@ class RecordParser {
     }
   }
 
-  Entry object(const std::string& field) {
-    Entry e;
+  void object(Entry& e, const std::string& field) {
     e.kind = Entry::Kind::Object;
     std::string& key = key_;
     cur_.begin_object();
@@ -156,7 +185,6 @@ class RecordParser {
         cur_.skip_value();
       }
     }
-    return e;
   }
 
   JsonCursor& cur_;
@@ -169,14 +197,14 @@ void read_record(JsonCursor& cur, RecordParser& parser, CallRecord& rec) {
   cur.begin_object();
   while (cur.next_key(key)) {
     if (key == "input_args"sv) {
-      rec.inputs = parser.entry_list("input_args");
+      parser.entry_list_into(rec.inputs, "input_args");
     } else if (key == "input"sv) {
-      rec.inputs = parser.entry_list("input");
+      parser.entry_list_into(rec.inputs, "input");
       rec.uses_input_key = true;
     } else if (key == "input_kwargs"sv) {
       rec.kwargs = parser.entry_map("input_kwargs");
     } else if (key == "output"sv) {
-      rec.outputs = parser.entry_list("output");
+      parser.entry_list_into(rec.outputs, "output");
     } else {
       cur.skip_value();
     }
@@ -187,12 +215,18 @@ void read_data(JsonCursor& cur, const CallSink& on_call) {
   if (cur.peek() != '{') cur.fail("data: expected an object, got " + next_value_kind(cur));
   RecordParser parser(cur);
   std::string name;
+  // One record, refilled for every call: its lists keep their storage (a sink that keeps a record
+  // moves it away, and the next one starts empty).
+  CallRecord rec;
   cur.begin_object();
   while (cur.next_key(name)) {
     parser.set_context("data.\"" + name + "\".");
     if (cur.peek() != '{') parser.fail_expected("", "an object");
-    CallRecord rec;
-    rec.name = std::move(name);
+    rec.inputs.clear();
+    rec.kwargs.clear();
+    rec.outputs.clear();
+    rec.uses_input_key = false;
+    rec.name.swap(name);
     read_record(cur, parser, rec);
     on_call(std::move(rec));
   }
