@@ -57,7 +57,7 @@ class RecordParser {
   }
 
   // Into `out`'s storage: a reader reusing one record keeps its lists' capacity.
-  // The entries already in `out` are refilled, so their shape lists keep their storage too.
+  // The entries already in `out` are refilled in place.
   void entry_list_into(std::vector<Entry>& out, const std::string& field) {
     if (cur_.peek() != '[') fail_expected(field, "a list");
     out.reserve(4);  // most calls have one to three arguments: one allocation, no moves
@@ -74,12 +74,7 @@ class RecordParser {
     out.resize(n);
   }
 
-  static void recycle(Entry& e) {
-    std::vector<int64_t> shape = std::move(e.shape);
-    e = Entry();
-    shape.clear();
-    e.shape = std::move(shape);
-  }
+  static void recycle(Entry& e) { e = Entry(); }
 
   std::vector<std::pair<std::string, Entry>> entry_map(const std::string& field) {
     if (cur_.peek() != '{') fail_expected(field, "an object");

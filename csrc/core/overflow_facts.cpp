@@ -291,7 +291,7 @@ ArgFacts tensor_arg_facts(const std::string& position, const Entry& e) {
   a.position = position;
   a.type = "torch.Tensor";
   a.dtype = e.dtype;
-  a.shape = e.shape;
+  a.shape = e.shape.to_vector();
   if (e.nonfinite.known()) {
     a.counted = true;
     a.nan = e.nonfinite.nan;

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/shape.h"
+
 namespace msprobe {
 
 // A JSON scalar as msprobe writes it: statistics fields and the `value` of non-tensor arguments.
@@ -109,7 +111,7 @@ struct Entry {
   // Object
   std::string type;  // "torch.Tensor", "int", "float", "torch.dtype", ...
   std::string dtype;
-  std::vector<int64_t> shape;
+  Shape shape;
   bool has_shape = false;
   Scalar max, min, mean, norm;
   // msprobe's Max_except_inf_nan / Min_except_inf_nan: the extreme over the finite elements (NaN

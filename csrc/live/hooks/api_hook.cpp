@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <string_view>
 #include <vector>
 
 #include "core/anomaly.h"
@@ -93,12 +94,17 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   // Named first, so that scope, list and data_mode are decided before any statistics: a call
   // that is filtered out costs a counter and a few string compares.
   const uint64_t epoch = session->epoch();
-  const std::string prefix = api_ + "." + std::to_string(next_index(*session)) + ".";
-  const std::string name = prefix + "forward";
+  // One allocation for the name; "<api>.<n>." is its prefix.
+  const std::string index = std::to_string(next_index(*session));
+  std::string name;
+  name.reserve(api_.size() + index.size() + 10);
+  name.append(api_).append(1, '.').append(index).append(".forward");
+  const std::string_view prefix(name.data(), name.size() - 7);
+  auto backward_name = [&] { return std::string(prefix).append("backward"); };
   Selection& selection = session->selection();
   // The backward name matters to the selection only through `list`.
   const Selected sel = selection.begin(
-      name, selection.has_list() ? prefix + "backward" : std::string(), inside_listed_module());
+      name, selection.has_list() ? backward_name() : std::string(), inside_listed_module());
   // The call ends for the selection also when it raises: a scope that ends at it must close.
   struct EndOnExit {
     Selection& selection;
@@ -157,7 +163,7 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
 
   if (sel.backward) {
     if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {
-      add_backward_recorder(fn, session, prefix + "backward", call.stack, sel, call.parent, epoch);
+      add_backward_recorder(fn, session, backward_name(), call.stack, sel, call.parent, epoch);
     }
   }
   if (sel.forward) {
