@@ -62,7 +62,8 @@ int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err)
   try {
     RuleSet rules = RuleSet::shipped();
     for (const std::string& file : options.rule_files) rules.add_file(file);
-    Detector detector(std::move(rules), DetectorOptions{options.threshold, options.compat});
+    Detector detector(std::move(rules),
+                      DetectorOptions{options.threshold, options.compat, /*names_unique=*/true});
 
     std::error_code ec;
     const bool single = !fs::is_directory(options.path, ec);

@@ -144,7 +144,8 @@ std::optional<Finding> Detector::judge(const CallRecord& rec, bool* filtered) {
     const std::string forward = forward_name_of(rec.name);
     if (forward.empty()) {
       if (input_anomaly || output_anomaly) anomalous_forwards_.insert(rec.name);
-    } else if (anomalous_forwards_.count(forward)) {
+    } else if (options_.names_unique ? anomalous_forwards_.erase(forward) > 0
+                                     : anomalous_forwards_.count(forward) > 0) {
       input_anomaly = true;
     }
   }

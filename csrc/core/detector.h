@@ -58,6 +58,11 @@ struct DetectorOptions {
   // msprobe 1.1.1's exact verdicts: non-finite scalar values do not count, and backward calls do
   // not inherit their forward's anomalies.
   bool compat = false;
+  // Every call name comes once (a dump file: its records are keys of one object), so a forward's
+  // anomalies are needed by one backward record only and can be forgotten there: the set stays
+  // as small as the forwards whose backward is still to come. The live guard can see a backward
+  // name twice (retain_graph) and leaves this off.
+  bool names_unique = false;
 };
 
 class Detector {

@@ -103,8 +103,8 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   auto backward_name = [&] { return std::string(prefix).append("backward"); };
   Selection& selection = session->selection();
   // The backward name matters to the selection only through `list`.
-  const Selected sel = selection.begin(
-      name, selection.has_list() ? backward_name() : std::string(), inside_listed_module());
+  const Selected sel = selection.begin(name, selection.has_list() ? backward_name() : std::string(),
+                                       inside_listed_module());
   // The call ends for the selection also when it raises: a scope that ends at it must close.
   struct EndOnExit {
     Selection& selection;
