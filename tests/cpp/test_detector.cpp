@@ -353,6 +353,25 @@ TEST(Compat, InheritanceCoversModulesAndForwardOutputsAndResets) {
   EXPECT_EQ(f->scene, Scene::InputNormalOutputAnomaly);
 }
 
+// A backward seen twice (retain_graph) inherits both times in the live guard; a dump file names a
+// call once, and check forgets the forward at its backward.
+TEST(Compat, InheritanceOnceOrAlwaysAsNamesAreUniqueOrNot) {
+  const auto parsed = records({fwd("Torch.exp.0.forward", clean(), inf_t()),
+                               bwd("Torch.exp.0.backward", clean(), inf_t())});
+  for (const bool unique : {false, true}) {
+    Detector d(RuleSet::shipped(), DetectorOptions{1e5, false, unique});
+    d.judge(parsed[0]);
+    for (int seen = 0; seen < 2; ++seen) {
+      const auto f = d.judge(parsed[1]);
+      ASSERT_TRUE(f);
+      const bool inherits = !unique || seen == 0;
+      EXPECT_EQ(f->scene,
+                inherits ? Scene::InputAnomalyOutputAnomaly : Scene::InputNormalOutputAnomaly)
+          << unique << seen;
+    }
+  }
+}
+
 TEST(Compat, ScalarOutputsCountOutsideCompat) {
   // Tensor.item() returning inf.
   auto f = judge_one(fwd("Tensor.item.0.forward", clean(), F("Infinity")), false);
