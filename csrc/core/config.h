@@ -18,10 +18,12 @@ namespace msprobe {
 class RangeList {
  public:
   RangeList() = default;
-  explicit RangeList(std::vector<std::pair<int64_t, int64_t>> ranges)
-      : ranges_(std::move(ranges)) {}
+  // Sorted and merged here: a config may list every step it wants ("step": [0, 1, ..., 99999]),
+  // and contains() runs at every step.
+  explicit RangeList(std::vector<std::pair<int64_t, int64_t>> ranges);
   bool all() const { return ranges_.empty(); }
   bool contains(int64_t v) const;
+  int64_t last() const { return ranges_.empty() ? 0 : ranges_.back().second; }
   const std::vector<std::pair<int64_t, int64_t>>& ranges() const { return ranges_; }
 
  private:

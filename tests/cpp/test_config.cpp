@@ -203,6 +203,26 @@ TEST(ConfigTest, RangeListContains) {
   EXPECT_FALSE(some.contains(7));
 }
 
+TEST(ConfigTest, RangeListMergesUnsortedOverlappingAndAdjacentRanges) {
+  RangeList some({{9, 9}, {4, 6}, {1, 1}, {5, 7}, {2, 2}, {20, 30}, {25, 26}});
+  const std::vector<std::pair<int64_t, int64_t>> merged = {{1, 2}, {4, 7}, {9, 9}, {20, 30}};
+  EXPECT_EQ(some.ranges(), merged);
+  EXPECT_EQ(some.last(), 30);
+  for (int64_t v : {1, 2, 4, 7, 9, 20, 26, 30}) EXPECT_TRUE(some.contains(v)) << v;
+  for (int64_t v : {0, 3, 8, 10, 19, 31}) EXPECT_FALSE(some.contains(v)) << v;
+
+  // A config that lists every step it wants, backwards, with one step left out.
+  std::vector<std::pair<int64_t, int64_t>> listed;
+  for (int64_t v = 99999; v >= 0; --v)
+    if (v != 5000) listed.push_back({v, v});
+  RangeList steps(std::move(listed));
+  const std::vector<std::pair<int64_t, int64_t>> two = {{0, 4999}, {5001, 99999}};
+  EXPECT_EQ(steps.ranges(), two);
+  EXPECT_FALSE(steps.contains(5000));
+  EXPECT_TRUE(steps.contains(99999));
+  EXPECT_FALSE(steps.contains(100000));
+}
+
 TEST(ConfigTest, RangeListsFromConfig) {
   Config c = parse_config(json::parse(R"({"dump_path": "d", "step": [0, "3-3", "10-12", 0]})"),
                           "config.json");

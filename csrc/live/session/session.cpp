@@ -124,11 +124,7 @@ int Session::folder_rank() const {
 }
 
 bool Session::finished() const {
-  const auto& ranges = config_.step.ranges();
-  if (ranges.empty()) return false;
-  int64_t last = 0;
-  for (const auto& r : ranges) last = std::max(last, r.second);
-  return current_step() > last;
+  return !config_.step.all() && current_step() > config_.step.last();
 }
 
 void Session::start(int rank) {
