@@ -12,7 +12,8 @@ a step stay a step's worth, and the writer's cost is not in the figure:
 - scan rate: `x.mul_(1.0)` on 8M float32 elements (in place: nothing is allocated, and each call
   makes a new version, so no statistic is reused): the time the hook adds, as the bytes its
   statistics read (the input before, the output after) per second, over `torch.sum`'s read rate
-  on the same buffer (target >= 0.8).
+  on the same buffer (target >= 0.8); and the statistics kernel alone (`_C._tensor_statistics`)
+  against `torch.sum` on the same 8M-element buffer, without a hooked call around it.
 Each figure is the best of --repeats timings in each of --rounds rounds (plain, then hooked), to
 keep a noisy machine's worst moments out.
 """
@@ -78,7 +79,7 @@ def main() -> int:
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="call_overhead_"))
     chain = 300
 
-    plain_fwd = plain_fb = plain_scan = sum_time = math.inf
+    plain_fwd = plain_fb = plain_scan = sum_time = kernel_time = math.inf
     hooked_fwd = hooked_fb = hooked_scan = math.inf
     # Rounds of plain-then-hooked blocks, best of each kept: a slow spell of a shared machine then
     # falls on both sides rather than on one.
@@ -87,6 +88,7 @@ def main() -> int:
         plain_fb = min(plain_fb, best(forward_backward(chain), args.repeats) / chain)
         plain_scan = min(plain_scan, best(lambda: big.mul_(1.0), args.repeats))
         sum_time = min(sum_time, best(lambda: torch.sum(big), args.repeats))
+        kernel_time = min(kernel_time, best(lambda: msprobe_cpp._C._tensor_statistics(big), args.repeats))
 
         dbg = msprobe_cpp.PrecisionDebugger(task="statistics", dump_path=tmp / "dump", level="L1")
 
@@ -118,6 +120,8 @@ def main() -> int:
           f"+{1e6 * (hooked_fb - plain_fb):.2f} us per call (target <= 2.0)")
     print(f"statistics scan (mul_, 8M f32): +{1e3 * (hooked_scan - plain_scan):.2f} ms = {scan_rate / 1e9:.1f} GB/s; "
           f"torch.sum reads {sum_rate / 1e9:.1f} GB/s: {scan_rate / sum_rate:.2f}x (target >= 0.8)")
+    kernel_rate = big.numel() * big.element_size() / kernel_time
+    print(f"statistics kernel alone (8M f32): {kernel_rate / 1e9:.1f} GB/s: {kernel_rate / sum_rate:.2f}x torch.sum")
     return 0
 
 

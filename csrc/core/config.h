@@ -11,24 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config_error.h"
+#include "core/range_list.h"
 
 namespace msprobe {
-
-// Inclusive integer ranges from `[1, "4-6"]`; empty means "all".
-class RangeList {
- public:
-  RangeList() = default;
-  // Sorted and merged here: a config may list every step it wants ("step": [0, 1, ..., 99999]),
-  // and contains() runs at every step.
-  explicit RangeList(std::vector<std::pair<int64_t, int64_t>> ranges);
-  bool all() const { return ranges_.empty(); }
-  bool contains(int64_t v) const;
-  int64_t last() const { return ranges_.empty() ? 0 : ranges_.back().second; }
-  const std::vector<std::pair<int64_t, int64_t>>& ranges() const { return ranges_; }
-
- private:
-  std::vector<std::pair<int64_t, int64_t>> ranges_;
-};
 
 enum class Task { Statistics, Tensor, OverflowCheck };
 enum class Level { L0, L1, Mix };
