@@ -8,7 +8,9 @@ namespace msprobe {
 RangeList::RangeList(std::vector<std::pair<int64_t, int64_t>> ranges) {
   std::sort(ranges.begin(), ranges.end());
   for (const auto& r : ranges) {
-    if (!ranges_.empty() && r.first <= ranges_.back().second + 1)
+    // Overlapping or adjacent; written so that a range ending at INT64_MAX does not overflow.
+    if (!ranges_.empty() &&
+        (r.first <= ranges_.back().second || r.first - 1 == ranges_.back().second))
       ranges_.back().second = std::max(ranges_.back().second, r.second);
     else
       ranges_.push_back(r);

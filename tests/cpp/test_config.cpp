@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -221,6 +222,13 @@ TEST(ConfigTest, RangeListMergesUnsortedOverlappingAndAdjacentRanges) {
   EXPECT_FALSE(steps.contains(5000));
   EXPECT_TRUE(steps.contains(99999));
   EXPECT_FALSE(steps.contains(100000));
+
+  // A range that ends at the largest step: merging must not step past it.
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  RangeList to_the_end({{0, max}, {5, 5}, {max, max}});
+  const std::vector<std::pair<int64_t, int64_t>> one = {{0, max}};
+  EXPECT_EQ(to_the_end.ranges(), one);
+  EXPECT_TRUE(to_the_end.contains(max));
 }
 
 TEST(ConfigTest, RangeListsFromConfig) {
