@@ -72,9 +72,11 @@ def test_every_rank_stops_with_the_one_that_overflowed(tmp_path, bad_rank):
                                        f"({call}, origin input)"), r["message"]
         assert report["peer_stop"] == {"rank": bad_rank, "step": 2, "call": call, "origin": "input"}
         # The records it had of the step, from its first call on: how far it got before its watcher
-        # saw the stop depends on timing (it stops at its next hooked call).
+        # saw the stop depends on timing (it stops at its next hooked call, before recording it, so
+        # a peer that reaches step 2 after the stop has none of it).
         data = json.loads((folder / "dump.json").read_text())["data"]
-        assert list(data)[:1] == ["Functional.linear.0.forward"], list(data)
+        if r["step"] == 1 or data:
+            assert list(data)[:1] == ["Functional.linear.0.forward"], list(data)
 
 
 def report(out: pathlib.Path, step: int, rank: int) -> dict:
