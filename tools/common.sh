@@ -18,6 +18,9 @@ APT_PACKAGES=(
   # Debian's reference BLAS, the other set of fixtures: installed after OpenBLAS, apt takes it as
   # already provided and leaves it out.
   libblas3 liblapack3
+  # Test-only: torchvision's models for the real-model zoo on torch 1.13
+  # (tests/python/test_real_models.py).
+  python3-torchvision
 )
 
 install_packages() {

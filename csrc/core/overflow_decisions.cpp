@@ -23,6 +23,15 @@ OverflowDecisions::OverflowDecisions(const OverflowSection& options) : options_(
 CallDecision OverflowDecisions::on_call(const Verdict& v, bool backward, const MakeFacts& facts) {
   CallDecision d;
   if (!v.finding) return d;
+  if (v.hold) {
+    Held h{facts(), v.flagged, false};
+    h.facts.held = true;
+    held_.push_back(std::move(h));
+    d.keep_tensors = budget_left();
+    d.wants_source = true;
+    return d;
+  }
+  if (v.caught && *v.caught < held_.size()) return on_caught(v);
   // Explained calls (every masked score of a causal model) are no evidence: their tensors are
   // not kept, which also keeps the explained path as cheap as the clean one.
   d.keep_tensors = v.judgement != Judgement::Explained && budget_left();
@@ -61,6 +70,34 @@ CallDecision OverflowDecisions::on_call(const Verdict& v, bool backward, const M
   if (e.notify || e.raise || e.queue_end_of_backward) d.event = std::move(e);
   d.wants_source = d.event || first_absorbed || first_scaled;
   return d;
+}
+
+CallDecision OverflowDecisions::on_caught(const Verdict& v) {
+  CallDecision d;
+  Held& h = held_[*v.caught];
+  h.caught = true;
+  OverflowEvent e;
+  e.facts = h.facts;
+  e.facts.caught_at = v.finding->call;
+  e.facts.caught_how = v.caught_how;
+  e.notify = !step_overflow_ && !pending_backward_ && !reached_gradients_;
+  e.raise = v.stop;
+  if (e.notify) step_overflow_ = e.facts;
+  d.keep_tensors = budget_left();
+  if (e.notify || e.raise) d.event = std::move(e);
+  return d;
+}
+
+std::vector<std::string> OverflowDecisions::finish_held() {
+  std::vector<std::string> lines;
+  for (Held& h : held_) {
+    if (h.caught || !h.tell) continue;
+    h.facts.absorbed = true;
+    if (!step_absorbed_) step_absorbed_ = h.facts;
+    lines.push_back(h.facts.absorbed_line());
+    h.tell = false;  // a step started again after stop() goes on with the same holds
+  }
+  return lines;
 }
 
 bool OverflowDecisions::backward_pass_ended() {
@@ -173,6 +210,9 @@ void OverflowDecisions::set_source(const std::string& call,
   for (auto* kept : {&pending_backward_, &step_overflow_, &step_absorbed_, &reached_gradients_}) {
     if (*kept && !(*kept)->source && (*kept)->finding.call == call) (*kept)->source = source;
   }
+  for (Held& h : held_) {
+    if (!h.facts.source && h.facts.finding.call == call) h.facts.source = source;
+  }
 }
 
 void OverflowDecisions::set_raised_calls_later(const std::string& call, int64_t later) {
@@ -197,6 +237,7 @@ void OverflowDecisions::new_step() {
   step_absorbed_.reset();
   pending_backward_.reset();
   reached_gradients_.reset();
+  held_.clear();
   end_of_backward_queued_ = false;
   loss_scaled_ = false;
   skipped_by_scaler_ = false;

@@ -26,6 +26,12 @@ struct Verdict {
   bool flagged = false;          // makes the step dumped
   bool stop = false;             // raise now
   bool end_of_backward = false;  // a backward op origin: judged when the backward pass ends
+  // The damage rule: this call's NaN/inf is in tensors that need no gradient: held, told at the
+  // end of the step unless a later call is caught doing damage with it. Ids count from 0 a step.
+  bool hold = false;
+  // A held NaN/inf did damage at this call: the held origin's id, and what it did.
+  std::optional<size_t> caught;
+  std::string caught_how;
 };
 
 // What the hook that submitted a call must do next.
@@ -92,6 +98,9 @@ class OverflowDecisions {
   std::optional<OverflowFacts> first_anomaly() const;
   // The stderr line of the step's first absorbed anomaly ("" if none).
   std::string absorbed_line() const;
+  // The end of the step: the held NaN/inf that did no damage is absorbed; the lines to say (once
+  // per call site).
+  std::vector<std::string> finish_held();
   // Fill in facts kept for `call`: the source line (found without the lock), and under batched
   // sync how many calls ran after it before the raise.
   void set_source(const std::string& call, const std::optional<std::string>& source);
@@ -103,11 +112,19 @@ class OverflowDecisions {
   void new_step();
 
  private:
+  CallDecision on_caught(const Verdict& v);
+
   const OverflowSection& options_;
   std::optional<OverflowFacts> step_overflow_;      // the step's first flagged finding
   std::optional<OverflowFacts> step_absorbed_;      // the step's first absorbed anomaly
   std::optional<OverflowFacts> pending_backward_;   // a backward op origin, until the pass ends
   std::optional<OverflowFacts> reached_gradients_;  // ... that reached gradients in a scaled step
+  struct Held {
+    OverflowFacts facts;
+    bool tell = false;  // the first hold at its call site: told if absorbed
+    bool caught = false;
+  };
+  std::vector<Held> held_;  // by Verdict::hold id
   bool end_of_backward_queued_ = false;
   bool loss_scaled_ = false;
   bool skipped_by_scaler_ = false;  // not written unless dump_skipped_steps

@@ -117,6 +117,11 @@ std::string OverflowFacts::message() const {
         break;
     }
   }
+  if (!caught_at.empty()) {
+    m += "\n  caught: at " + caught_at + ", where the NaN/inf " + caught_how +
+         " (held until then: it was in tensors that need no gradient, which the program may "
+         "still clean)";
+  }
   if (!note.empty()) m += "\n  note:   " + note;
   if (raised_calls_later > 0) {
     m += "\n  raised " + std::to_string(raised_calls_later) + " call" +
@@ -175,11 +180,20 @@ std::string OverflowFacts::absorbed_line() const {
     if (kinds[k]) what += (what.empty() ? "" : "/") + std::string(names[k]);
   }
   if (what.empty()) what = "NaN/inf";
+  const std::string where = source ? " (" + *source + ")" : "";
+  if (held) {
+    const std::string made = origin == Origin::Op
+                                 ? " made by " + finding.call + where
+                                 : " that came in with an input of " + finding.call + where;
+    return "msprobe_cpp: step " + std::to_string(step) + ": " + what + made +
+           " stayed in tensors that need no gradient and was absorbed before it reached a "
+           "gradient, a parameter, a buffer or the model's output; no stop (said once per call "
+           "site)";
+  }
   const std::string whence =
       origin == Origin::Parameter ? "parameter " + parameter.value_or("?") : "an input";
   return "msprobe_cpp: step " + std::to_string(step) + ": " + what + " in " + whence +
-         " was absorbed by " + finding.call + (source ? " (" + *source + ")" : "") +
-         "; no stop (said once per call site)";
+         " was absorbed by " + finding.call + where + "; no stop (said once per call site)";
 }
 
 std::string OverflowFacts::ignore_rule_snippet() const {
@@ -214,6 +228,21 @@ void OverflowFacts::write(JsonWriter& w) const {
   w.value_bool(masked);
   w.key("absorbed");
   w.value_bool(absorbed);
+  if (held) {
+    w.key("held");
+    w.value_bool(true);
+    w.key("caught");
+    if (caught_at.empty()) {
+      w.value_null();
+    } else {
+      w.begin_object();
+      w.key("call");
+      w.value_string(caught_at);
+      w.key("how");
+      w.value_string(caught_how);
+      w.end_object();
+    }
+  }
   w.key("note");
   w.value_string(note);
   if (raised_calls_later > 0) {  // batched sync only

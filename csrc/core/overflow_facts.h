@@ -21,7 +21,9 @@ namespace msprobe {
 void write_detail_fields(JsonWriter& w, const Finding& f);
 
 // How each finding of a step was taken, for the summary and the report.
-enum class Judgement { Flagged, Explained, Lead, Absorbed };
+// Held: downstream of NaN/inf held in tensors that need no gradient (the damage rule), not yet
+// caught doing damage.
+enum class Judgement { Flagged, Explained, Lead, Absorbed, Held };
 
 // One anomalous argument: a tensor with its NaN/+inf/-inf counts, or a non-finite constant.
 struct ArgFacts {
@@ -62,6 +64,12 @@ struct OverflowFacts {
   bool masked = false;                 // backward anomaly that reached no parameter gradient
   // Foreign NaN/inf (origin says whence) that this call turned into finite outputs: no stop.
   bool absorbed = false;
+  // The damage rule (docs/overflow-detection.md): the NaN/inf was made in, or came in with, a
+  // tensor that needs no gradient, and was held until it did damage at `caught_at` (how says
+  // what it did there); both empty when the stop is where it was made.
+  bool held = false;
+  std::string caught_at;
+  std::string caught_how;
   int64_t step = 0;
   int rank = 0;
   std::string dump_dir;    // empty: the step is not written (overflow_nums reached, or dump_error)
@@ -79,7 +87,8 @@ struct OverflowFacts {
   // The exception's message: several lines, each fact on its own.
   std::string message() const;
   // The one stderr line of an absorbed anomaly: "msprobe_cpp: step 2: NaN in an input was
-  // absorbed by Torch.nan_to_num.0.forward (train.py:9: ...); no stop".
+  // absorbed by Torch.nan_to_num.0.forward (train.py:9: ...); no stop", or of a held one that
+  // did no damage by the end of its step.
   std::string absorbed_line() const;
   // A critical op's way out when the NaN/inf is intended (log of a 0/1 mask): the ignore rule
   // that silences this call, as lines of a rules file.

@@ -88,13 +88,13 @@ def test_anomalous_tensors_are_counted_by_kind(tmp_path, device, dtype, n):
     x[(r >= 0.1) & (r < 0.15)] = float("inf")
     x[(r >= 0.15) & (r < 0.3)] = float("-inf")
     x[0] = float("nan")
-    x = x.to(device)
+    x = x.to(device).requires_grad_()  # so that the NaN/inf does damage at once
     dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "d"), sync="call")
     dbg.start()
     with pytest.raises(msprobe_cpp.OverflowError) as info:
         torch.neg(x)  # a foreign tensor: origin input, its counts in the message
     t = info.value.tensors[0]
-    xc = x.cpu()
+    xc = x.detach().cpu()
     assert (t["nan"], t["posinf"], t["neginf"]) == (int(xc.isnan().sum()), int(xc.isposinf().sum()),
                                                    int(xc.isneginf().sum()))
     rec = json.loads((tmp_path / "d" / "step0" / "rank" / "dump.json").read_text())["data"]

@@ -184,14 +184,15 @@ def test_a_fifo_config_is_refused_not_waited_on(tmp_path):
 def test_complex_and_sparse_overflows_are_judged(tmp_path):
     """A complex tensor is judged on its magnitudes, a sparse one on its stored values: an inf in
     either stops the run at the call that made it."""
-    z = torch.tensor([1 + 1j, 2 - 1j], dtype=torch.complex64)
+    # Both require grad, so that the inf does damage where it is made (the damage rule).
+    z = torch.tensor([1 + 1j, 2 - 1j], dtype=torch.complex64, requires_grad=True)
     dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "c"))
     dbg.start()
     with pytest.raises(msprobe_cpp.OverflowError) as info:
         torch.mul(z, 1e38 * 1e1)  # clean input, an inf in the product's parts
     assert info.value.call == "Torch.mul.0.forward" and info.value.origin == "op"
 
-    s = torch.sparse_coo_tensor(torch.tensor([[0, 3]]), torch.tensor([2.0, 3.0]), (5,))
+    s = torch.sparse_coo_tensor(torch.tensor([[0, 3]]), torch.tensor([2.0, 3.0]), (5,), requires_grad=True)
     dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "s"))
     dbg.start()
     with pytest.raises(msprobe_cpp.OverflowError) as info:

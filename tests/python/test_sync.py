@@ -19,7 +19,9 @@ def generic():
 
 
 def start_tensor() -> torch.Tensor:
-    return torch.linspace(-2, 2, 4096).reshape(64, 64)  # made before start(): not in the step
+    # Made before start(): not in the step. It requires grad, so NaN/inf made from it does damage
+    # at once (the damage rule holds NaN/inf in tensors without gradient).
+    return torch.linspace(-2, 2, 4096).reshape(64, 64).requires_grad_()
 
 
 def chain(x: torch.Tensor, n: int, overflow_at: int = -1) -> torch.Tensor:

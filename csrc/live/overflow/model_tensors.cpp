@@ -6,6 +6,12 @@ namespace msprobe {
 
 namespace {
 
+bool is_running_stat(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
+  return leaf == "running_mean" || leaf == "running_var";
+}
+
 // Inference tensors have no version counter.
 uint32_t version_of(const at::Tensor& t) {
   return t.is_inference() ? 0 : static_cast<uint32_t>(t._version());
@@ -21,6 +27,7 @@ void ModelTensors::add(const std::string& name, const at::Tensor& t, bool buffer
   }
   const uint32_t v = version_of(t);
   index_[impl] = entries_.size();
+  if (buffer) by_name_.emplace(name, entries_.size());
   entries_.push_back(Item{name, WeakImpl(t.getIntrusivePtr()), buffer, v, v});
 }
 
@@ -38,7 +45,27 @@ std::optional<ModelTensors::Found> ModelTensors::find(const at::Tensor& t) const
   const Item& item = entries_[it->second];
   if (item.weak.lock().get() != t.unsafeGetTensorImpl()) return std::nullopt;  // address reused
   const uint32_t v = version_of(t);
-  return Found{item.name, item.buffer, v == item.version_at_add, v != item.version_at_step};
+  const bool running = item.buffer && is_running_stat(item.name);
+  return Found{item.name, item.buffer, v == item.version_at_add && !running,
+               v != item.version_at_step, running};
+}
+
+ModelTensors::RunningStats ModelTensors::running_stats_of(const std::string& qualname) const {
+  RunningStats out;
+  for (const char* leaf : {".running_mean", ".running_var", ".num_batches_tracked"}) {
+    auto it = by_name_.find(qualname + leaf);
+    if (it == by_name_.end()) continue;
+    const Item& item = entries_[it->second];
+    auto strong = item.weak.lock();
+    if (!strong) continue;
+    at::Tensor t(std::move(strong));
+    if (leaf[1] == 'n') {
+      out.trained_this_step = version_of(t) != item.version_at_step;
+    } else {
+      out.stats.emplace_back(item.name, std::move(t));
+    }
+  }
+  return out;
 }
 
 std::optional<std::string> ModelTensors::gradient_of(const at::Tensor& t) const {

@@ -18,6 +18,9 @@ class ModelTensors {
     bool buffer = false;
     bool never_written = false;      // unchanged since the model was started: a constant
     bool written_this_step = false;  // changed since this step's start()
+    // running_mean / running_var: state that batch_norm writes in place without bumping the
+    // version counter (both torches), so never_written says nothing about it.
+    bool running_stat = false;
   };
 
   // Not thread-safe: the session calls these under its step lock.
@@ -30,6 +33,13 @@ class ModelTensors {
   // The parameter whose gradient (.grad) `t` is. A walk over the parameters: for anomalous
   // tensors only.
   std::optional<std::string> gradient_of(const at::Tensor& t) const;
+  // The running statistics of the module named `qualname` (its running_mean, running_var), and
+  // whether it is in train mode this step: its num_batches_tracked was written since start().
+  struct RunningStats {
+    std::vector<std::pair<std::string, at::Tensor>> stats;
+    bool trained_this_step = false;
+  };
+  RunningStats running_stats_of(const std::string& qualname) const;
 
   // The parameters' floating-point gradients, with their names: what non_finite_gradients()
   // looks at, taken under the step's lock so the look itself (a device sync) can come after it.
@@ -46,6 +56,7 @@ class ModelTensors {
   };
   std::vector<Item> entries_;
   std::unordered_map<const c10::TensorImpl*, size_t> index_;
+  std::unordered_map<std::string, size_t> by_name_;  // buffers
 };
 
 // The names of `gradients` (ModelTensors::gradients()) that hold NaN or ±inf, in their order: one

@@ -41,13 +41,97 @@ bool one_infinity(const Entry& e) {
          e.max.as_double() == e.min.as_double();
 }
 
+// "layer1.0.bn1.running_var" -> "running_var of layer1.0.bn1".
+std::string running_stat_text(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos) return name;
+  return name.substr(dot + 1) + " of " + name.substr(0, dot);
+}
+
+// "NaN", "+inf", "NaN and -inf".
+std::string kinds_text(const KindCounts& k) {
+  static const char* const names[3] = {"NaN", "+inf", "-inf"};
+  std::string text;
+  for (int i = 0; i < 3; ++i) {
+    if (k.n[static_cast<size_t>(i)]) text += (text.empty() ? "" : " and ") + std::string(names[i]);
+  }
+  return text.empty() ? "NaN/inf" : text;
+}
+
+// How many NaN, +inf, -inf a tensor holds now, or nothing when it is all finite. A check of a
+// handful of channels, made only for the running statistics a call just wrote.
+std::optional<KindCounts> nonfinite_now(const at::Tensor& t) {
+  if (!t.defined() || !t.is_floating_point() || t.layout() != at::kStrided) return std::nullopt;
+  const at::Tensor x = t.detach();
+  if (at::isfinite(x).all().item<bool>()) return std::nullopt;
+  KindCounts k;
+  k.n[0] = at::isnan(x).sum().item<int64_t>();
+  k.n[1] = at::isposinf(x).sum().item<int64_t>();
+  k.n[2] = at::isneginf(x).sum().item<int64_t>();
+  return k;
+}
+
+// Where the running statistics are among a norm call's arguments (running_mean, running_var).
+std::optional<std::pair<size_t, size_t>> running_stat_positions(const std::string& call) {
+  const std::string api = torch_api_name(call);
+  if (api == "functional.batch_norm" || api == "functional.instance_norm") return {{1, 2}};
+  if (api == "torch.batch_norm" || api == "torch.instance_norm") return {{3, 4}};
+  return std::nullopt;
+}
+
+// "Module.layer1.0.bn1.BatchNorm2d.forward.0" -> "layer1.0.bn1".
+std::string module_qualname(const std::string& call) {
+  size_t end = call.size();
+  for (int i = 0; i < 3 && end != std::string::npos; ++i) end = call.rfind('.', end - 1);
+  if (end == std::string::npos || end < 7) return "";
+  return call.substr(7, end - 7);
+}
+
 }  // namespace
+
+std::optional<OverflowWatch::RunningStatWrite> OverflowWatch::running_stats_written(
+    const CallRecord& rec, const LiveTensors& live) const {
+  auto written = [&](const std::string& name, const at::Tensor& t,
+                     bool loaded) -> std::optional<RunningStatWrite> {
+    auto k = nonfinite_now(t);
+    if (!k) return std::nullopt;
+    RunningStatWrite w;
+    w.buffer = name;
+    w.loaded = loaded;
+    w.text = running_stat_text(name) + (loaded ? " holds " : " became ") + kinds_text(*k) + " (" +
+             std::to_string(k->n[0]) + " NaN, " + std::to_string(k->n[1]) + " +inf, " +
+             std::to_string(k->n[2]) + " -inf of " + std::to_string(t.numel()) + ")";
+    return w;
+  };
+  if (auto positions = running_stat_positions(rec.name)) {
+    for (size_t i : {positions->first, positions->second}) {
+      if (i >= rec.inputs.size() || i >= live.inputs.size()) continue;
+      const at::Tensor& t = live.inputs[i].tensor;
+      // What it held before the call is the record's: NaN/inf it already held came in with it.
+      if (!t.defined() || is_anomalous(rec.inputs[i], detector_.options().compat)) continue;
+      auto p = models_.find(t);
+      const std::string name =
+          p ? p->name : (i == positions->first ? "running_mean" : "running_var");
+      if (auto w = written(name, t, false)) return w;
+    }
+    return std::nullopt;
+  }
+  // At L0 no call inside a norm module is recorded: its running statistics are looked at after
+  // it, and were written by it when it is in train mode (num_batches_tracked moved).
+  if (level_ != Level::L0 || rec.name.rfind("Module.", 0) != 0) return std::nullopt;
+  const ModelTensors::RunningStats stats = models_.running_stats_of(module_qualname(rec.name));
+  for (const auto& [name, t] : stats.stats) {
+    if (auto w = written(name, t, !stats.trained_this_step)) return w;
+  }
+  return std::nullopt;
+}
 
 OverflowWatch::OverflowWatch(const Config& config, const ModelTensors& models)
     : detector_(rules_of(config), DetectorOptions{config.overflow_check.mutation_threshold,
                                                   config.overflow_check.compat}),
       options_(config.overflow_check),
-      models_(models) {}
+      models_(models),
+      level_(config.level) {}
 
 void OverflowWatch::new_step() {
   detector_.reset();
@@ -55,6 +139,7 @@ void OverflowWatch::new_step() {
   compiled_outputs_.clear();
   unexplained_forwards_.clear();
   backward_anomaly_ = false;
+  held_.clear();
   findings_.clear();
   judgements_.clear();
   step_flagged_ = false;
@@ -64,15 +149,53 @@ void OverflowWatch::mark_compiled_output(const at::Tensor& t) {
   compiled_outputs_.insert_or_assign(t.unsafeGetTensorImpl(), WeakImpl(t.getIntrusivePtr()));
 }
 
-void OverflowWatch::remember_outputs(const CallRecord& rec, const LiveTensors& live,
-                                     bool explained) {
+void OverflowWatch::finish_held() {
+  for (const HeldOrigin& h : held_) {
+    if (!h.caught && h.finding < judgements_.size()) judgements_[h.finding] = Judgement::Absorbed;
+  }
+}
+
+bool OverflowWatch::held_tensor(const at::Tensor& t) const {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  auto it = known_.find(impl);
+  return it != known_.end() && it->second.held >= 0 && it->second.weak.lock().get() == impl;
+}
+
+std::string OverflowWatch::damage(const CallRecord& rec, const LiveTensors& live) const {
+  if (rec.name.rfind("Distributed.", 0) == 0) return "went into a collective";
+  std::string how;
+  for_each_arg(rec, [&](const ArgPos& pos, const Entry& arg) {
+    const LiveArg* tensors = live.at(pos);
+    if (pos.side != ArgPos::Side::Output || !tensors || !how.empty()) return;
+    for_each_tensor(arg, *tensors, [&](const Entry& e, const at::Tensor& t) {
+      if (!how.empty() || !is_anomalous(e, detector_.options().compat) || held_tensor(t)) return;
+      // Written in place into a tensor that held no held NaN/inf before: optimizer state, a
+      // parameter or buffer, a tensor the program keeps.
+      bool in_place = false;
+      for (const std::vector<LiveArg>* side : {&live.inputs, &live.kwargs}) {
+        for (const LiveArg& in : *side) {
+          in_place = in_place || (in.tensor.defined() && in.tensor.is_same(t));
+        }
+      }
+      if (in_place) {
+        how = "was written in place into an existing tensor";
+      } else if (t.requires_grad()) {
+        how = "entered a tensor that requires grad";
+      }
+    });
+  });
+  return how;
+}
+
+void OverflowWatch::remember_outputs(const CallRecord& rec, const LiveTensors& live, bool explained,
+                                     int held) {
   for_each_arg(rec, [&](const ArgPos& pos, const Entry& arg) {
     const LiveArg* tensors = live.at(pos);
     if (pos.side != ArgPos::Side::Output || !tensors) return;
     for_each_tensor(arg, *tensors, [&](const Entry& e, const at::Tensor& t) {
       if (!is_anomalous(e, detector_.options().compat)) return;
       known_.insert_or_assign(t.unsafeGetTensorImpl(),
-                              Known{WeakImpl(t.getIntrusivePtr()), explained});
+                              Known{WeakImpl(t.getIntrusivePtr()), explained, held});
     });
   });
 }
@@ -85,6 +208,11 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& ou
       out.kinds.add_tensor(e);
     } else {
       out.explained = false;  // downstream of an earlier anomaly
+      if (it->second.held < 0) {
+        out.unheld = true;
+      } else if (out.held < 0) {
+        out.held = it->second.held;
+      }
     }
     return;
   }
@@ -94,7 +222,9 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& ou
     return;
   }
   if (auto p = models_.find(t)) {
-    if (p->buffer && (p->never_written || only_minus_inf(e))) {  // a constant mask buffer
+    // A constant mask buffer: -inf on purpose. NaN never is, and running statistics are state.
+    if (p->buffer && !p->running_stat && !kinds_of(e).n[0] &&
+        (p->never_written || only_minus_inf(e))) {
       out.kinds.add_tensor(e);
       return;
     }
@@ -102,9 +232,15 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& ou
     if (!out.origin) {
       out.origin = Origin::Parameter;
       out.parameter = p->name;
-      out.note = (p->buffer ? "buffer " : "parameter ") + p->name +
-                 (p->written_this_step ? " was written during this step"
-                                       : " was last written before this step began");
+      out.running_stat = p->running_stat;
+      if (p->running_stat) {
+        out.note = running_stat_text(p->name) + " holds " + kinds_text(kinds_of(e)) +
+                   " (a checkpoint's, or written before this step)";
+      } else {
+        out.note = (p->buffer ? "buffer " : "parameter ") + p->name +
+                   (p->written_this_step ? " was written during this step"
+                                         : " was last written before this step began");
+      }
     }
     return;
   }
@@ -170,8 +306,8 @@ OverflowWatch::Traced OverflowWatch::trace_forward_inputs(const CallRecord& rec,
 // module takes their judgement (true: all explained). None when some output was made by no
 // recorded call (at L0 always): then the module is judged like a call.
 std::optional<bool> OverflowWatch::judged_inside(const CallRecord& rec, const Finding& f,
-                                                 const LiveTensors& live) const {
-  bool all_known = true, explained = true;
+                                                 const LiveTensors& live, int* held) const {
+  bool all_known = true, explained = true, unheld = false;
   for (size_t i : f.output_indices) {
     if (i >= live.outputs.size()) return std::nullopt;
     for_each_tensor(rec.outputs[i], live.outputs[i], [&](const Entry& e, const at::Tensor& t) {
@@ -180,12 +316,18 @@ std::optional<bool> OverflowWatch::judged_inside(const CallRecord& rec, const Fi
       auto it = known_.find(impl);
       if (it == known_.end() || it->second.weak.lock().get() != impl) {
         all_known = false;
-      } else {
-        explained = explained && it->second.explained;
+      } else if (!it->second.explained) {
+        explained = false;
+        if (it->second.held < 0) {
+          unheld = true;
+        } else if (*held < 0) {
+          *held = it->second.held;
+        }
       }
     });
   }
   if (!all_known || f.output_indices.empty()) return std::nullopt;
+  if (unheld) *held = -1;
   return explained;
 }
 
@@ -194,6 +336,35 @@ std::optional<bool> OverflowWatch::judged_inside(const CallRecord& rec, const Fi
 bool OverflowWatch::backward_explained(const CallRecord& rec, const Finding& f) const {
   if (!f.input_indices.empty() || !f.kwarg_keys.empty()) return false;
   return !unexplained_forwards_.count(forward_name_of(rec.name));
+}
+
+// NaN/inf a norm call wrote into its running statistics from clean inputs (origin op: lr 1e6
+// makes a batch variance overflow), or that a norm module in eval mode was loaded with (origin
+// parameter, at L0 where its call is not recorded): a stop, with the buffer named.
+Verdict OverflowWatch::judge_running_stat_write(const CallRecord& rec, const LiveTensors& live,
+                                                Verdict v, const RunningStatWrite& w) {
+  if (!v.finding) {
+    Finding f;
+    f.call = rec.name;
+    f.uses_input_key = rec.uses_input_key;
+    if (w.loaded) {
+      f.scene = Scene::InputAnomalyOutputNormal;
+      f.severity = Severity::Medium;
+    }
+    v.finding = std::move(f);
+  }
+  v.origin = w.loaded ? Origin::Parameter : Origin::Op;
+  if (w.loaded) v.parameter = w.buffer;
+  v.note = w.text;
+  v.flagged = true;
+  v.judgement = Judgement::Flagged;
+  if (options_.action == Action::Raise) v.stop = options_.stops_on(*v.origin);
+  remember_outputs(rec, live, false);
+  unexplained_forwards_.insert(rec.name);
+  findings_.push_back(*v.finding);
+  judgements_.push_back(Judgement::Flagged);
+  step_flagged_ = true;
+  return v;
 }
 
 Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
@@ -206,14 +377,27 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
     if (!backward) remember_outputs(rec, live, true);  // an ignore rule says it is expected
     return v;
   }
-  if (!v.finding) return v;
+  // Running statistics are written in place by batch_norm without a version bump, and are in
+  // no record's outputs: looked at after the call (train-mode norms, and norm modules at L0).
+  std::optional<RunningStatWrite> stat_write;
+  if (!backward && (rec.name.find("_norm.") != std::string::npos ||
+                    (level_ == Level::L0 && rec.name.rfind("Module.", 0) == 0))) {
+    stat_write = running_stats_written(rec, live);
+  }
+  if (!v.finding && !stat_write) return v;
+  if (stat_write && (!v.finding || v.finding->scene == Scene::InputNormalOutputAnomaly)) {
+    return judge_running_stat_write(rec, live, std::move(v), *stat_write);
+  }
   const Finding& f = *v.finding;
   const bool raise = options_.action == Action::Raise;
   Judgement judgement = Judgement::Flagged;
+  int held_in = -1;  // downstream of a held NaN/inf
   const bool module_forward = !backward && rec.name.rfind("Module.", 0) == 0;
-  const std::optional<bool> inner = module_forward ? judged_inside(rec, f, live) : std::nullopt;
+  const std::optional<bool> inner =
+      module_forward ? judged_inside(rec, f, live, &held_in) : std::nullopt;
   if (inner) {
-    if (*inner) judgement = Judgement::Explained;  // else downstream of the inner call's anomaly
+    // Else downstream of the inner call's anomaly, or of what it holds (held_in).
+    if (*inner) judgement = Judgement::Explained;
   } else if (f.scene == Scene::NumericalMutation) {
     judgement = Judgement::Lead;  // finite data: a lead to the culprit, nothing to trace
   } else if (f.scene == Scene::InputNormalOutputAnomaly) {
@@ -233,17 +417,67 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
         v.origin = Origin::Op;
         v.note = std::move(beyond);
       }
+    } else if (t.held >= 0 && !t.unheld && t.origin != Origin::Parameter) {
+      held_in = t.held;
     } else {
       v.origin = t.origin;
       v.parameter = std::move(t.parameter);
       v.note = std::move(t.note);
       // Foreign NaN/inf that this call turned into finite outputs: absorbed, not an origin.
-      if (t.origin && f.scene == Scene::InputAnomalyOutputNormal) judgement = Judgement::Absorbed;
+      // A running statistic is the model's state: NaN/inf there is damage done, never absorbed.
+      if (t.origin && f.scene == Scene::InputAnomalyOutputNormal && !t.running_stat) {
+        judgement = Judgement::Absorbed;
+      }
     }
   }
   if (judgement == Judgement::Explained) v.origin.reset();
 
-  if (!backward) remember_outputs(rec, live, judgement == Judgement::Explained);
+  // The damage rule: NaN/inf in tensors that need no gradient may still be cleaned (a position
+  // bucket's log(0) cast to long, a mask, the batch before the model): an op or input origin is
+  // held, and what it reaches is followed, until a call does damage with it.
+  if (!backward && judgement == Judgement::Flagged) {
+    const bool holdable =
+        v.origin && (*v.origin == Origin::Op || *v.origin == Origin::Input) && !peer_rank;
+    if (held_in >= 0) {
+      std::string how =
+          f.scene == Scene::InputAnomalyOutputNormal ? std::string() : damage(rec, live);
+      if (stat_write) how = "was written into " + stat_write->text;
+      if (how.empty()) {
+        judgement = Judgement::Held;
+      } else {
+        HeldOrigin& h = held_[static_cast<size_t>(held_in)];
+        h.caught = true;
+        v.caught = static_cast<size_t>(held_in);
+        v.caught_how = how;
+        v.origin = h.origin;
+        held_in = -1;
+      }
+    } else if (holdable && !stat_write && damage(rec, live).empty()) {
+      held_in = static_cast<int>(held_.size());
+      held_.push_back(HeldOrigin{*v.origin, findings_.size()});
+      v.hold = true;
+    }
+  }
+
+  if (!backward) {
+    remember_outputs(rec, live, judgement == Judgement::Explained,
+                     judgement == Judgement::Held || v.hold ? held_in : -1);
+  }
+  if (v.hold) {
+    // Said once per call site if it is absorbed: flags the step the first time.
+    v.flagged = absorbing_sites_.insert(call_site(rec.name)).second;
+    v.judgement = judgement;
+    findings_.push_back(f);
+    judgements_.push_back(judgement);
+    if (v.flagged) step_flagged_ = true;
+    return v;
+  }
+  if (judgement == Judgement::Held) {
+    v.judgement = judgement;
+    findings_.push_back(f);
+    judgements_.push_back(judgement);
+    return v;
+  }
   if (judgement == Judgement::Flagged) {
     v.flagged = true;
     if (backward) {

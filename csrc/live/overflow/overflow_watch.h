@@ -45,6 +45,9 @@ class OverflowWatch {
   Verdict judge(const CallRecord& rec, const LiveTensors& live,
                 std::optional<int> peer_rank = std::nullopt);
   void new_step();
+  // The end of the step: held NaN/inf that no call was caught doing damage with is absorbed
+  // (its origin's judgement becomes Absorbed).
+  void finish_held();
   // An output of a compiled region (torch.compile), this step.
   void mark_compiled_output(const at::Tensor& t);
 
@@ -56,29 +59,58 @@ class OverflowWatch {
  private:
   struct Traced {
     bool explained = true;
+    int held = -1;                 // downstream of a held NaN/inf (the damage rule): its id
+    bool unheld = false;           // downstream of an anomaly that is not held
     std::optional<Origin> origin;  // a foreign tensor: input or parameter
     std::optional<std::string> parameter;
     std::string note;
-    ExplainedKinds kinds;  // what the explained inputs hold
+    bool running_stat = false;  // the parameter origin is a running statistic: never absorbed
+    ExplainedKinds kinds;       // what the explained inputs hold
   };
+  // A norm call's running statistic that holds NaN/inf after it: written so by it, or (at L0,
+  // in eval mode) loaded so.
+  struct RunningStatWrite {
+    std::string buffer;  // "layer1.0.bn1.running_var"
+    std::string text;    // "running_var of layer1.0.bn1 became +inf (0 NaN, 3 +inf, ...)"
+    bool loaded = false;
+  };
+  std::optional<RunningStatWrite> running_stats_written(const CallRecord& rec,
+                                                        const LiveTensors& live) const;
+  Verdict judge_running_stat_write(const CallRecord& rec, const LiveTensors& live, Verdict v,
+                                   const RunningStatWrite& w);
   Traced trace_forward_inputs(const CallRecord& rec, const Finding& f,
                               const LiveTensors& live) const;
   void trace_tensor(const Entry& e, const at::Tensor& t, Traced& out) const;
   bool backward_explained(const CallRecord& rec, const Finding& f) const;
+  // `held`: set to the hold id when the unexplained outputs are all held NaN/inf.
   std::optional<bool> judged_inside(const CallRecord& rec, const Finding& f,
-                                    const LiveTensors& live) const;
-  void remember_outputs(const CallRecord& rec, const LiveTensors& live, bool explained);
+                                    const LiveTensors& live, int* held) const;
+  void remember_outputs(const CallRecord& rec, const LiveTensors& live, bool explained,
+                        int held = -1);
+  // The damage rule: what this call did with the NaN/inf of its outputs that ends its hold
+  // ("entered a tensor that requires grad", ...), or "" when it can still be cleaned.
+  std::string damage(const CallRecord& rec, const LiveTensors& live) const;
+  bool held_tensor(const at::Tensor& t) const;
 
   Detector detector_;
   const OverflowSection& options_;
   const ModelTensors& models_;
+  const Level level_;
 
   // Per step. Anomalous tensors made by recorded calls, by identity, and whether explained.
   using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
   struct Known {
     WeakImpl weak;
     bool explained;
+    int held = -1;  // NaN/inf held under the damage rule: the id of its origin
   };
+  // The damage rule's holds of this step, by id: the origin's kind and its finding's index.
+  struct HeldOrigin {
+    Origin origin;
+    size_t finding;
+    bool caught = false;
+  };
+  std::vector<HeldOrigin> held_;
   std::unordered_map<const c10::TensorImpl*, Known> known_;
   std::unordered_set<std::string> unexplained_forwards_;
   std::unordered_map<const c10::TensorImpl*, WeakImpl> compiled_outputs_;

@@ -64,6 +64,10 @@ void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
   std::shared_ptr<HeldArguments> kept = std::move(raising_call_arguments());
   std::optional<CallArguments> held;
   std::string gone;  // why the arguments cannot be used
+  if (!facts.caught_at.empty()) {
+    gone = "the call's NaN/inf was held (no gradient) and caught at " + facts.caught_at +
+           ", after its arguments were let go";
+  }
   if (const CallArguments* current = current_call_arguments();
       current && *current->name == facts.finding.call) {
     held = *current;
@@ -160,6 +164,8 @@ py::dict overflow_fields(const OverflowFacts& facts, bool has_call) {
   kw["gradients"] = facts.gradients;
   kw["masked"] = facts.masked;
   kw["absorbed"] = facts.absorbed;
+  kw["caught"] = facts.caught_at.empty() ? py::object(py::none()) : py::str(facts.caught_at);
+  kw["caught_how"] = facts.caught_how;
   kw["note"] = facts.note;
   py::list replay;
   for (const ReplayFacts& r : facts.replay) {

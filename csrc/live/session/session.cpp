@@ -381,12 +381,18 @@ std::string Session::write_step(bool at_stop, bool hand_over) {
   }
   // Under the lock: whether the step is due, and its calls taken out with what the files need.
   std::string say;
+  std::vector<std::string> held_lines;
   std::optional<FinishedStep> done = state_.with_lock([&](StepState& s) {
     std::optional<FinishedStep> f;
     // A scaled step is written at step(), once the loss scaler has said whether it skipped it.
     if (!s.dirty || (at_stop && s.decisions && s.decisions->loss_scaled())) return f;
     s.dirty = false;
     if (s.watch) {
+      // Held NaN/inf that did no damage by now was absorbed: told once per call site.
+      s.watch->finish_held();
+      for (const std::string& line : s.decisions->finish_held()) {
+        held_lines.push_back((s.rank >= 0 ? "[rank " + std::to_string(s.rank) + "] " : "") + line);
+      }
       // Task overflow_check writes only the steps it flagged; a clean step leaves nothing.
       DumpDecision d =
           s.decisions->dump_step(s.watch->step_flagged(), s.peer_stop.has_value(), s.step);
@@ -408,6 +414,7 @@ std::string Session::write_step(bool at_stop, bool hand_over) {
     }
     return f;
   });
+  for (const std::string& line : held_lines) std::fprintf(stderr, "%s\n", line.c_str());
   if (!say.empty()) std::fprintf(stderr, "%s\n", say.c_str());
   if (!done) return "";
   // With the GIL: the stack lines (formatted once per distinct stack).
