@@ -203,6 +203,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("module_hooks", &make_module_hooks, py::arg("qualname"), py::arg("class_name"),
         py::arg("record") = true, py::arg("dumped") = false);
+  m.def("model_hooks", &make_model_hooks, py::arg("class_name"));
   // The debugger's own torch calls (a loss scaler's get_scale()) must not land in the dump.
   m.def("call_unhooked", [](py::function fn) {
     ReentryGuard guard;

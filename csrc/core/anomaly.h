@@ -15,9 +15,9 @@ inline bool is_anomalous(const Entry& e, bool compat) {
   return !compat && e.value.non_finite();
 }
 
-// Anomalous, or a list holding an anomalous entry at any depth.
+// Anomalous, or a list or mapping holding an anomalous entry at any depth.
 inline bool holds_anomaly(const Entry& e, bool compat) {
-  if (e.kind == Entry::Kind::List) {
+  if (e.has_items()) {
     for (const Entry& item : e.items) {
       if (holds_anomaly(item, compat)) return true;
     }

@@ -176,9 +176,20 @@ class RecordParser {
         string_field(e.md5, field, "md5");
       } else if (key == "data_name"sv) {
         string_field(e.data_name, field, "data_name");
+      } else if (const char c = cur_.peek(); e.type.empty() && (c == '{' || c == '[' || c == 'n')) {
+        // A mapping's field (msprobe writes a dict, a dataclass or a namedtuple as an object of
+        // entries, which has no "type" of its own).
+        e.keys.push_back(key);
+        entry_into(e.items.emplace_back(), field + "." + e.keys.back());
       } else {
         cur_.skip_value();
       }
+    }
+    if (e.type.empty()) {
+      e.kind = Entry::Kind::Map;
+    } else {
+      e.keys.clear();
+      e.items.clear();
     }
   }
 

@@ -47,6 +47,14 @@ void write_entry(JsonWriter& w, const Entry& e) {
       for (const Entry& item : e.items) write_entry(w, item);
       w.end_array();
       return;
+    case Entry::Kind::Map:
+      w.begin_object();
+      for (size_t i = 0; i < e.items.size(); ++i) {
+        w.key(i < e.keys.size() ? e.keys[i] : std::to_string(i));
+        write_entry(w, e.items[i]);
+      }
+      w.end_object();
+      return;
     case Entry::Kind::Object:
       break;
   }

@@ -92,7 +92,7 @@ std::string ExplainedKinds::unexplained_in(const CallRecord& rec,
   std::array<int64_t, 3> bound{0, 0, 0};  // ... which was this
   std::array<bool, 3> uncounted{false, false, false};
   auto check = [&](const Entry& e, auto&& self) -> void {
-    if (e.kind == Entry::Kind::List) {
+    if (e.has_items()) {
       for (const Entry& item : e.items) self(item, self);
       return;
     }

@@ -131,6 +131,11 @@ std::string OverflowFacts::message() const {
   }
   m += "\n  module: " + module.value_or("(none recorded)");
   m += "\n  source: " + source.value_or("(no Python frame)");
+  // torch.compile's graph code (a backend that runs the graph eagerly: its calls are recorded).
+  if (source && source->rfind("<eval_with_key>", 0) == 0) {
+    m += "\n  compiled: the call ran inside a compiled region (torch.compile's graph code); run "
+         "the model uncompiled (its _orig_mod) to see the call where it is written";
+  }
   for (const ArgFacts& t : tensors) m += "\n  " + t.text();
   if (history) {
     m += "\n  history: ";
@@ -151,7 +156,7 @@ std::string OverflowFacts::message() const {
     for (size_t i = 0; i < gradients.size() && i < 8; ++i) m += (i ? ", " : " ") + gradients[i];
     if (gradients.size() > 8) m += " (and " + std::to_string(gradients.size() - 8) + " more)";
   }
-  if (finding.scene == Scene::InputNormalOutputAnomaly && origin == Origin::Op) {
+  if (finding.scene == Scene::InputNormalOutputAnomaly && origin == Origin::Op && !started_model) {
     m += "\n  intended? an ignore rule in a file named by overflow_check.rules silences it:\n" +
          ignore_rule_snippet();
   }
@@ -200,7 +205,22 @@ std::string OverflowFacts::ignore_rule_snippet() const {
   std::string s = "    ignore_nan_inf:\n      - api_name: \"" + torch_api_name(finding.call) +
                   "\"\n        output_ignore:\n";
   for (size_t i : finding.output_indices) s += "          - index: " + std::to_string(i) + "\n";
-  s.pop_back();
+  // msprobe's rule format names a call by its first two parts only: say what else it silences.
+  const size_t dot = finding.call.find('.');
+  const size_t second = finding.call.find('.', dot + 1);
+  const std::string head = finding.call.substr(0, second);
+  std::string outputs;
+  for (size_t i : finding.output_indices) {
+    outputs += (outputs.empty() ? "output[" : ", output[") + std::to_string(i) + "]";
+  }
+  if (finding.call.rfind("Module.", 0) == 0) {
+    s += "    (it silences every module call named " + head + ".* -- " +
+         finding.call.substr(dot + 1, second - dot - 1) + " and every module inside it -- whose " +
+         outputs + " holds NaN/inf: msprobe's rules name a call by its first two parts)";
+  } else {
+    s += "    (it silences every " + head + " call in the model whose " + outputs +
+         " holds NaN/inf, not only this one: msprobe's rules name an API, not a call site)";
+  }
   return s;
 }
 
@@ -352,7 +372,7 @@ void collect_arg_facts(const std::string& position, const Entry& e, bool compat,
         out.push_back(tensor_arg_facts(position + "[" + std::to_string(k) + "]", x));
       }
       ++k;
-    } else if (x.kind == Entry::Kind::List) {
+    } else if (x.has_items()) {
       for (const Entry& item : x.items) self(item, self);
     }
   };

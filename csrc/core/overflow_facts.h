@@ -68,6 +68,9 @@ struct OverflowFacts {
   // tensor that needs no gradient, and was held until it did damage at `caught_at` (how says
   // what it did there); both empty when the stop is where it was made.
   bool held = false;
+  // The call is a started model's forward: judged, never recorded (msprobe records none), so
+  // no ignore rule applies to it.
+  bool started_model = false;
   std::string caught_at;
   std::string caught_how;
   int64_t step = 0;

@@ -103,9 +103,11 @@ struct NonFiniteCounts {
   bool known() const { return nan >= 0; }
 };
 
-// One argument entry: a tensor's statistics, a scalar, null, or a nested list.
+// One argument entry: a tensor's statistics, a scalar, null, a nested list, or a mapping (a dict,
+// a dataclass such as Hugging Face's ModelOutput, a namedtuple: msprobe writes each as a JSON
+// object of its fields).
 struct Entry {
-  enum class Kind : uint8_t { Null, Object, List, Other };
+  enum class Kind : uint8_t { Null, Object, List, Other, Map };
   Kind kind = Kind::Null;
 
   // Object
@@ -128,15 +130,24 @@ struct Entry {
   // fields above are final. Never written to a file.
   int32_t pending_stats = -1;
 
-  // List
+  // List and Map: the items; a Map's keys, one per item.
   std::vector<Entry> items;
+  std::vector<std::string> keys;
 
   bool is_tensor() const { return kind == Kind::Object && type == "torch.Tensor"; }
+  bool has_items() const { return kind == Kind::List || kind == Kind::Map; }
 
   static Entry null_entry() { return Entry{}; }
   static Entry list(std::vector<Entry> items) {
     Entry e;
     e.kind = Kind::List;
+    e.items = std::move(items);
+    return e;
+  }
+  static Entry map(std::vector<std::string> keys, std::vector<Entry> items) {
+    Entry e;
+    e.kind = Kind::Map;
+    e.keys = std::move(keys);
     e.items = std::move(items);
     return e;
   }

@@ -352,6 +352,7 @@ class PrecisionDebugger:
             if self._session.watching:
                 self._module_handles.append(model.register_forward_hook(
                     lambda module, inputs, output: self._session.mark_compiled_outputs(output)))
+                self._hook_started_model(model, type(compiled).__name__)
                 for name, p in compiled.named_parameters():
                     self._session.add_model_tensor(prefix + name, p, False)
                 for name, b in compiled.named_buffers():
@@ -364,10 +365,18 @@ class PrecisionDebugger:
             pre, post = _C.module_hooks(prefix + name, type(module).__name__, record)
             self._module_handles += [_register_pre_hook(module, pre), module.register_forward_hook(post)]
         if self._session.watching:
+            self._hook_started_model(model, type(model).__name__)
             for name, p in model.named_parameters():
                 self._session.add_model_tensor(prefix + name, p, False)
             for name, b in model.named_buffers():
                 self._session.add_model_tensor(prefix + name, b, True)
+
+    def _hook_started_model(self, model: torch.nn.Module, class_name: str) -> None:
+        """The started model itself is not recorded (msprobe records none), but the guard judges
+        what it returns: held NaN/inf is caught there, and at L0 a loss made in its own forward
+        is seen there. Registered after every other hook of the model, so that it runs last."""
+        pre, post = _C.model_hooks(class_name)
+        self._module_handles += [_register_pre_hook(model, pre), model.register_forward_hook(post)]
 
     def _release(self) -> None:
         """Removes every hook; the debugger collects nothing more, and (async_dump) every step it

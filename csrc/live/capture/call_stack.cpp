@@ -9,6 +9,13 @@ namespace msprobe {
 
 namespace {
 
+// Whether `path` lies in `folder` (a folder name without its last separator): torch's folder is a
+// prefix of torchvision's, and torchvision, like transformers, is the user's code here.
+bool under_folder(const std::string& path, const std::string& folder) {
+  if (folder.empty() || path.compare(0, folder.size(), folder) != 0) return false;
+  return path.size() == folder.size() || path[folder.size()] == '/' || path[folder.size()] == '\\';
+}
+
 constexpr size_t kMaxFrames = 64;
 
 std::string attr_string(PyObject* obj, const char* name) {
@@ -117,7 +124,7 @@ std::vector<std::string> CodeRegistry::format(const CallStack& stack,
   std::vector<std::string> out;
   for (const Frame& f : stack) {
     const CodeInfo& ci = info(f.code);
-    if (!skip_prefix.empty() && ci.filename.rfind(skip_prefix, 0) == 0) continue;
+    if (under_folder(ci.filename, skip_prefix)) continue;
     const int line = line_of(f);
     out.push_back("File " + ci.filename + ", line " + std::to_string(line) + ", in " + ci.name +
                   ", \n " + source_line(ci.filename, line));
@@ -139,7 +146,7 @@ std::optional<std::string> CodeRegistry::first_frame_outside(const CallStack& st
     const CodeInfo& ci = info(f.code);
     bool skipped = false;
     for (const std::string& prefix : skip) {
-      skipped = skipped || (!prefix.empty() && ci.filename.rfind(prefix, 0) == 0);
+      skipped = skipped || under_folder(ci.filename, prefix);
     }
     if (skipped) continue;
     const int line = line_of(f);

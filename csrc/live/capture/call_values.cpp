@@ -128,6 +128,86 @@ bool is_sequence(PyObject* o) {
   return (PyTuple_Check(o) && !THPSize_Check(o)) || PyList_Check(o);
 }
 
+// A type's attribute, looked up on the type alone (no instance __getattr__ runs), or null.
+PyObject* type_attr(PyObject* o, const char* name) {
+  PyObject* v = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(o)), name);
+  if (!v) PyErr_Clear();
+  return v;
+}
+
+// The fields of a value msprobe 1.1.1 records as a mapping, in its order of tests: a namedtuple
+// (its _fields), a dataclass (every field, None ones too: Hugging Face's ModelOutput is one, an
+// OrderedDict that lists only the fields that are set), a dict. False for anything else; the
+// common argument types cost one type test.
+struct Fields {
+  std::vector<std::string> keys;
+  std::vector<PyObject*> values;  // new references
+  ~Fields() {
+    for (PyObject* v : values) Py_XDECREF(v);
+  }
+};
+bool mapping_fields(PyObject* o, Fields& out) {
+  PyTypeObject* t = Py_TYPE(o);
+  if (t == &PyTuple_Type || t == &PyList_Type || t == &PyLong_Type || t == &PyFloat_Type ||
+      t == &PyBool_Type || t == &PyUnicode_Type || o == Py_None || THPSize_Check(o)) {
+    return false;
+  }
+  auto add = [&out](PyObject* key, PyObject* value) {  // value: a new reference
+    const char* utf8 = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
+    out.keys.push_back(utf8 ? std::string(utf8) : py_str(key));
+    PyErr_Clear();
+    out.values.push_back(value);
+  };
+  if (PyTuple_Check(o)) {  // a tuple subclass: a namedtuple has _fields
+    PyObject* fields = type_attr(o, "_fields");
+    const bool named =
+        fields && PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == PyTuple_GET_SIZE(o);
+    if (named) {
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i) {
+        PyObject* v = PyTuple_GET_ITEM(o, i);
+        Py_INCREF(v);
+        add(PyTuple_GET_ITEM(fields, i), v);
+      }
+    }
+    Py_XDECREF(fields);
+    return named;
+  }
+  if (PyObject* fields = type_attr(o, "__dataclass_fields__")) {
+    const bool ok = PyDict_Check(fields) != 0;
+    if (ok) {
+      PyObject *key, *field;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(fields, &pos, &key, &field)) {
+        PyObject* v = PyObject_GetAttr(o, key);
+        if (!v) {
+          PyErr_Clear();
+          Py_INCREF(Py_None);
+          v = Py_None;
+        }
+        add(key, v);
+      }
+    }
+    Py_DECREF(fields);
+    if (ok) return true;
+  }
+  if (!PyDict_Check(o)) return false;
+  // Items through the mapping protocol: an OrderedDict subclass keeps its own order there.
+  PyObject* items = PyMapping_Items(o);
+  if (!items) {
+    PyErr_Clear();
+    return false;
+  }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); ++i) {
+    PyObject* kv = PyList_GET_ITEM(items, i);
+    if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2) continue;
+    PyObject* v = PyTuple_GET_ITEM(kv, 1);
+    Py_INCREF(v);
+    add(PyTuple_GET_ITEM(kv, 0), v);
+  }
+  Py_DECREF(items);
+  return true;
+}
+
 // The one walk over a Python value: its entry (unless `options` is null) and, with `live`, its
 // tensors in the depth-first order of the entry's tensor leaves, so an anomalous entry can be
 // traced back to the tensor object that carried it.
@@ -137,6 +217,17 @@ Entry walk(PyObject* obj, const EntryOptions* options, const std::string& stem, 
     const at::Tensor& t = THPVariable_Unpack(obj);
     if (live) (depth == 0 ? live->tensor : live->items.emplace_back()) = t;
     return options ? tensor_entry(t, *options, stem) : Entry();
+  }
+  if (Fields fields; mapping_fields(obj, fields)) {
+    if (depth >= kMaxDepth) return Entry::null_entry();
+    std::vector<Entry> items;
+    if (options) items.reserve(fields.values.size());
+    for (size_t i = 0; i < fields.values.size(); ++i) {
+      Entry item = walk(fields.values[i], options,
+                        options ? options->key_stem(stem, fields.keys[i]) : stem, depth + 1, live);
+      if (options) items.push_back(std::move(item));
+    }
+    return options ? Entry::map(std::move(fields.keys), std::move(items)) : Entry();
   }
   if (is_sequence(obj)) {
     if (depth >= kMaxDepth) return Entry::null_entry();

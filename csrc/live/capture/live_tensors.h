@@ -21,6 +21,11 @@ struct LiveTensors {
   std::vector<LiveArg> inputs;
   std::vector<LiveArg> kwargs;  // in the record's kwargs order
   std::vector<LiveArg> outputs;
+  // At L0, a module call's: the tensors its enclosing code was given (the enclosing module's and
+  // the started model's arguments), and that code's name. NaN/inf that comes into the call from
+  // none of them and from no recorded call was made by that code.
+  std::vector<at::Tensor> enclosing;
+  std::string maker;
 
   // The argument at `pos` of the record, or null where there is none.
   const LiveArg* at(const ArgPos& pos) const {
@@ -44,13 +49,13 @@ void for_each_tensor(const Entry& e, const LiveArg& live, Fn&& fn) {
     if (live.tensor.defined()) fn(e, live.tensor);
     return;
   }
-  if (e.kind != Entry::Kind::List) return;
+  if (!e.has_items()) return;
   size_t next = 0;
   auto walk = [&](const Entry& x, auto&& self) -> void {
     if (x.is_tensor()) {
       if (next < live.items.size()) fn(x, live.items[next]);
       ++next;
-    } else if (x.kind == Entry::Kind::List) {
+    } else if (x.has_items()) {
       for (const Entry& item : x.items) self(item, self);
     }
   };

@@ -42,6 +42,9 @@ std::string kwarg_file_stem(const std::string& call, const std::string& key) {
 std::string item_file_stem(const std::string& stem, size_t i) {
   return stem + "." + std::to_string(i);
 }
+std::string key_file_stem(const std::string& stem, const std::string& key) {
+  return stem + "." + key;
+}
 
 std::string EntryOptions::stem(const std::string& call, const char* side) const {
   return saver ? file_stem(call, side) : std::string();
@@ -51,6 +54,9 @@ std::string EntryOptions::kwarg_stem(const std::string& call, const std::string&
 }
 std::string EntryOptions::item_stem(const std::string& stem, size_t i) const {
   return saver ? item_file_stem(stem, i) : std::string();
+}
+std::string EntryOptions::key_stem(const std::string& stem, const std::string& key) const {
+  return saver ? key_file_stem(stem, key) : std::string();
 }
 
 namespace {

@@ -28,6 +28,7 @@ struct EntryOptions {
   std::string stem(const std::string& call, const char* side) const;
   std::string kwarg_stem(const std::string& call, const std::string& key) const;
   std::string item_stem(const std::string& stem, size_t i) const;
+  std::string key_stem(const std::string& stem, const std::string& key) const;
 };
 
 // Saved tensors' file names without ".pt", as msprobe 1.1.1 builds them (its compare matches
@@ -36,6 +37,8 @@ struct EntryOptions {
 std::string file_stem(const std::string& call, const char* side);  // "<call>.input"
 std::string kwarg_file_stem(const std::string& call, const std::string& key);
 std::string item_file_stem(const std::string& stem, size_t i);
+// A mapping's field: "<stem>.<key>" (msprobe joins its key stack with dots).
+std::string key_file_stem(const std::string& stem, const std::string& key);
 
 // Statistics (and md5) of `t`; when saving, also queues the tensor as `<stem>.pt` and records
 // that file name as the entry's data_name. Never throws: a tensor whose statistics cannot be

@@ -74,6 +74,39 @@ std::optional<std::string> enclosing_module() {
   return calls.back().name;
 }
 
+std::vector<StartedModelCall>& started_model_calls() {
+  thread_local std::vector<StartedModelCall> calls;
+  return calls;
+}
+
+std::optional<std::string> started_model_forward() {
+  const auto& models = started_model_calls();
+  if (models.empty() || enclosing_module()) return std::nullopt;
+  return "the started model " + models.back().class_name + "'s own forward";
+}
+
+std::vector<at::Tensor> enclosing_arguments(std::string& maker) {
+  std::vector<at::Tensor> out;
+  prune_stale();
+  const auto& models = started_model_calls();
+  if (!models.empty()) {
+    out = models.back().args;
+    maker = "the started model " + models.back().class_name;
+  }
+  const auto& calls = open_module_calls();
+  if (!calls.empty()) {
+    const OpenModuleCall& m = calls.back();
+    maker = m.name;
+    for (const std::vector<LiveArg>* side : {&m.live.inputs, &m.live.kwargs}) {
+      for (const LiveArg& a : *side) {
+        if (a.tensor.defined()) out.push_back(a.tensor);
+        out.insert(out.end(), a.items.begin(), a.items.end());
+      }
+    }
+  }
+  return out;
+}
+
 bool inside_listed_module() {
   prune_stale();
   for (const OpenModuleCall& c : open_module_calls()) {

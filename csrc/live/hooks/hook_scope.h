@@ -65,6 +65,22 @@ void clear_module_calls();
 // Name of the innermost module call in progress on this thread, if any.
 std::optional<std::string> enclosing_module();
 
+// A call of a model given to start() (not itself recorded, as in msprobe): its class and the
+// tensors it was given, for the guard (the damage rule judges what it returns; at L0, NaN/inf
+// that none of its arguments brought in was made by its own code).
+struct StartedModelCall {
+  PyObject* module;  // identity only
+  std::string class_name;
+  std::vector<at::Tensor> args;
+};
+std::vector<StartedModelCall>& started_model_calls();  // this thread's, innermost last
+// "the started model Net's own forward" while one runs on this thread and no module call is
+// open inside it.
+std::optional<std::string> started_model_forward();
+// At L0: the tensors given to the innermost open module call and to the started model's call;
+// with the name of the code that runs between submodules ("Module.blocks.0.attn....forward.0").
+std::vector<at::Tensor> enclosing_arguments(std::string& maker);
+
 // Whether a module named in `list` is running on this thread.
 bool inside_listed_module();
 

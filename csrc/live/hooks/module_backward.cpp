@@ -39,8 +39,9 @@ bool same_edge(const Edge& a, const Edge& b) {
   return a.function && a.function.get() == b.function.get() && a.input_nr == b.input_nr;
 }
 
-// The top-level values of a module's output, as PyTorch's backward hooks see them: a tuple or
-// list's items, a dict's values, or the value itself.
+// The top-level values of a module's output, as PyTorch's full backward hooks (msprobe's) see
+// them: a tuple or list's items, or the value itself. A mapping (a dict, Hugging Face's
+// ModelOutput) is one value that is no tensor: such a module gets no backward record there.
 std::vector<PyObject*> output_items(PyObject* output) {
   std::vector<PyObject*> items;
   if (PyTuple_Check(output) || PyList_Check(output)) {
@@ -48,10 +49,6 @@ std::vector<PyObject*> output_items(PyObject* output) {
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); ++i) {
       items.push_back(PySequence_Fast_GET_ITEM(fast, i));
     }
-  } else if (PyDict_Check(output)) {
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(output, &pos, &key, &value)) items.push_back(value);
   } else {
     items.push_back(output);
   }

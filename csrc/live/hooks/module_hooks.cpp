@@ -99,9 +99,63 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     }
     call.stack = std::move(open.stack);
     call.parent = std::move(open.parent);
+    if (s->watching() && s->config().level == Level::L0) {
+      open.live.enclosing = enclosing_arguments(open.live.maker);
+    }
     submit(*s, std::move(call), std::move(open.live));
   };
 
+  return py::make_tuple(
+      py::cpp_function(pre, py::arg("module"), py::arg("args"), py::arg("kwargs") = py::none()),
+      py::cpp_function(post));
+}
+
+py::tuple make_model_hooks(const std::string& class_name) {
+  const std::string key = "Module." + class_name + ".forward";
+  auto pre = [class_name](py::handle module, py::handle inputs, py::handle kwargs) {
+    std::shared_ptr<Session> s = current_session();
+    if (!s || !s->watching()) return;
+    StartedModelCall call{module.ptr(), class_name, {}};
+    auto take = [&call](PyObject* values) {
+      for (const LiveArg& a : live_args_of(values)) {
+        if (a.tensor.defined()) call.args.push_back(a.tensor);
+        call.args.insert(call.args.end(), a.items.begin(), a.items.end());
+      }
+    };
+    take(inputs.ptr());
+    if (PyDict_Check(kwargs.ptr())) {
+      take(py::reinterpret_steal<py::object>(PyDict_Values(kwargs.ptr())).ptr());
+    }
+    started_model_calls().push_back(std::move(call));
+  };
+  auto post = [key](py::handle module, py::handle /*inputs*/, py::handle output) {
+    auto& calls = started_model_calls();
+    auto mine = std::find_if(calls.rbegin(), calls.rend(),
+                             [&](const StartedModelCall& c) { return c.module == module.ptr(); });
+    if (mine == calls.rend()) return;
+    StartedModelCall call = std::move(*mine);
+    calls.erase(std::next(mine).base(), calls.end());  // with any left open inside it (raised)
+    std::shared_ptr<Session> s = current_session();
+    if (!s || !s->watching() || !s->collecting()) return;
+    // What the calls before it made must be known first (batched sync).
+    if (s->has_deferred()) flush_deferred(*s);
+    StoredCall judged;
+    judged.record.name = key + "." + std::to_string(s->next_index(key));
+    judged.record.has_inputs = false;
+    LiveTensors live;
+    // Judged at once, whatever the sync mode: it is one call a step, and the last place to stop.
+    EntryOptions options = s->entry_options();
+    options.pending = nullptr;
+    options.saver = nullptr;
+    judged.record.outputs = item_entries(output.ptr(), options, "", &live.outputs);
+    live.enclosing = std::move(call.args);
+    live.maker = "the started model " + call.class_name;
+    judged.stack = s->capture_stack();
+    warn_statistics_failure(*s, judged.record.name);
+    if (auto event = s->judge_model_output(std::move(judged), live)) {
+      handle_overflow_event(*s, *event);
+    }
+  };
   return py::make_tuple(
       py::cpp_function(pre, py::arg("module"), py::arg("args"), py::arg("kwargs") = py::none()),
       py::cpp_function(post));

@@ -17,4 +17,10 @@ namespace msprobe {
 pybind11::tuple make_module_hooks(const std::string& qualname, const std::string& class_name,
                                   bool record = true, bool dumped = false);
 
+// (pre_hook, forward_hook) for a model given to start() under task overflow_check. The model is
+// not recorded (msprobe records none); its call is tracked (started_model_calls()), and what it
+// returns is judged: the damage rule's last line, where NaN/inf that no gradient carried is
+// caught, and at L0 the only place a loss computed in its own forward is seen.
+pybind11::tuple make_model_hooks(const std::string& class_name);
+
 }  // namespace msprobe

@@ -50,6 +50,19 @@ std::optional<ModelTensors::Found> ModelTensors::find(const at::Tensor& t) const
                v != item.version_at_step, running};
 }
 
+std::optional<std::string> ModelTensors::nonfinite_under(const std::string& qualname) const {
+  const std::string prefix = qualname.empty() ? "" : qualname + ".";
+  for (const Item& item : entries_) {
+    if (item.name.compare(0, prefix.size(), prefix) != 0) continue;
+    auto strong = item.weak.lock();
+    if (!strong) continue;
+    const at::Tensor t(std::move(strong));
+    if (!t.is_floating_point() || t.layout() != at::kStrided || t.is_meta()) continue;
+    if (!at::isfinite(t.detach()).all().item<bool>()) return item.name;
+  }
+  return std::nullopt;
+}
+
 ModelTensors::RunningStats ModelTensors::running_stats_of(const std::string& qualname) const {
   RunningStats out;
   for (const char* leaf : {".running_mean", ".running_var", ".num_batches_tracked"}) {

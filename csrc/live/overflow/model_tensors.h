@@ -40,6 +40,10 @@ class ModelTensors {
     bool trained_this_step = false;
   };
   RunningStats running_stats_of(const std::string& qualname) const;
+  // The first parameter or buffer under the module `qualname` ("" for all) that holds NaN/inf
+  // now: at L0, where a module's weights are in no record, what names a NaN weight. Reads each
+  // of them: for a module that made NaN/inf from clean inputs only.
+  std::optional<std::string> nonfinite_under(const std::string& qualname) const;
 
   // The parameters' floating-point gradients, with their names: what non_finite_gradients()
   // looks at, taken under the step's lock so the look itself (a device sync) can come after it.

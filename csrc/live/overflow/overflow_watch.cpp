@@ -200,7 +200,8 @@ void OverflowWatch::remember_outputs(const CallRecord& rec, const LiveTensors& l
   });
 }
 
-void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& out) const {
+void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, const LiveTensors& live,
+                                 Traced& out) const {
   if (!is_anomalous(e, detector_.options().compat)) return;
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (auto it = known_.find(impl); it != known_.end() && it->second.weak.lock().get() == impl) {
@@ -254,6 +255,13 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& ou
   // loss scaler skipped, or that the program caught a stop in) and is being added onto.
   if (auto p = models_.gradient_of(t)) {
     out.explained = false;
+    if (!out.origin && !compiled_outputs_.empty()) {
+      out.origin = Origin::Op;
+      out.note = "the gradient of parameter " + *p +
+                 " was made by the backward of a compiled region (torch.compile) that ran in this "
+                 "step, whose calls are not recorded: run the model uncompiled (its _orig_mod) to "
+                 "find the op";
+    }
     if (!out.origin) {
       out.origin = Origin::Input;
       out.note = "the gradient of parameter " + *p +
@@ -279,6 +287,16 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, Traced& ou
         "model uncompiled (its _orig_mod) to find the op";
     return;
   }
+  // At L0 (and at a started model's output): what no recorded call made and the enclosing code
+  // was not given, that code made while it ran.
+  if (!live.maker.empty() && std::none_of(live.enclosing.begin(), live.enclosing.end(),
+                                          [&](const at::Tensor& a) { return a.is_same(t); })) {
+    out.origin = Origin::Op;
+    out.note = "made by the code of " + live.maker +
+               (live.maker.rfind("the started model", 0) == 0 ? "'s own forward" : "") +
+               " between its submodules; record at mix or L1 to see the op";
+    return;
+  }
   out.origin = Origin::Input;
 }
 
@@ -294,7 +312,8 @@ OverflowWatch::Traced OverflowWatch::trace_forward_inputs(const CallRecord& rec,
       out.explained = false;
       return;
     }
-    for_each_tensor(e, *arg, [&](const Entry& x, const at::Tensor& t) { trace_tensor(x, t, out); });
+    for_each_tensor(e, *arg,
+                    [&](const Entry& x, const at::Tensor& t) { trace_tensor(x, t, live, out); });
   };
   for_each_arg(rec, [&](const ArgPos& pos, const Entry& e) {
     if (pos.side != ArgPos::Side::Output && f.lists(pos)) trace_arg(e, live.at(pos));
@@ -336,6 +355,44 @@ std::optional<bool> OverflowWatch::judged_inside(const CallRecord& rec, const Fi
 bool OverflowWatch::backward_explained(const CallRecord& rec, const Finding& f) const {
   if (!f.input_indices.empty() || !f.kwarg_keys.empty()) return false;
   return !unexplained_forwards_.count(forward_name_of(rec.name));
+}
+
+Verdict OverflowWatch::judge_model_output(const CallRecord& rec, const LiveTensors& live) {
+  Verdict v;
+  const bool compat = detector_.options().compat;
+  Finding f;
+  f.call = rec.name;
+  Traced t;
+  for (size_t i = 0; i < rec.outputs.size() && i < live.outputs.size(); ++i) {
+    if (!holds_anomaly(rec.outputs[i], compat)) continue;
+    f.output_indices.push_back(i);
+    for_each_tensor(rec.outputs[i], live.outputs[i],
+                    [&](const Entry& e, const at::Tensor& x) { trace_tensor(e, x, live, t); });
+  }
+  if (f.output_indices.empty() || t.explained) return v;
+  v.finding = f;
+  v.judgement = Judgement::Flagged;
+  if (t.held >= 0 && !t.origin) {
+    HeldOrigin& h = held_[static_cast<size_t>(t.held)];
+    if (h.caught) return Verdict{};
+    h.caught = true;
+    v.caught = static_cast<size_t>(t.held);
+    v.caught_how = "reached the output of " + live.maker;
+    v.origin = h.origin;
+  } else if (t.origin) {
+    v.origin = t.origin;
+    v.parameter = std::move(t.parameter);
+    v.note = std::move(t.note);
+    if (*t.origin == Origin::Input) {
+      v.note = "the started model returned it as it was given";
+    }
+  } else {
+    return Verdict{};  // downstream of an anomaly already judged
+  }
+  v.flagged = true;
+  step_flagged_ = true;
+  if (options_.action == Action::Raise) v.stop = options_.stops_on(*v.origin);
+  return v;
 }
 
 // NaN/inf a norm call wrote into its running statistics from clean inputs (origin op: lr 1e6
@@ -403,6 +460,14 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
   } else if (f.scene == Scene::InputNormalOutputAnomaly) {
     v.origin = peer_rank ? Origin::Peer : Origin::Op;
     if (peer_rank) v.note = "rank " + std::to_string(*peer_rank) + " gave this collective NaN/inf";
+    // At L0 a module's weights are in no record: a NaN weight is named as at L1 and mix.
+    if (module_forward && level_ == Level::L0) {
+      if (auto p = models_.nonfinite_under(module_qualname(rec.name))) {
+        v.origin = Origin::Parameter;
+        v.parameter = *p;
+        v.note = "parameter " + *p + " holds NaN/inf";
+      }
+    }
   } else if (backward) {
     if (backward_explained(rec, f)) judgement = Judgement::Explained;
   } else {

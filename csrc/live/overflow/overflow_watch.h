@@ -41,6 +41,11 @@ class OverflowWatch {
   // Throws RulesError for an unusable rules file of the config.
   OverflowWatch(const Config& config, const ModelTensors& models);
 
+  // What a started model returned (not a record: msprobe records no started model): held NaN/inf
+  // that reached it is caught there; NaN/inf that no recorded call made and none of its
+  // arguments brought in was made by its own code (at L0, a loss computed in its forward).
+  // `live.enclosing` holds its arguments, `live.maker` names it.
+  Verdict judge_model_output(const CallRecord& rec, const LiveTensors& live);
   // `peer_rank`: a collective whose anomalous result came from that rank's anomalous input.
   Verdict judge(const CallRecord& rec, const LiveTensors& live,
                 std::optional<int> peer_rank = std::nullopt);
@@ -80,7 +85,8 @@ class OverflowWatch {
                                    const RunningStatWrite& w);
   Traced trace_forward_inputs(const CallRecord& rec, const Finding& f,
                               const LiveTensors& live) const;
-  void trace_tensor(const Entry& e, const at::Tensor& t, Traced& out) const;
+  void trace_tensor(const Entry& e, const at::Tensor& t, const LiveTensors& live,
+                    Traced& out) const;
   bool backward_explained(const CallRecord& rec, const Finding& f) const;
   // `held`: set to the hold id when the unexplained outputs are all held NaN/inf.
   std::optional<bool> judged_inside(const CallRecord& rec, const Finding& f,

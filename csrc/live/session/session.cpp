@@ -256,6 +256,7 @@ OverflowFacts Session::facts_of(const StepState& s, const StoredCall& call,
   facts.absorbed = v.judgement == Judgement::Absorbed;
   // A backward call's forward module names it better than the module backward it ran inside.
   facts.module = call.module_hint ? call.module_hint : call.parent;
+  if (!facts.module && !is_backward_name(call.record.name)) facts.module = started_model_forward();
   facts.step = s.step;
   facts.rank = s.rank < 0 ? 0 : s.rank;
   if (s.decisions->budget_left()) facts.dump_dir = dir_of(s);
@@ -318,6 +319,24 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
     const std::string who = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
     if (!line.empty()) std::fprintf(stderr, "%s%s\n", who.c_str(), line.c_str());
   }
+  return std::move(d.event);
+}
+
+std::optional<OverflowEvent> Session::judge_model_output(StoredCall&& call,
+                                                         const LiveTensors& live) {
+  CallDecision d;
+  state_.with_lock([&](StepState& s) {
+    if (!s.watch) return;
+    const Verdict v = s.watch->judge_model_output(call.record, live);
+    d = s.decisions->on_call(v, false, [&] {
+      OverflowFacts facts = facts_of(s, call, v);
+      facts.started_model = true;
+      return facts;
+    });
+    // A flagged step is written even when no call of it was recorded (a compiled model).
+    if (v.flagged) s.dirty = true;
+  });
+  if (d.wants_source) tell_source(call.stack, call.record.name, d.event ? &*d.event : nullptr);
   return std::move(d.event);
 }
 

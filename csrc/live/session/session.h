@@ -95,6 +95,9 @@ class Session {
   // Stores a call; with task overflow_check judges it first (`live`: its tensors) and says what
   // the hook must do about it.
   std::optional<OverflowEvent> add(StoredCall&& call, const LiveTensors* live = nullptr);
+  // What a started model returned (task overflow_check), judged and not stored: msprobe records
+  // no started model. Its facts name `call`; its source line is the model's caller.
+  std::optional<OverflowEvent> judge_model_output(StoredCall&& call, const LiveTensors& live);
   bool watching() const { return config_.task == Task::OverflowCheck; }
   StackPtr capture_stack() { return codes_.capture(); }  // GIL required
   Selection& selection() { return selection_; }
