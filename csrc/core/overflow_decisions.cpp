@@ -189,9 +189,13 @@ DumpDecision OverflowDecisions::dump_step(bool flagged, bool peer_stop, int64_t 
     }
     return d;
   }
+  d.dump = true;
+  // A step flagged only by absorbed NaN/inf (told once per call site, so a bounded number of
+  // them) is dumped without using up overflow_nums: T5's step 0 must not take the dump of a real
+  // stop later in the run.
+  if (!step_overflow_ && !reached_gradients_ && !pending_backward_ && step_absorbed_) return d;
   if (!step_dumped_) ++dumped_steps_;
   step_dumped_ = true;
-  d.dump = true;
   return d;
 }
 

@@ -496,3 +496,12 @@ TEST(Filter, EveryShippedRuleDropsWhatItShould) {
     EXPECT_FALSE(shipped.judge(r)) << r.name;
   }
 }
+
+TEST(Detector, AnAnomalyInsideAMappingOutputIsFound) {
+  // A ModelOutput whose loss is NaN: the record's only output is a mapping.
+  auto f = judge_one(fwd("Module.model.LlamaForCausalLM.forward.0", clean(),
+                         R"({"loss": )" + inf_t() + R"(, "logits": null})"));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->scene, Scene::InputNormalOutputAnomaly);
+  EXPECT_EQ(f->output_indices, std::vector<size_t>{0});
+}

@@ -314,3 +314,37 @@ TEST(DumpReader, ProcessGroupArgumentsRoundTripAsMsprobeWritesThem) {
   EXPECT_EQ(compact, R"({"type": "torch.ProcessGroup","group_ranks": [0, 1],)"
                      R"("group_id": "3f7e0f2b2b8e3c0d6d0a6c1e0a1b2c3d"})");
 }
+
+TEST(DumpReader, MappingEntriesRoundTripAsMsprobeWritesThem) {
+  // msprobe 1.1.1 writes a dict, a dataclass (Hugging Face's ModelOutput) and a namedtuple as an
+  // object of its fields, which has no "type" of its own; null fields stay.
+  const std::string tensor =
+      R"({"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": 1.0, )"
+      R"("Min": 0.0, "Mean": 0.5, "Norm": 1.0, "requires_grad": true})";
+  const std::string text =
+      R"({"task": "statistics", "level": "mix", "dump_data_dir": null, "data": {)"
+      R"("Module.model.LlamaModel.forward.0": {"input_args": [], "input_kwargs": {}, )"
+      R"("output": [{"last_hidden_state": )" +
+      tensor + R"(, "past_key_values": null, "hidden_states": [)" + tensor + R"(], "empty": {}}]}}})";
+  auto recs = read_all(text);
+  ASSERT_EQ(recs.size(), 1u);
+  ASSERT_EQ(recs[0].outputs.size(), 1u);
+  const Entry& m = recs[0].outputs[0];
+  ASSERT_EQ(m.kind, Entry::Kind::Map);
+  ASSERT_EQ(m.keys, (std::vector<std::string>{"last_hidden_state", "past_key_values",
+                                              "hidden_states", "empty"}));
+  ASSERT_EQ(m.items.size(), 4u);
+  EXPECT_TRUE(m.items[0].is_tensor());
+  EXPECT_EQ(m.items[0].max.as_double(), 1.0);
+  EXPECT_EQ(m.items[1].kind, Entry::Kind::Null);
+  EXPECT_EQ(m.items[2].kind, Entry::Kind::List);
+  EXPECT_EQ(m.items[3].kind, Entry::Kind::Map);
+  EXPECT_TRUE(m.items[3].items.empty());
+  JsonWriter w(0);
+  write_entry(w, m);
+  std::string compact = w.take();
+  compact.erase(std::remove(compact.begin(), compact.end(), '\n'), compact.end());
+  EXPECT_EQ(compact.substr(0, 22), R"({"last_hidden_state": )");
+  EXPECT_NE(compact.find(R"("past_key_values": null)"), std::string::npos);
+  EXPECT_NE(compact.find(R"("empty": {})"), std::string::npos);
+}

@@ -337,5 +337,55 @@ TEST_F(Decisions, TheStepsFirstAbsorbedLineIsItsFacts) {
   EXPECT_NE(d.absorbed_line().find("Torch.nan_to_num.0.forward"), std::string::npos);
 }
 
+// The damage rule: a held origin is no event; caught later, the event is the held origin's
+// facts with where it was caught; never caught, it is absorbed at the end of the step, told once.
+TEST_F(Decisions, AHeldOriginIsToldOnlyWhenCaughtOrAbsorbed) {
+  OverflowDecisions d(options);
+  Verdict hold = op_origin("Torch.log.0.forward");
+  hold.stop = false;
+  hold.hold = true;
+  const CallDecision held = on(d, hold);
+  EXPECT_FALSE(held.event);
+  EXPECT_TRUE(held.keep_tensors);  // the origin's tensors are the evidence either way
+  Verdict caught = verdict("Tensor.__add__.1.forward", Judgement::Flagged, true, true, Origin::Op);
+  caught.caught = 0;
+  caught.caught_how = "entered a tensor that requires grad";
+  const CallDecision c = on(d, caught);
+  ASSERT_TRUE(c.event);
+  EXPECT_TRUE(c.event->raise && c.event->notify);
+  EXPECT_EQ(c.event->facts.finding.call, "Torch.log.0.forward");
+  EXPECT_EQ(c.event->facts.caught_at, "Tensor.__add__.1.forward");
+  EXPECT_TRUE(c.event->facts.held);
+  EXPECT_TRUE(d.finish_held().empty());  // caught: nothing absorbed
+
+  d.new_step();
+  on(d, hold);
+  const std::vector<std::string> lines = d.finish_held();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("made by Torch.log.0.forward"), std::string::npos);
+  EXPECT_TRUE(d.finish_held().empty());  // told once
+  ASSERT_TRUE(d.first_anomaly());
+  EXPECT_TRUE(d.first_anomaly()->absorbed && d.first_anomaly()->held);
+}
+
+// A step flagged by absorbed NaN/inf alone is written without using up overflow_nums, so the dump
+// of a real stop later is not lost to it.
+TEST_F(Decisions, AnAbsorbedStepDoesNotUseUpOverflowNums) {
+  options.overflow_nums = 1;
+  OverflowDecisions d(options);
+  Verdict hold = op_origin("Torch.log.0.forward");
+  hold.stop = false;
+  hold.hold = true;
+  on(d, hold);
+  d.finish_held();
+  EXPECT_TRUE(d.dump_step(true, false, 0).dump);
+  d.new_step();
+  EXPECT_TRUE(d.budget_left());
+  on(d, op_origin("Torch.exp.0.forward"));
+  EXPECT_TRUE(d.dump_step(true, false, 1).dump);
+  d.new_step();
+  EXPECT_FALSE(d.budget_left());
+}
+
 }  // namespace
 }  // namespace msprobe

@@ -39,3 +39,71 @@ def run_example(name: str, folder: pathlib.Path, level: str, theirs: bool = Fals
     for dump in sorted((folder / "dump").glob("step*/rank*/dump.json")):
         names[str(dump.parent.relative_to(folder / "dump"))] = list(json.loads(dump.read_text())["data"])
     return names
+
+
+# --- one training step of a Hugging Face model (real_models.py), under either tool ------------------
+
+# Run in a process of its own (`python -c HF_STEP TOOL NAME CONFIG`), so that msprobe's hooks and
+# ours never meet. The model, its weights, the batch and the optimizer are real_models' (seeded);
+# every dropout is made a no-op in both runs before the debugger starts: nn.Dropout's p and the
+# `attention_dropout` that HF attention modules hand to scaled_dot_product_attention are set to 0.
+# (msprobe itself swaps F.dropout for a p=0 copy, which leaves sdpa's dropout_p alone; we alter
+# nothing.) One thread, so that both processes compute the same bits.
+HF_STEP = """
+import json, os, sys
+os.environ["HF_HUB_OFFLINE"] = "1"
+import torch
+import real_models
+tool, name, config = sys.argv[1:4]
+if tool == "msprobe":
+    from msprobe.pytorch import PrecisionDebugger
+else:
+    from msprobe_cpp import PrecisionDebugger
+torch.set_num_threads(1)
+model, make_batch, make_optimizer = real_models.build(name)
+zeroed = []
+for qualified, module in model.named_modules():
+    if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+        module.p = 0.0
+        zeroed.append(qualified + ".p")
+    if isinstance(getattr(module, "attention_dropout", None), float):
+        module.attention_dropout = 0.0
+        zeroed.append(qualified + ".attention_dropout")
+batch = real_models.batches(make_batch, 1)[0]
+optimizer = make_optimizer(model)
+model.train()
+torch.manual_seed(real_models.DROPOUT_SEED)
+debugger = PrecisionDebugger(config_path=config)
+debugger.start(model)
+loss = model(*batch.args, **batch.kwargs).loss
+loss.backward()
+optimizer.step()
+debugger.stop()
+debugger.step()
+print(json.dumps({"loss": loss.item(), "zeroed": zeroed}))
+"""
+
+
+def dump_hf_step(name: str, folder: pathlib.Path, tool: str, level: str = "mix",
+                 task: str = "statistics") -> Dict[str, object]:
+    """One training step of real_models' `name` under `tool` ("msprobe" or "ours") in a process of
+    its own, dumped into folder/dump (step [0]). Returns {"rank": the step0/rank folder, "loss":
+    the step's loss, "zeroed": the dropout attributes set to 0, "seconds": the process's time}."""
+    import time
+    folder.mkdir(parents=True)
+    config = folder / "config.json"
+    section = {"scope": [], "list": [], "data_mode": ["all"]}
+    if task == "statistics":
+        section["summary_mode"] = "statistics"
+    config.write_text(json.dumps({"task": task, "dump_path": str(folder / "dump"), "rank": [], "step": [0],
+                                  "level": level, task: section}))
+    # Absolute: the process runs in `folder` (MSPROBE_CPP_PACKAGE_ROOT may be relative).
+    path = os.pathsep.join([str(PACKAGE_ROOT.resolve()), str(TESTS), os.environ.get("PYTHONPATH", "")])
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", HF_STEP, tool, name, str(config)], cwd=folder,
+                          env=dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1"),
+                          capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - started
+    assert done.returncode == 0, f"{tool} on {name}: {done.stderr[-3000:]}"
+    report = json.loads(done.stdout.strip().splitlines()[-1])  # msprobe logs to stdout before it
+    return dict(report, rank=folder / "dump" / "step0" / "rank", seconds=seconds)

@@ -1,5 +1,7 @@
 #include "live/overflow/overflow_watch.h"
 
+#include <torch/csrc/autograd/python_variable.h>
+
 #include <algorithm>
 
 #include "core/anomaly.h"
@@ -39,6 +41,22 @@ bool only_minus_inf(const Entry& e) {
 bool one_infinity(const Entry& e) {
   return e.max.is_number() && e.min.is_number() && std::isinf(e.max.as_double()) &&
          e.max.as_double() == e.min.as_double();
+}
+
+// Whether `t` is an nn.Parameter: of a module that was not given to start() when no started
+// model has it (an EMA copy, a frozen teacher). Asked of anomalous tensors that no call made
+// only, on a forward hook's thread, which holds the GIL; without it the answer is no.
+bool is_nn_parameter(const at::Tensor& t) {
+  if (!ParameterClass || !PyGILState_Check()) return false;
+  PyObject* obj = THPVariable_Wrap(t);
+  if (!obj) {
+    PyErr_Clear();
+    return false;
+  }
+  const int is = PyObject_IsInstance(obj, ParameterClass);
+  Py_DECREF(obj);
+  if (is < 0) PyErr_Clear();
+  return is == 1;
 }
 
 // "layer1.0.bn1.running_var" -> "running_var of layer1.0.bn1".
@@ -285,6 +303,11 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, const Live
     out.note =
         "made inside a compiled region (torch.compile), whose calls are not recorded: run the "
         "model uncompiled (its _orig_mod) to find the op";
+    return;
+  }
+  if (is_nn_parameter(t)) {
+    out.origin = Origin::Input;
+    out.note = "an nn.Parameter of a module not given to start() (an EMA copy, a frozen teacher?)";
     return;
   }
   // At L0 (and at a started model's output): what no recorded call made and the enclosing code
