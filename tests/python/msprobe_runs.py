@@ -54,11 +54,16 @@ import json, os, sys
 os.environ["HF_HUB_OFFLINE"] = "1"
 import torch
 import real_models
-tool, name, config = sys.argv[1:4]
+tool, name, config, grads = sys.argv[1:5]
 if tool == "msprobe":
     from msprobe.pytorch import PrecisionDebugger
-else:
+elif tool == "ours":
     from msprobe_cpp import PrecisionDebugger
+else:  # "none": the same step without a tool
+    class PrecisionDebugger:
+        def __init__(self, **_): pass
+        def start(self, model): pass
+        stop = step = lambda self: None
 torch.set_num_threads(1)
 model, make_batch, make_optimizer = real_models.build(name)
 zeroed = []
@@ -80,15 +85,18 @@ loss.backward()
 optimizer.step()
 debugger.stop()
 debugger.step()
+torch.save({n: p.grad for n, p in model.named_parameters()}, grads)
 print(json.dumps({"loss": loss.item(), "zeroed": zeroed}))
 """
 
 
 def dump_hf_step(name: str, folder: pathlib.Path, tool: str, level: str = "mix",
                  task: str = "statistics") -> Dict[str, object]:
-    """One training step of real_models' `name` under `tool` ("msprobe" or "ours") in a process of
-    its own, dumped into folder/dump (step [0]). Returns {"rank": the step0/rank folder, "loss":
-    the step's loss, "zeroed": the dropout attributes set to 0, "seconds": the process's time}."""
+    """One training step of real_models' `name` under `tool` ("msprobe", "ours", or "none": no
+    tool) in a process of its own, dumped into folder/dump (step [0]). Returns {"rank": the
+    step0/rank folder, "loss": the step's loss, "zeroed": the dropout attributes set to 0,
+    "grads": a torch.save file of the parameters' gradients after the step (by name),
+    "seconds": the process's time}."""
     import time
     folder.mkdir(parents=True)
     config = folder / "config.json"
@@ -100,10 +108,11 @@ def dump_hf_step(name: str, folder: pathlib.Path, tool: str, level: str = "mix",
     # Absolute: the process runs in `folder` (MSPROBE_CPP_PACKAGE_ROOT may be relative).
     path = os.pathsep.join([str(PACKAGE_ROOT.resolve()), str(TESTS), os.environ.get("PYTHONPATH", "")])
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", HF_STEP, tool, name, str(config)], cwd=folder,
+    grads = folder / "grads.pt"
+    done = subprocess.run([sys.executable, "-c", HF_STEP, tool, name, str(config), str(grads)], cwd=folder,
                           env=dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1"),
                           capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - started
     assert done.returncode == 0, f"{tool} on {name}: {done.stderr[-3000:]}"
     report = json.loads(done.stdout.strip().splitlines()[-1])  # msprobe logs to stdout before it
-    return dict(report, rank=folder / "dump" / "step0" / "rank", seconds=seconds)
+    return dict(report, rank=folder / "dump" / "step0" / "rank", grads=grads, seconds=seconds)

@@ -102,6 +102,8 @@ def test_nan_made_inside_a_compiled_region_stops_where_it_comes_out(tmp_path):
     with pytest.raises(msprobe_cpp.OverflowError) as info:
         F.cross_entropy(head(F.relu(compiled(x))), y)
     e = info.value
-    assert (e.call, e.origin) == ("Functional.relu.0.forward", "op")
+    # The stop comes where the compiled model returns it (what a started model returns is judged),
+    # before the first recorded call meets it.
+    assert (e.call, e.origin) == ("Module.Body.forward.0", "op")
     assert "made inside a compiled region (torch.compile)" in e.note
     assert "made inside a compiled region" in str(e)

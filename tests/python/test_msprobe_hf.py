@@ -18,8 +18,16 @@ Then the two dump.json files are compared:
   dtype/shape/requires_grad equal, Max/Min equal and Mean/Norm within rtol 1e-4 (msprobe sums in
   the tensor's dtype, we in float64; a Mean near zero, a difference of large float32 sums in
   msprobe, also gets msprobe's rounding, 1e-6 of the tensor's largest magnitude, as in
-  test_msprobe_block.py). The tensor an in-place call overwrites (its first argument) is compared
-  in structure only: we record it before the call, msprobe after (README, decisions).
+  test_msprobe_block.py). The tensor an in-place call overwrites (its first argument: `add_`,
+  `x += y`, `inplace=True`) is compared in structure only: we record it before the call, msprobe
+  after (README, decisions).
+
+msprobe's full backward hooks change the model's gradients in their last bits where a tensor's
+gradient is a sum of three or more (Llama's residual stream; README: PyTorch's own hooks add
+identity nodes that change the accumulation order). A third process runs the step with no tool:
+our gradients must equal its bit for bit, and where msprobe's differ from it, the statistics of
+what is computed from gradients (backward records and the optimizer's calls after them) are
+compared within GRADIENTS_CHANGED_BY_MSPROBE's tolerance instead of exactly.
 
 A failure lists the first differing records and fields, with both entries."""
 import difflib
@@ -30,6 +38,7 @@ import sys
 from typing import Any, Dict, List, NamedTuple, Tuple
 
 import pytest
+import torch
 
 from dumps import load
 from msprobe_runs import dump_hf_step
@@ -69,6 +78,18 @@ KNOWN_DIFFERENCES: Dict[str, Tuple[str, str]] = {
     "Functional.dropout3d.": ("ours", "msprobe replaces its own F.dropout3d wrapper (wrap_functional.py:64)"),
 }
 
+# Where msprobe's own hooks changed the gradients (its run's gradients differ from the run without
+# a tool, which ours equal): pytorch/service.py:271 and 278-281 register full backward (pre-)hooks
+# on every module at mix, and torch's BackwardHook puts an identity node (BackwardHookFunction) on
+# each module's inputs and outputs, which module_processer.py:34-36 makes clone their tensors; the
+# autograd engine then adds the gradients of a tensor used three or more times in another order
+# (the same 15 of Llama's 21 parameter gradients change with bare no-op full backward hooks). The
+# statistics of tensors computed from gradients then differ in their last bits, and a near-zero
+# element (a Min of squared gradients) by more relative to itself: compared within rtol plus a
+# share of the tensor's largest magnitude, only in the records computed from gradients, and only
+# when the gradients were shown to differ.
+GRADIENTS_CHANGED_BY_MSPROBE = {"rtol": 1e-5, "scale": 1e-6}
+
 STATISTICS = ("Max", "Min", "Mean", "Norm", "Max_except_inf_nan", "Min_except_inf_nan")
 RTOL = 1e-4          # Mean and Norm: msprobe sums in the tensor's dtype (float32 here), we in float64
 MEAN_SCALE = 1e-6    # and a Mean's float32 rounding: 1e-6 of the tensor's largest magnitude
@@ -80,7 +101,8 @@ class Run(NamedTuple):
     theirs: Dict[str, Any]   # msprobe's
     loss: Tuple[float, float]
     zeroed: List[str]
-    seconds: Tuple[float, float]
+    seconds: Tuple[float, float, float]   # ours, msprobe's, no tool's
+    grads_equal: Tuple[List[str], List[str]]  # parameters whose gradient differs from no tool's: ours, msprobe's
 
 
 _runs: Dict[str, Run] = {}
@@ -93,8 +115,12 @@ def run(request, tmp_path_factory) -> Run:
         folder = tmp_path_factory.mktemp(name)
         theirs = dump_hf_step(name, folder / "msprobe", "msprobe")
         ours = dump_hf_step(name, folder / "ours", "ours")
+        bare = dump_hf_step(name, folder / "none", "none")
+        grads = {k: torch.load(v["grads"]) for k, v in (("ours", ours), ("msprobe", theirs), ("none", bare))}
+        differ = tuple([p for p, g in grads["none"].items() if not torch.equal(g, grads[k][p])]
+                       for k in ("ours", "msprobe"))
         _runs[name] = Run(load(ours["rank"]), load(theirs["rank"]), (ours["loss"], theirs["loss"]),
-                          ours["zeroed"], (ours["seconds"], theirs["seconds"]))
+                          ours["zeroed"], (ours["seconds"], theirs["seconds"], bare["seconds"]), differ)
     return _runs[name]
 
 
@@ -118,7 +144,9 @@ def test_both_runs_trained_the_same_step(run):
     assert run.zeroed, "no dropout was made a no-op: the model has none?"
     assert run.loss[0] == run.loss[1], f"losses differ: ours {run.loss[0]}, msprobe {run.loss[1]}"
     assert (run.ours["task"], run.ours["level"]) == (run.theirs["task"], run.theirs["level"]) == ("statistics", "mix")
-    print(f"seconds: ours {run.seconds[0]:.1f}, msprobe {run.seconds[1]:.1f}")
+    assert run.grads_equal[0] == [], f"our gradients differ from the run without a tool: {run.grads_equal[0][:5]}"
+    print(f"seconds: ours {run.seconds[0]:.1f}, msprobe {run.seconds[1]:.1f}, no tool {run.seconds[2]:.1f}; "
+          f"gradients msprobe changed: {len(run.grads_equal[1])}")
 
 
 def test_the_same_records_in_the_same_order(run):
@@ -141,16 +169,26 @@ def test_the_same_records_in_the_same_order(run):
                 "\n".join(lines[:SHOW]) + "\nentries:\n" + "\n".join(details))
 
 
-def in_place(name: str) -> bool:
+AUGMENTED = {f"__i{op}__" for op in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow",
+                                     "lshift", "rshift", "and", "or", "xor")}
+
+
+def in_place(name: str, record: Dict[str, Any]) -> bool:
+    """A call that writes into its first argument: `add_`, `x += y` (`__iadd__`), `inplace=True`."""
+    if name.startswith("Module."):
+        return False
     api = name.split(".")[1]
-    return not name.startswith("Module.") and api.endswith("_") and not api.endswith("__")
+    flag = (record.get("input_kwargs") or {}).get("inplace")
+    return ((api.endswith("_") and not api.endswith("__")) or api in AUGMENTED
+            or (isinstance(flag, dict) and flag.get("value") is True))
 
 
 class Differences:
     def __init__(self) -> None:
         self.found: List[Tuple[str, str, str, str]] = []  # (record, kind, where, what)
         self.record = ""
-        self.compared = self.mean_by_scale = self.overwritten = 0
+        self.gradient_derived = False  # the record's values come from gradients msprobe changed
+        self.compared = self.mean_by_scale = self.overwritten = self.by_gradient_tolerance = 0
 
     def add(self, kind: str, where: str, what: str) -> None:
         self.found.append((self.record, kind, where, what))
@@ -217,6 +255,17 @@ def compare_statistic(x: Any, y: Any, where: str, key: str, entry: Dict[str, Any
         if not (x == y or (math.isnan(x) and math.isnan(y))):
             out.add("value", where, f"ours {x!r}, msprobe's {y!r}")
         return
+    if out.gradient_derived:
+        scale = max(abs(entry.get("Max") or 0.0), abs(entry.get("Min") or 0.0))
+        exact = x == y if key not in ("Mean", "Norm") else abs(x - y) <= RTOL * abs(y)
+        if not exact:
+            tol = GRADIENTS_CHANGED_BY_MSPROBE
+            if abs(x - y) <= tol["rtol"] * abs(y) + tol["scale"] * scale:
+                out.by_gradient_tolerance += 1
+            else:
+                out.add("value", where, f"ours {x!r}, msprobe's {y!r} (rel {abs(x - y) / max(abs(y), 1e-300):.2e}, "
+                                        f"beyond GRADIENTS_CHANGED_BY_MSPROBE)")
+        return
     if key in ("Mean", "Norm"):
         slack = RTOL * abs(y)
         scale = max(abs(entry.get("Max") or 0.0), abs(entry.get("Min") or 0.0)) if key == "Mean" else 0.0
@@ -235,23 +284,33 @@ def test_every_common_record_as_msprobe_wrote_it(run):
     out = Differences()
     common = [n for n in theirs if n in ours]
     assert len(common) > 300
+    names = list(theirs)
+    first_backward = next(i for i, n in enumerate(names) if ".backward" in n)
+    gradients_changed = bool(run.grads_equal[1])
     for name in common:
         a, b = ours[name], theirs[name]
         out.record = name
+        out.gradient_derived = gradients_changed and names.index(name) >= first_backward
         if list(a) != list(b):
             out.add("structure", name, f"sides: ours {list(a)}, msprobe's {list(b)}")
         for side in b:
             if side not in a:
                 continue
-            if in_place(name) and side == "input_args" and a[side] and b[side]:
+            if in_place(name, b) and side == "input_args" and a[side] and b[side]:
                 # The tensor the call overwrote: ours before the call, msprobe's after (README).
                 compare(a[side][:1], b[side][:1], f"{name}.{side}", out, values=False)
                 compare(a[side][1:], b[side][1:], f"{name}.{side}[1:]", out)
             else:
                 compare(a[side], b[side], f"{name}.{side}", out)
     assert out.compared > 1000
+    # HF's ModelOutput outputs: a dict of the fields in both files (compared above).
+    model_outputs = [n for n in common if isinstance((theirs[n].get("output") or [None])[0], dict)
+                     and "last_hidden_state" in theirs[n]["output"][0]]
+    assert model_outputs, "no record with a ModelOutput output"
     print(f"{len(common)} common records, {out.compared} statistics compared, {out.mean_by_scale} Means "
-          f"within msprobe's float32 rounding only, {out.overwritten} of overwritten inputs not compared")
+          f"within msprobe's float32 rounding only, {out.by_gradient_tolerance} within "
+          f"GRADIENTS_CHANGED_BY_MSPROBE only ({len(run.grads_equal[1])} gradients changed by msprobe), "
+          f"{out.overwritten} of overwritten inputs not compared; ModelOutput outputs: {model_outputs}")
     if out.found:
         kinds = sorted({f[1] for f in out.found})
         counts = ", ".join(f"{k}: {sum(1 for f in out.found if f[1] == k)}" for k in kinds)
