@@ -281,3 +281,20 @@ def test_mappings_are_recorded_as_msprobe_records_them(tmp_path):
     assert out[1]["logits"]["type"] == "torch.Tensor" and out[1]["logits"]["Max"] == 2.0
     assert out[1]["logits"]["data_name"] == "Module.m.Mappings.forward.0.output.1.logits.pt"
     assert (rank / "dump_tensor_data" / "Module.m.Mappings.forward.0.output.1.logits.pt").is_file()
+
+
+def test_the_source_line_of_a_stop_inside_torchvision_is_torchvisions(tmp_path):
+    """Only torch's own folder is skipped when looking for the user's line: torch's folder is a
+    prefix of torchvision's, and torchvision's code is what the user runs."""
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=4)
+    with torch.no_grad():
+        model.layer1[0].conv2.weight[0, 0, 0, 0] = float("nan")
+    dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "d"))
+    dbg.start(model)
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        model(torch.randn(1, 3, 32, 32))
+    e = info.value
+    assert (e.origin, e.parameter) == ("parameter", "layer1.0.conv2.weight"), str(e)
+    assert "torchvision/models/resnet.py" in e.source, e.source

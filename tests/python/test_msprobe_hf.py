@@ -67,11 +67,13 @@ MSPROBE_HOOK_ARTIFACTS = ("Tensor.view_as.",)
 # (build-torch2/venv/lib/python3.11/site-packages/msprobe/...). Record-name prefix -> (the side
 # that has the records, why). Nothing else may be added here without such a citation.
 KNOWN_DIFFERENCES: Dict[str, Tuple[str, str]] = {
-    # pytorch/service.py:283-290: register_hook_new() wraps the API list (api_modularity(), which
-    # puts the wrapped F.dropout into torch.nn.functional) and then, for tasks statistics and
-    # tensor, calls remove_dropout(); pytorch/hook_module/wrap_functional.py:62-64 assigns plain,
-    # unwrapped p=0 functions to F.dropout, F.dropout2d and F.dropout3d, replacing the wrappers.
-    # So msprobe records no call of these three (nn.Dropout's module records remain); we do.
+    # pytorch/service.py:284-290: register_hook_new() (run by the first start(), service.py:158)
+    # wraps the API list (api_modularity(), which puts the wrapped F.dropout into
+    # torch.nn.functional) and then, for tasks statistics and tensor, calls remove_dropout();
+    # pytorch/hook_module/wrap_functional.py:62-64 assigns plain, unwrapped p=0 functions to
+    # F.dropout, F.dropout2d and F.dropout3d, replacing the wrappers. So msprobe records no call of
+    # these three (nn.Dropout's module records remain) until a start() after
+    # forward_backward_dump_end() wraps the list again (service.py:160-161); we record them.
     "Functional.dropout.": ("ours", "msprobe replaces its own F.dropout wrapper (service.py:290, "
                                     "wrap_functional.py:62)"),
     "Functional.dropout2d.": ("ours", "msprobe replaces its own F.dropout2d wrapper (wrap_functional.py:63)"),
@@ -102,7 +104,7 @@ class Run(NamedTuple):
     loss: Tuple[float, float]
     zeroed: List[str]
     seconds: Tuple[float, float, float]   # ours, msprobe's, no tool's
-    grads_equal: Tuple[List[str], List[str]]  # parameters whose gradient differs from no tool's: ours, msprobe's
+    grads_differ: Tuple[List[str], List[str]]  # the parameters whose gradient differs from no tool's: ours, msprobe's
 
 
 _runs: Dict[str, Run] = {}
@@ -117,7 +119,9 @@ def run(request, tmp_path_factory) -> Run:
         ours = dump_hf_step(name, folder / "ours", "ours")
         bare = dump_hf_step(name, folder / "none", "none")
         grads = {k: torch.load(v["grads"]) for k, v in (("ours", ours), ("msprobe", theirs), ("none", bare))}
-        differ = tuple([p for p, g in grads["none"].items() if not torch.equal(g, grads[k][p])]
+        def same(a: Any, b: Any) -> bool:
+            return (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
+        differ = tuple([p for p, g in grads["none"].items() if not same(g, grads[k][p])]
                        for k in ("ours", "msprobe"))
         _runs[name] = Run(load(ours["rank"]), load(theirs["rank"]), (ours["loss"], theirs["loss"]),
                           ours["zeroed"], (ours["seconds"], theirs["seconds"], bare["seconds"]), differ)
@@ -144,9 +148,9 @@ def test_both_runs_trained_the_same_step(run):
     assert run.zeroed, "no dropout was made a no-op: the model has none?"
     assert run.loss[0] == run.loss[1], f"losses differ: ours {run.loss[0]}, msprobe {run.loss[1]}"
     assert (run.ours["task"], run.ours["level"]) == (run.theirs["task"], run.theirs["level"]) == ("statistics", "mix")
-    assert run.grads_equal[0] == [], f"our gradients differ from the run without a tool: {run.grads_equal[0][:5]}"
+    assert run.grads_differ[0] == [], f"our gradients differ from the run without a tool: {run.grads_differ[0][:5]}"
     print(f"seconds: ours {run.seconds[0]:.1f}, msprobe {run.seconds[1]:.1f}, no tool {run.seconds[2]:.1f}; "
-          f"gradients msprobe changed: {len(run.grads_equal[1])}")
+          f"gradients msprobe changed: {len(run.grads_differ[1])}")
 
 
 def test_the_same_records_in_the_same_order(run):
@@ -284,13 +288,13 @@ def test_every_common_record_as_msprobe_wrote_it(run):
     out = Differences()
     common = [n for n in theirs if n in ours]
     assert len(common) > 300
-    names = list(theirs)
-    first_backward = next(i for i, n in enumerate(names) if ".backward" in n)
-    gradients_changed = bool(run.grads_equal[1])
+    position = {n: i for i, n in enumerate(theirs)}
+    first_backward = next(i for n, i in position.items() if ".backward" in n)
+    gradients_changed = bool(run.grads_differ[1])
     for name in common:
         a, b = ours[name], theirs[name]
         out.record = name
-        out.gradient_derived = gradients_changed and names.index(name) >= first_backward
+        out.gradient_derived = gradients_changed and position[name] >= first_backward
         if list(a) != list(b):
             out.add("structure", name, f"sides: ours {list(a)}, msprobe's {list(b)}")
         for side in b:
@@ -309,8 +313,8 @@ def test_every_common_record_as_msprobe_wrote_it(run):
     assert model_outputs, "no record with a ModelOutput output"
     print(f"{len(common)} common records, {out.compared} statistics compared, {out.mean_by_scale} Means "
           f"within msprobe's float32 rounding only, {out.by_gradient_tolerance} within "
-          f"GRADIENTS_CHANGED_BY_MSPROBE only ({len(run.grads_equal[1])} gradients changed by msprobe), "
-          f"{out.overwritten} of overwritten inputs not compared; ModelOutput outputs: {model_outputs}")
+          f"GRADIENTS_CHANGED_BY_MSPROBE only ({len(run.grads_differ[1])} gradients changed by msprobe), "
+          f"{out.overwritten} statistics of overwritten inputs not compared; ModelOutput outputs: {model_outputs}")
     if out.found:
         kinds = sorted({f[1] for f in out.found})
         counts = ", ".join(f"{k}: {sum(1 for f in out.found if f[1] == k)}" for k in kinds)
