@@ -60,8 +60,11 @@ pytestmark = pytest.mark.skipif(bool(IMPORT_ERROR),
 
 # msprobe on torch 2.x records the view_as calls that torch's full backward hooks (which it
 # registers on every module at L0 and mix) make around each module call: its own machinery, which
-# we do not have (README, decisions). Left out of msprobe's side.
+# we do not have (README, decisions). Left out of msprobe's side, each only when its stack.json
+# entry shows it made there (torch/utils/hooks.py's BackwardHookFunction.apply): a view_as of the
+# model's own stays compared.
 MSPROBE_HOOK_ARTIFACTS = ("Tensor.view_as.",)
+MSPROBE_HOOK_FRAME = "torch/utils/hooks.py"
 
 # Differences that are msprobe 1.1.1's own quirks, each justified from its installed source
 # (build-torch2/venv/lib/python3.11/site-packages/msprobe/...). Record-name prefix -> (the side
@@ -101,6 +104,7 @@ SHOW = 12            # differences listed in a failure message
 class Run(NamedTuple):
     ours: Dict[str, Any]     # our dump.json
     theirs: Dict[str, Any]   # msprobe's
+    their_stack: Dict[str, Any]  # msprobe's stack.json
     loss: Tuple[float, float]
     zeroed: List[str]
     seconds: Tuple[float, float, float]   # ours, msprobe's, no tool's
@@ -123,7 +127,8 @@ def run(request, tmp_path_factory) -> Run:
             return (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
         differ = tuple([p for p, g in grads["none"].items() if not same(g, grads[k][p])]
                        for k in ("ours", "msprobe"))
-        _runs[name] = Run(load(ours["rank"]), load(theirs["rank"]), (ours["loss"], theirs["loss"]),
+        _runs[name] = Run(load(ours["rank"]), load(theirs["rank"]), load(theirs["rank"], "stack.json"),
+                          (ours["loss"], theirs["loss"]),
                           ours["zeroed"], (ours["seconds"], theirs["seconds"], bare["seconds"]), differ)
     return _runs[name]
 
@@ -132,9 +137,14 @@ def known(name: str, side: str) -> bool:
     return any(name.startswith(prefix) and has == side for prefix, (has, _) in KNOWN_DIFFERENCES.items())
 
 
+def msprobe_hook_artifact(run: Run, name: str) -> bool:
+    return name.startswith(MSPROBE_HOOK_ARTIFACTS) and any(MSPROBE_HOOK_FRAME in frame
+                                                           for frame in run.their_stack.get(name, []))
+
+
 def compared_names(run: Run) -> Tuple[List[str], List[str]]:
     ours = [n for n in run.ours["data"] if not known(n, "ours")]
-    theirs = [n for n in run.theirs["data"] if not n.startswith(MSPROBE_HOOK_ARTIFACTS) and not known(n, "msprobe")]
+    theirs = [n for n in run.theirs["data"] if not msprobe_hook_artifact(run, n) and not known(n, "msprobe")]
     return ours, theirs
 
 

@@ -252,6 +252,24 @@ Entry value_entry(PyObject* obj, const EntryOptions& options, const std::string&
   return walk(obj, &options, stem, 0, live);
 }
 
+Entry kwarg_entry(PyObject* obj, const std::string& key, const EntryOptions& options,
+                  const std::string& stem, LiveArg* live) {
+  if (key == "device" && THPDevice_Check(obj)) {
+    PyObject* type = PyObject_GetAttrString(obj, "type");
+    PyObject* index = PyObject_GetAttrString(obj, "index");
+    std::string text =
+        (type ? py_str(type) : std::string()) + ":" + (index ? py_str(index) : "None");
+    Py_XDECREF(type);
+    Py_XDECREF(index);
+    PyErr_Clear();
+    return Entry::scalar("torch.device", Scalar::of_string(std::move(text)));
+  }
+  if (key == "device" && PyUnicode_Check(obj)) {
+    return Entry::scalar("torch.device", Scalar::of_string(py_str(obj)));
+  }
+  return value_entry(obj, options, stem, live);
+}
+
 std::vector<Entry> item_entries(PyObject* seq, const EntryOptions& options, const std::string& stem,
                                 std::vector<LiveArg>* live) {
   if (!is_sequence(seq)) {

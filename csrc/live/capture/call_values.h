@@ -19,6 +19,11 @@ namespace msprobe {
 // "<call>.input.0", and list items append ".<i>". With `live`, the tensors go there too.
 Entry value_entry(PyObject* obj, const EntryOptions& options, const std::string& stem,
                   LiveArg* live = nullptr);
+// A keyword argument's entry: value_entry, except that `device=` is written as msprobe 1.1.1
+// writes it there, {"type": "torch.device", "value": "cpu:None"} (its type and index; a string
+// as given).
+Entry kwarg_entry(PyObject* obj, const std::string& key, const EntryOptions& options,
+                  const std::string& stem, LiveArg* live = nullptr);
 
 // A sequence of values (a call's positional arguments, a tuple result): one entry per element,
 // element i named "<stem>.<i>"; a single value gives one entry named "<stem>.0". With `live`,

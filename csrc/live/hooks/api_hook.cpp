@@ -145,7 +145,7 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
     for (Py_ssize_t at = 0; kwargs && PyDict_Next(kwargs, &at, &key_object, &value);) {
       const std::string key = py::str(key_object);
       call.record.kwargs.emplace_back(
-          key, value_entry(value, options, options.kwarg_stem(name, key),
+          key, kwarg_entry(value, key, options, options.kwarg_stem(name, key),
                            watching ? &live.kwargs.emplace_back() : nullptr));
     }
   }

@@ -39,9 +39,48 @@ bool same_edge(const Edge& a, const Edge& b) {
   return a.function && a.function.get() == b.function.get() && a.input_nr == b.input_nr;
 }
 
-// The top-level values of a module's output, as PyTorch's full backward hooks (msprobe's) see
-// them: a tuple or list's items, or the value itself. A mapping (a dict, Hugging Face's
-// ModelOutput) is one value that is no tensor: such a module gets no backward record there.
+// A dataclass's fields that hold a tensor or a tuple of tensors, in dir()'s (sorted) order, each
+// tuple's tensors in place of it: what msprobe 1.1.1 hooks of an output that is neither a tensor
+// nor a tuple (module_processer.py, filter_tensor_and_tuple). Borrowed: `output` holds them.
+void tensor_fields(PyObject* output, std::vector<PyObject*>& items) {
+  PyObject* fields =
+      PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(output)), "__dataclass_fields__");
+  if (!fields || !PyDict_Check(fields)) {
+    Py_XDECREF(fields);
+    PyErr_Clear();
+    return;
+  }
+  std::vector<std::pair<std::string, PyObject*>> named;
+  PyObject *key, *field;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(fields, &pos, &key, &field)) {
+    const char* name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
+    PyObject* v = name ? PyObject_GetAttr(output, key) : nullptr;
+    if (!v) {
+      PyErr_Clear();
+      continue;
+    }
+    named.emplace_back(name, v);
+    Py_DECREF(v);  // the output keeps it
+  }
+  Py_DECREF(fields);
+  std::sort(named.begin(), named.end());
+  for (const auto& [name, v] : named) {
+    if (THPVariable_Check(v)) {
+      items.push_back(v);
+    } else if (PyTuple_Check(v) && PyTuple_GET_SIZE(v) > 0) {
+      bool all = true;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); ++i)
+        all = all && THPVariable_Check(PyTuple_GET_ITEM(v, i));
+      for (Py_ssize_t i = 0; all && i < PyTuple_GET_SIZE(v); ++i)
+        items.push_back(PyTuple_GET_ITEM(v, i));
+    }
+  }
+}
+
+// The top-level values of a module's output, as msprobe's backward hooks see them: a tuple or
+// list's items, or the value itself; for a dataclass (Hugging Face's ModelOutput) its tensor
+// fields. Anything else (a plain dict) has none: no backward record, as in msprobe.
 std::vector<PyObject*> output_items(PyObject* output) {
   std::vector<PyObject*> items;
   if (PyTuple_Check(output) || PyList_Check(output)) {
@@ -49,8 +88,10 @@ std::vector<PyObject*> output_items(PyObject* output) {
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); ++i) {
       items.push_back(PySequence_Fast_GET_ITEM(fast, i));
     }
-  } else {
+  } else if (THPVariable_Check(output)) {
     items.push_back(output);
+  } else {
+    tensor_fields(output, items);
   }
   return items;
 }

@@ -51,7 +51,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
           for (auto kv : py::reinterpret_borrow<py::dict>(kwargs)) {
             const std::string key = py::str(kv.first);
             open.kwargs.emplace_back(
-                key, value_entry(kv.second.ptr(), options, options.kwarg_stem(open.name, key),
+                key, kwarg_entry(kv.second.ptr(), key, options, options.kwarg_stem(open.name, key),
                                  watching ? &open.live.kwargs.emplace_back() : nullptr));
           }
         }
