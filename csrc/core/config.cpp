@@ -316,8 +316,8 @@ const std::vector<std::string> kTopKeys = {"task",   "dump_path",      "rank",
 const std::vector<std::string> kIgnoredTopKeys = {
     "is_deterministic", "enable_dataloader", "async_dump", "framework", "seed", "free_benchmark",
     "run_ut",           "grad_probe"};
-const std::vector<std::string> kOverrideKeys = {"task", "dump_path", "level",
-                                                "step", "rank",      "extra_apis"};
+const std::vector<std::string> kOverrideKeys = {"task", "dump_path",  "level",     "step",
+                                                "rank", "extra_apis", "async_dump"};
 
 bool is_override_key(const std::string& key) {
   auto in = [&](const std::vector<std::string>& keys) {
@@ -483,7 +483,8 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
     config.overflow_check =
         parse_overflow(section, root.child("overflow_check"), overrides, base_dir);
   }
-  if (const json* v = find(doc, "async_dump")) config.async_dump = *v == true;  // checked above
+  // msprobe's top-level key, also a keyword argument (which wins).
+  if (auto f = top.get("async_dump")) config.async_dump = parse_bool(*f->value, f->at);
   config.warnings = std::move(warnings);
   return config;
 }

@@ -147,6 +147,20 @@ TEST(ConfigTest, AsyncDumpIsMsprobesKey) {
                   .async_dump);
 }
 
+TEST(ConfigTest, AsyncDumpIsAKeywordToo) {
+  const json file = json::parse(R"({"dump_path": "d", "async_dump": false})");
+  EXPECT_TRUE(parse_config(file, "config.json", json::parse(R"({"async_dump": true})")).async_dump);
+  EXPECT_FALSE(
+      parse_config(file, "config.json", json::parse(R"({"async_dump": null})")).async_dump);
+  try {
+    parse_config(file, "config.json", json::parse(R"({"async_dump": "yes"})"));
+    FAIL() << "a string is no bool";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("PrecisionDebugger(async_dump=...)"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ConfigTest, OverridesReplaceFileValues) {
   json file = json::parse(R"({"task": "statistics", "dump_path": "./a", "level": "L0",
                               "step": [5], "rank": [3]})");
@@ -316,7 +330,8 @@ TEST(ConfigTest, OverrideErrors) {
             R"(PrecisionDebugger(task=...): "run_ut" is an msprobe task that msprobe_cpp does )"
             "not support; supported: statistics, tensor, overflow_check");
   const std::string allowed =
-      "allowed: config_path, task, dump_path, level, step, rank, extra_apis, model, on_overflow, "
+      "allowed: config_path, task, dump_path, level, step, rank, extra_apis, async_dump, model, "
+      "on_overflow, "
       "and the "
       "overflow_check keys overflow_nums, "
       "action, stop_level, stop_on, mutation_threshold, rules, compat, dump_skipped_steps, "

@@ -134,3 +134,21 @@ def test_a_full_disk_costs_the_dump_not_the_training(tmp_path, capfd):
     assert not (tmp_path / "async").exists() or not any((tmp_path / "async").rglob("*.json"))
     err = capfd.readouterr().err
     assert err.count("could not be written") == 1, err
+
+
+def test_async_dump_is_a_keyword_too(tmp_path):
+    """PrecisionDebugger(async_dump=True) (issue 32): a thread of its own writes, as with the key;
+    the keyword wins over the file's value, and a bad value is one ConfigError naming it."""
+    model = make_model("mlp")
+    opt = make_optimizer(model)
+    sync = msprobe_cpp.PrecisionDebugger(config_path=config(tmp_path, "sync"))  # retires earlier ones
+    train_step(model, opt, *make_batches(model, 1)[0], sync)
+    before = threads()
+    dbg = msprobe_cpp.PrecisionDebugger(config_path=config(tmp_path, "kw", async_dump=False), async_dump=True)
+    for x, y in make_batches(model, 2):
+        train_step(model, opt, x, y, dbg)
+    assert threads() == before + 1
+    dbg._release()
+    assert list(dumps(tmp_path / "kw")) == ["step0", "step1"]
+    with pytest.raises(msprobe_cpp.ConfigError, match=r"PrecisionDebugger\(async_dump=\.\.\.\)"):
+        msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path / "bad"), async_dump="yes")
