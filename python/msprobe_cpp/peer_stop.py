@@ -2,8 +2,8 @@
 
 The rank that stops publishes its stop on torch.distributed's own store (the one
 init_process_group made) before it raises, and waits up to a few seconds until every other rank
-has seen it. Each rank has a thread waiting on that key (no store operation per step while
-nothing is wrong). Once a rank has seen it, it stops at its next hooked call, at
+has seen it. Each rank has a thread that looks for it five times a second (a counter read, which
+never times out; no store operation per step while nothing is wrong). Once a rank has seen it, it stops at its next hooked call, at
 start()/stop()/step(), or, if it is blocked in a collective that the stopping rank will never
 join, when that collective fails (gloo reports the closed connection when the stopping process
 ends): it writes its records of the step (overflow_report.json says "peer_stop"), prints one line
@@ -29,8 +29,12 @@ from .errors import Overflow, OverflowError
 
 KEY = "msprobe_cpp/stop"
 SEEN = "msprobe_cpp/stop_seen"
+PUBLISHED = "msprobe_cpp/stop_published"  # a counter: add(0) reads it without a wait
 ACK_WAIT_S = 5.0
-WAIT_PERIOD_S = 2.0  # the watcher's wait, renewed: bounds how long closing takes
+# How often the watcher looks for the key. A look (add(PUBLISHED, 0): torch 1.13's TCPStore has
+# no check()) is one store round trip that never times out: a blocking wait that times out and is renewed makes torch 2.x's c10d log two
+# warnings per period on every rank (issue 32). Closing wakes the watcher at once.
+WAIT_PERIOD_S = 0.2
 _active: Optional["PeerStop"] = None
 
 
@@ -125,6 +129,7 @@ class PeerStop:
                  "origin": overflow.origin, "scene": overflow.scene, "level": overflow.level}
         try:
             self._store.set(KEY, json.dumps(facts))
+            self._store.add(PUBLISHED, 1)  # what the watchers look at
             deadline = time.monotonic() + ACK_WAIT_S
             while self._store.add(SEEN, 0) < self._world - 1 and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -160,11 +165,11 @@ class PeerStop:
     def _watch(self) -> None:
         while not self._closing.is_set():
             try:
-                self._watch_store.wait([KEY], timedelta(seconds=WAIT_PERIOD_S))
+                if self._watch_store.add(PUBLISHED, 0) == 0:
+                    self._closing.wait(WAIT_PERIOD_S)
+                    continue  # no stop yet: look again, unless closing
                 facts = json.loads(self._watch_store.get(KEY))
-            except Exception as e:  # noqa: BLE001
-                if "imeout" in str(e):
-                    continue  # no stop yet: wait again, unless closing
+            except Exception:  # noqa: BLE001
                 return  # the store is gone: the run ended
             if facts.get("rank") != self._rank:
                 self.peer = facts
