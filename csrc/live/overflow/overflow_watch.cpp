@@ -428,6 +428,37 @@ Verdict OverflowWatch::judge_model_output(const CallRecord& rec, const LiveTenso
   return v;
 }
 
+// The damage rule: NaN/inf in tensors that need no gradient may still be cleaned (a position
+// bucket's log(0) cast to long, a mask, the batch before the model). An op or input origin whose
+// outputs do no damage is held (v.hold; held_in becomes its id); a call downstream of a hold
+// (held_in) either does damage with it (v.caught, the hold's origin) or holds it on (Held).
+// `written`: what the call wrote into running statistics, damage of its own.
+Judgement OverflowWatch::apply_damage_rule(const CallRecord& rec, const LiveTensors& live,
+                                           Verdict& v, int& held_in, const std::string& written,
+                                           bool from_peer) {
+  if (held_in >= 0) {
+    std::string how =
+        v.finding->scene == Scene::InputAnomalyOutputNormal ? std::string() : damage(rec, live);
+    if (!written.empty()) how = written;
+    if (how.empty()) return Judgement::Held;
+    HeldOrigin& h = held_[static_cast<size_t>(held_in)];
+    h.caught = true;
+    v.caught = static_cast<size_t>(held_in);
+    v.caught_how = std::move(how);
+    v.origin = h.origin;
+    held_in = -1;
+    return Judgement::Flagged;
+  }
+  const bool holdable =
+      v.origin && (*v.origin == Origin::Op || *v.origin == Origin::Input) && !from_peer;
+  if (holdable && written.empty() && damage(rec, live).empty()) {
+    held_in = static_cast<int>(held_.size());
+    held_.push_back(HeldOrigin{*v.origin, findings_.size()});
+    v.hold = true;
+  }
+  return Judgement::Flagged;
+}
+
 // NaN/inf a norm call wrote into its running statistics from clean inputs (origin op: lr 1e6
 // makes a batch variance overflow), or that a norm module in eval mode was loaded with (origin
 // parameter, at L0 where its call is not recorded): a stop, with the buffer named.
@@ -457,31 +488,13 @@ Verdict OverflowWatch::judge_running_stat_write(const CallRecord& rec, const Liv
   return v;
 }
 
-Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
-                             std::optional<int> peer_rank) {
-  Verdict v;
-  bool filtered = false;
-  v.finding = detector_.judge(rec, &filtered);
-  const bool backward = is_backward_name(rec.name);
-  if (filtered) {
-    if (!backward) remember_outputs(rec, live, true);  // an ignore rule says it is expected
-    return v;
-  }
-  // Running statistics are written in place by batch_norm without a version bump, and are in
-  // no record's outputs: looked at after the call (train-mode norms, and norm modules at L0).
-  std::optional<RunningStatWrite> stat_write;
-  if (!backward && (rec.name.find("_norm.") != std::string::npos ||
-                    (level_ == Level::L0 && rec.name.rfind("Module.", 0) == 0))) {
-    stat_write = running_stats_written(rec, live);
-  }
-  if (!v.finding && !stat_write) return v;
-  if (stat_write && (!v.finding || v.finding->scene == Scene::InputNormalOutputAnomaly)) {
-    return judge_running_stat_write(rec, live, std::move(v), *stat_write);
-  }
-  const Finding& f = *v.finding;
-  const bool raise = options_.action == Action::Raise;
+// Explained, a lead, absorbed, or flagged with its origin (op, peer, input, parameter; none when
+// downstream); `held_in` set when the call is downstream of a held NaN/inf.
+Judgement OverflowWatch::classify(const CallRecord& rec, const LiveTensors& live,
+                                  std::optional<int> peer_rank, Verdict& v, int& held_in) const {
   Judgement judgement = Judgement::Flagged;
-  int held_in = -1;  // downstream of a held NaN/inf
+  const Finding& f = *v.finding;
+  const bool backward = is_backward_name(rec.name);
   const bool module_forward = !backward && rec.name.rfind("Module.", 0) == 0;
   const std::optional<bool> inner =
       module_forward ? judged_inside(rec, f, live, &held_in) : std::nullopt;
@@ -529,51 +542,50 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
     }
   }
   if (judgement == Judgement::Explained) v.origin.reset();
+  return judgement;
+}
 
-  // The damage rule: NaN/inf in tensors that need no gradient may still be cleaned (a position
-  // bucket's log(0) cast to long, a mask, the batch before the model): an op or input origin is
-  // held, and what it reaches is followed, until a call does damage with it.
-  if (!backward && judgement == Judgement::Flagged) {
-    const bool holdable =
-        v.origin && (*v.origin == Origin::Op || *v.origin == Origin::Input) && !peer_rank;
-    if (held_in >= 0) {
-      std::string how =
-          f.scene == Scene::InputAnomalyOutputNormal ? std::string() : damage(rec, live);
-      if (stat_write) how = "was written into " + stat_write->text;
-      if (how.empty()) {
-        judgement = Judgement::Held;
-      } else {
-        HeldOrigin& h = held_[static_cast<size_t>(held_in)];
-        h.caught = true;
-        v.caught = static_cast<size_t>(held_in);
-        v.caught_how = how;
-        v.origin = h.origin;
-        held_in = -1;
-      }
-    } else if (holdable && !stat_write && damage(rec, live).empty()) {
-      held_in = static_cast<int>(held_.size());
-      held_.push_back(HeldOrigin{*v.origin, findings_.size()});
-      v.hold = true;
-    }
+Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
+                             std::optional<int> peer_rank) {
+  Verdict v;
+  bool filtered = false;
+  v.finding = detector_.judge(rec, &filtered);
+  const bool backward = is_backward_name(rec.name);
+  if (filtered) {
+    if (!backward) remember_outputs(rec, live, true);  // an ignore rule says it is expected
+    return v;
   }
+  // Running statistics are written in place by batch_norm without a version bump, and are in
+  // no record's outputs: looked at after the call (train-mode norms, and norm modules at L0).
+  std::optional<RunningStatWrite> stat_write;
+  if (!backward && (rec.name.find("_norm.") != std::string::npos ||
+                    (level_ == Level::L0 && rec.name.rfind("Module.", 0) == 0))) {
+    stat_write = running_stats_written(rec, live);
+  }
+  if (!v.finding && !stat_write) return v;
+  if (stat_write && (!v.finding || v.finding->scene == Scene::InputNormalOutputAnomaly)) {
+    return judge_running_stat_write(rec, live, std::move(v), *stat_write);
+  }
+  const Finding& f = *v.finding;
+  const bool raise = options_.action == Action::Raise;
+  int held_in = -1;  // downstream of a held NaN/inf
+  Judgement judgement = classify(rec, live, peer_rank, v, held_in);
 
+  if (!backward && judgement == Judgement::Flagged) {
+    const std::string written = stat_write ? "was written into " + stat_write->text : "";
+    judgement = apply_damage_rule(rec, live, v, held_in, written, peer_rank.has_value());
+  }
   if (!backward) {
     remember_outputs(rec, live, judgement == Judgement::Explained,
                      judgement == Judgement::Held || v.hold ? held_in : -1);
   }
-  if (v.hold) {
-    // Said once per call site if it is absorbed: flags the step the first time.
-    v.flagged = absorbing_sites_.insert(call_site(rec.name)).second;
+  if (v.hold || judgement == Judgement::Held) {
+    // A hold is said once per call site if it is absorbed: it flags the step the first time.
+    if (v.hold) v.flagged = absorbing_sites_.insert(call_site(rec.name)).second;
     v.judgement = judgement;
     findings_.push_back(f);
     judgements_.push_back(judgement);
     if (v.flagged) step_flagged_ = true;
-    return v;
-  }
-  if (judgement == Judgement::Held) {
-    v.judgement = judgement;
-    findings_.push_back(f);
-    judgements_.push_back(judgement);
     return v;
   }
   if (judgement == Judgement::Flagged) {

@@ -96,6 +96,10 @@ class OverflowWatch {
   // The damage rule: what this call did with the NaN/inf of its outputs that ends its hold
   // ("entered a tensor that requires grad", ...), or "" when it can still be cleaned.
   std::string damage(const CallRecord& rec, const LiveTensors& live) const;
+  Judgement classify(const CallRecord& rec, const LiveTensors& live, std::optional<int> peer_rank,
+                     Verdict& v, int& held_in) const;
+  Judgement apply_damage_rule(const CallRecord& rec, const LiveTensors& live, Verdict& v,
+                              int& held_in, const std::string& written, bool from_peer);
   bool held_tensor(const at::Tensor& t) const;
 
   Detector detector_;
