@@ -74,4 +74,11 @@ std::string ArgPos::label() const {
   return "output[" + std::to_string(index) + "]";
 }
 
+std::string module_qualname(const std::string& call_name) {
+  size_t end = call_name.size();
+  for (int i = 0; i < 3 && end != std::string::npos; ++i) end = call_name.rfind('.', end - 1);
+  if (end == std::string::npos || end < 7) return "";
+  return call_name.substr(7, end - 7);
+}
+
 }  // namespace msprobe

@@ -226,6 +226,9 @@ std::string forward_name_of(const std::string& call_name);
 // The backward call of forward call `call_name`, or "" when it is no forward name.
 std::string backward_name_of(const std::string& call_name);
 
+// A module call's qualified name: "Module.layer1.0.bn1.BatchNorm2d.forward.0" -> "layer1.0.bn1".
+std::string module_qualname(const std::string& call_name);
+
 // msprobe 1.1.1's torch API name: the first two dot-separated parts, lower-cased.
 std::string torch_api_name(const std::string& call_name);
 

@@ -130,7 +130,8 @@ std::string step_summary(const Report& report, const std::vector<Judgement>& jud
   }
   const std::string absorbed = join_calls(findings, judgements, Judgement::Absorbed);
   if (!absorbed.empty()) {
-    text += who + "  absorbed (NaN/inf turned finite before it did damage, no stop): " + absorbed + "\n";
+    text += who + "  absorbed (NaN/inf turned finite before it did damage, no stop): " + absorbed +
+            "\n";
   }
   const std::string expected = join_calls(findings, judgements, Judgement::Explained);
   if (!expected.empty()) {

@@ -325,7 +325,8 @@ TEST(DumpReader, MappingEntriesRoundTripAsMsprobeWritesThem) {
       R"({"task": "statistics", "level": "mix", "dump_data_dir": null, "data": {)"
       R"("Module.model.LlamaModel.forward.0": {"input_args": [], "input_kwargs": {}, )"
       R"("output": [{"last_hidden_state": )" +
-      tensor + R"(, "past_key_values": null, "hidden_states": [)" + tensor + R"(], "empty": {}}]}}})";
+      tensor + R"(, "past_key_values": null, "hidden_states": [)" + tensor +
+      R"(], "empty": {}}]}}})";
   auto recs = read_all(text);
   ASSERT_EQ(recs.size(), 1u);
   ASSERT_EQ(recs[0].outputs.size(), 1u);

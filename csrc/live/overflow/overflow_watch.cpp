@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/anomaly.h"
+#include "live/overflow/running_stats.h"
 
 namespace msprobe {
 
@@ -60,99 +61,7 @@ bool is_nn_parameter(const at::Tensor& t) {
   return is == 1;
 }
 
-// "layer1.0.bn1.running_var" -> "running_var of layer1.0.bn1".
-std::string running_stat_text(const std::string& name) {
-  const size_t dot = name.rfind('.');
-  if (dot == std::string::npos) return name;
-  return name.substr(dot + 1) + " of " + name.substr(0, dot);
-}
-
-// "NaN", "+inf", "NaN and -inf".
-std::string kinds_text(const KindCounts& k) {
-  static const char* const names[3] = {"NaN", "+inf", "-inf"};
-  std::string text;
-  for (int i = 0; i < 3; ++i) {
-    if (k.n[static_cast<size_t>(i)]) text += (text.empty() ? "" : " and ") + std::string(names[i]);
-  }
-  return text.empty() ? "NaN/inf" : text;
-}
-
-// How many NaN, +inf, -inf a tensor holds now, or nothing when it is all finite. A check of a
-// handful of channels, made only for the running statistics a call just wrote.
-std::optional<KindCounts> nonfinite_now(const at::Tensor& t) {
-  if (!t.defined() || !t.is_floating_point() || t.layout() != at::kStrided) return std::nullopt;
-  const at::Tensor x = t.detach();
-  // The common case, a CPU float32 statistic of a few hundred channels: a plain loop, not three
-  // dispatched ops, on every train-mode norm call.
-  if (x.is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous()) {
-    const float* p = x.data_ptr<float>();
-    bool finite = true;
-    for (int64_t i = 0, n = x.numel(); i < n; ++i) finite = finite && std::isfinite(p[i]);
-    if (finite) return std::nullopt;
-  } else if (at::isfinite(x).all().item<bool>()) {
-    return std::nullopt;
-  }
-  KindCounts k;
-  k.n[0] = at::isnan(x).sum().item<int64_t>();
-  k.n[1] = at::isposinf(x).sum().item<int64_t>();
-  k.n[2] = at::isneginf(x).sum().item<int64_t>();
-  return k;
-}
-
-// Where the running statistics are among a norm call's arguments (running_mean, running_var).
-std::optional<std::pair<size_t, size_t>> running_stat_positions(const std::string& call) {
-  const std::string api = torch_api_name(call);
-  if (api == "functional.batch_norm" || api == "functional.instance_norm") return {{1, 2}};
-  if (api == "torch.batch_norm" || api == "torch.instance_norm") return {{3, 4}};
-  return std::nullopt;
-}
-
-// "Module.layer1.0.bn1.BatchNorm2d.forward.0" -> "layer1.0.bn1".
-std::string module_qualname(const std::string& call) {
-  size_t end = call.size();
-  for (int i = 0; i < 3 && end != std::string::npos; ++i) end = call.rfind('.', end - 1);
-  if (end == std::string::npos || end < 7) return "";
-  return call.substr(7, end - 7);
-}
-
 }  // namespace
-
-std::optional<OverflowWatch::RunningStatWrite> OverflowWatch::running_stats_written(
-    const CallRecord& rec, const LiveTensors& live) const {
-  auto written = [&](const std::string& name, const at::Tensor& t,
-                     bool loaded) -> std::optional<RunningStatWrite> {
-    auto k = nonfinite_now(t);
-    if (!k) return std::nullopt;
-    RunningStatWrite w;
-    w.buffer = name;
-    w.loaded = loaded;
-    w.text = running_stat_text(name) + (loaded ? " holds " : " became ") + kinds_text(*k) + " (" +
-             std::to_string(k->n[0]) + " NaN, " + std::to_string(k->n[1]) + " +inf, " +
-             std::to_string(k->n[2]) + " -inf of " + std::to_string(t.numel()) + ")";
-    return w;
-  };
-  if (auto positions = running_stat_positions(rec.name)) {
-    for (size_t i : {positions->first, positions->second}) {
-      if (i >= rec.inputs.size() || i >= live.inputs.size()) continue;
-      const at::Tensor& t = live.inputs[i].tensor;
-      // What it held before the call is the record's: NaN/inf it already held came in with it.
-      if (!t.defined() || is_anomalous(rec.inputs[i], detector_.options().compat)) continue;
-      auto p = models_.find(t);
-      const std::string name =
-          p ? p->name : (i == positions->first ? "running_mean" : "running_var");
-      if (auto w = written(name, t, false)) return w;
-    }
-    return std::nullopt;
-  }
-  // At L0 no call inside a norm module is recorded: its running statistics are looked at after
-  // it, and were written by it when it is in train mode (num_batches_tracked moved).
-  if (level_ != Level::L0 || rec.name.rfind("Module.", 0) != 0) return std::nullopt;
-  const ModelTensors::RunningStats stats = models_.running_stats_of(module_qualname(rec.name));
-  for (const auto& [name, t] : stats.stats) {
-    if (auto w = written(name, t, !stats.trained_this_step)) return w;
-  }
-  return std::nullopt;
-}
 
 OverflowWatch::OverflowWatch(const Config& config, const ModelTensors& models)
     : detector_(rules_of(config), DetectorOptions{config.overflow_check.mutation_threshold,
@@ -457,35 +366,6 @@ Judgement OverflowWatch::apply_damage_rule(const CallRecord& rec, const LiveTens
     v.hold = true;
   }
   return Judgement::Flagged;
-}
-
-// NaN/inf a norm call wrote into its running statistics from clean inputs (origin op: lr 1e6
-// makes a batch variance overflow), or that a norm module in eval mode was loaded with (origin
-// parameter, at L0 where its call is not recorded): a stop, with the buffer named.
-Verdict OverflowWatch::judge_running_stat_write(const CallRecord& rec, const LiveTensors& live,
-                                                Verdict v, const RunningStatWrite& w) {
-  if (!v.finding) {
-    Finding f;
-    f.call = rec.name;
-    f.uses_input_key = rec.uses_input_key;
-    if (w.loaded) {
-      f.scene = Scene::InputAnomalyOutputNormal;
-      f.severity = Severity::Medium;
-    }
-    v.finding = std::move(f);
-  }
-  v.origin = w.loaded ? Origin::Parameter : Origin::Op;
-  if (w.loaded) v.parameter = w.buffer;
-  v.note = w.text;
-  v.flagged = true;
-  v.judgement = Judgement::Flagged;
-  if (options_.action == Action::Raise) v.stop = options_.stops_on(*v.origin);
-  remember_outputs(rec, live, false);
-  unexplained_forwards_.insert(rec.name);
-  findings_.push_back(*v.finding);
-  judgements_.push_back(Judgement::Flagged);
-  step_flagged_ = true;
-  return v;
 }
 
 // Explained, a lead, absorbed, or flagged with its origin (op, peer, input, parameter; none when
