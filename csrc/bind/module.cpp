@@ -1,6 +1,7 @@
 // msprobe_cpp._C: the thin Python face of the C++ engine.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 #include <yaml-cpp/yaml.h>
 
@@ -16,6 +17,7 @@
 #include "core/output_files.h"
 #include "core/rules.h"
 #include "live/capture/call_values.h"
+#include "live/capture/unwritten_memory.h"
 #include "live/hooks/hook_scope.h"
 #include "live/hooks/module_hooks.h"
 #include "live/hooks/submit.h"
@@ -209,6 +211,13 @@ PYBIND11_MODULE(_C, m) {
     ReentryGuard guard;
     return fn();
   });
+  // torch.empty and its kin, under task overflow_check: what they return is unwritten memory.
+  m.def(
+      "mark_unwritten",
+      [](py::handle t) {
+        if (THPVariable_Check(t.ptr())) unwritten_memory().mark(THPVariable_Unpack(t.ptr()));
+      },
+      py::arg("tensor"));
   m.def("_force_generic_statistics", &force_generic_statistics, py::arg("on"));
   // The statistics the hooks compute for one tensor, with nothing recorded (the benches' floor).
   m.def(

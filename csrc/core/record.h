@@ -120,6 +120,10 @@ struct Entry {
   // when there is none), present only where Max / Min itself is NaN or ±inf.
   Scalar max_except, min_except;
   NonFiniteCounts nonfinite;  // anomalous tensors of the live guard
+  // Its bytes are no value the program made: memory torch.empty and its kin left unwritten, or
+  // the buffer a collective writes before it writes it. Written to files as it is; never an
+  // anomaly. Never written to a file.
+  bool unwritten = false;
   Scalar requires_grad;
   Scalar value;  // non-tensor objects
   std::string md5;

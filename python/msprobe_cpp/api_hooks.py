@@ -1,5 +1,6 @@
 """Installs and removes the C++ API wrappers: msprobe 1.1.1's wrap list (rules/support_wrap_ops.yaml),
-the dtype casts under task overflow_check, and the config's extra_apis."""
+the dtype casts and FSDP2's collectives under task overflow_check, and the config's extra_apis;
+and under overflow_check the markers of torch.empty and its kin, whose memory is unwritten."""
 import difflib
 import hashlib
 import os
@@ -136,6 +137,27 @@ def _coordinated(call: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+# Their memory holds whatever the allocator left: NaN/inf there, read before it is written, is no
+# anomaly (FSDP2 narrows its all-gather buffer before the all-gather fills it). Not recorded,
+# as msprobe records none of them; only marked.
+_UNWRITTEN_MAKERS = [(torch, "empty"), (torch, "empty_like"), (torch, "empty_strided"),
+                     (torch.Tensor, "new_empty"), (torch.Tensor, "new_empty_strided")]
+
+
+def _marking_unwritten(original: Any, is_compiling: Optional[Callable[[], bool]]) -> Callable[..., Any]:
+    mark = _C.mark_unwritten
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        made = original(*args, **kwargs)
+        if is_compiling is None or not is_compiling():
+            mark(made)
+        return made
+    wrapper.__name__ = getattr(original, "__name__", "wrapper")
+    wrapper.__qualname__ = getattr(original, "__qualname__", wrapper.__name__)
+    wrapper.__doc__ = getattr(original, "__doc__", None)
+    return wrapper
+
+
 class ApiHooks:
     """The wrapped attributes and what they were, so that removal restores every one exactly."""
 
@@ -155,6 +177,7 @@ class ApiHooks:
         wanted = [(section, name) for section in _NAMESPACES for name in ops.get(section, [])]
         if watching:
             wanted += [("tensor", name) for name in ops.get("overflow_casts", [])]
+            wanted += [("distributed", name) for name in ops.get("overflow_collectives", [])]
         wanted += list(extra)
         is_compiling = compiling_probe()
         done = set()
@@ -176,11 +199,19 @@ class ApiHooks:
                 wrapper = _C.as_method(hook) if owner is torch.Tensor else hook
             if section == "distributed":
                 wrapper = _coordinated(wrapper)
-            # Tensor methods usually live in torch._C._TensorBase, not in torch.Tensor's own
-            # __dict__: remember which, so removal deletes rather than shadows.
-            own = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else original
-            self._saved.append((owner, attr, own))
-            setattr(owner, attr, wrapper)
+            self._replace(owner, attr, original, wrapper)
+        if watching:
+            for owner, attr in _UNWRITTEN_MAKERS:
+                original = getattr(owner, attr, None)
+                if original is not None:
+                    self._replace(owner, attr, original, _marking_unwritten(original, is_compiling))
+
+    def _replace(self, owner: Any, attr: str, original: Any, wrapper: Any) -> None:
+        # Tensor methods usually live in torch._C._TensorBase, not in torch.Tensor's own
+        # __dict__: remember which, so removal deletes rather than shadows.
+        own = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else original
+        self._saved.append((owner, attr, own))
+        setattr(owner, attr, wrapper)
 
     def remove(self) -> None:
         for owner, name, own in reversed(self._saved):

@@ -276,10 +276,12 @@ def test_module_records_and_parents_at_mix(tmp_path):
 def wrapped_attributes():
     """(owner, name) of everything the API hooks may replace."""
     from msprobe_cpp import _C
-    from msprobe_cpp.api_hooks import RULES_DIR, resolve
+    from msprobe_cpp.api_hooks import _UNWRITTEN_MAKERS, RULES_DIR, resolve
     ops = _C.load_wrap_ops(str(pathlib.Path(RULES_DIR) / "support_wrap_ops.yaml"))
     ops["tensor"] = ops["tensor"] + ops.pop("overflow_casts")  # installed under overflow_check
-    return [found[:2] for sec, ns in ops.items() for n in ns for found in [resolve(sec, n)] if found]
+    ops["distributed"] = ops["distributed"] + ops.pop("overflow_collectives")
+    makers = [(owner, name) for owner, name in _UNWRITTEN_MAKERS if hasattr(owner, name)]
+    return [found[:2] for sec, ns in ops.items() for n in ns for found in [resolve(sec, n)] if found] + makers
 
 
 def snapshot():

@@ -9,6 +9,8 @@
 #include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+namespace py = pybind11;
+
 namespace msprobe {
 
 namespace {
@@ -208,12 +210,28 @@ bool mapping_fields(PyObject* o, Fields& out) {
   return true;
 }
 
+// A DTensor (FSDP2's parameters and gradients) holds no data of its own: its statistics would be
+// collectives, made inside a hook. This rank's shard stands for it (nothing else does: an
+// overflow is judged where a rank holds it).
+py::object local_shard(PyObject* obj) {
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (!t.key_set().has(c10::DispatchKey::Python)) return py::object();
+  PyObject* shard = PyObject_GetAttrString(obj, "_local_tensor");
+  if (!shard) {
+    PyErr_Clear();
+    return py::object();
+  }
+  py::object owned = py::reinterpret_steal<py::object>(shard);
+  return THPVariable_Check(shard) && shard != obj ? owned : py::object();
+}
+
 // The one walk over a Python value: its entry (unless `options` is null) and, with `live`, its
 // tensors in the depth-first order of the entry's tensor leaves, so an anomalous entry can be
 // traced back to the tensor object that carried it.
 Entry walk(PyObject* obj, const EntryOptions* options, const std::string& stem, int depth,
            LiveArg* live) {
   if (THPVariable_Check(obj)) {
+    if (py::object shard = local_shard(obj)) return walk(shard.ptr(), options, stem, depth, live);
     const at::Tensor& t = THPVariable_Unpack(obj);
     if (live) (depth == 0 ? live->tensor : live->items.emplace_back()) = t;
     return options ? tensor_entry(t, *options, stem) : Entry();

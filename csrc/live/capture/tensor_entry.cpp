@@ -6,6 +6,7 @@
 #include "core/crc32.h"
 #include "core/output_files.h"
 #include "live/capture/tensor_saver.h"
+#include "live/capture/unwritten_memory.h"
 #include "live/stats/stats_cache.h"
 #include "live/stats/tensor_stats.h"
 
@@ -79,6 +80,7 @@ Entry tensor_entry_unguarded(const at::Tensor& t, const EntryOptions& options,
     e.pending_stats = cached->pending_stats;
   }
   if (e.kind != Entry::Kind::Object || !has_plain_bytes(t)) return e;
+  e.unwritten = unwritten_memory().holds(t);
   if (options.md5 && !cached) e.md5 = tensor_crc(t);
   if (options.cache && !cached)
     options.cache->put(t, DataStats{e.max, e.min, e.mean, e.norm, e.max_except, e.min_except,

@@ -8,6 +8,7 @@
 #include "core/anomaly.h"
 #include "live/capture/call_values.h"
 #include "live/capture/live_tensors.h"
+#include "live/capture/unwritten_memory.h"
 #include "live/hooks/backward_recorder.h"
 #include "live/hooks/hook_scope.h"
 #include "live/hooks/submit.h"
@@ -25,6 +26,33 @@ bool holds_any_anomaly(const CallRecord& rec) {
   bool any = false;
   for_each_entry(rec, [&](const Entry& e) { any = any || is_anomalous(e, false); });
   return any;
+}
+
+void mark_unwritten(Entry& e) {
+  e.unwritten = true;
+  for (Entry& item : e.items) mark_unwritten(item);
+}
+
+// A collective's buffer that it writes and does not read: what it held before is no input.
+void mark_write_only_buffer(const WrittenArgument& w, CallRecord& rec) {
+  if (w.index < 0 || w.read) return;
+  if (static_cast<size_t>(w.index) < rec.inputs.size()) {
+    mark_unwritten(rec.inputs[w.index]);
+    return;
+  }
+  for (auto& [key, entry] : rec.kwargs) {
+    if (key == w.keyword) mark_unwritten(entry);
+  }
+}
+
+// The collective wrote these: from now on their bytes are values.
+void forget_unwritten(py::handle written) {
+  if (!written || !unwritten_memory().any()) return;
+  if (THPVariable_Check(written.ptr())) {
+    unwritten_memory().forget(THPVariable_Unpack(written.ptr()));
+  } else if (PyList_Check(written.ptr()) || PyTuple_Check(written.ptr())) {
+    for (py::handle item : written) forget_unwritten(item);
+  }
 }
 
 }  // namespace
@@ -149,6 +177,7 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
                            watching ? &live.kwargs.emplace_back() : nullptr));
     }
   }
+  if (sel.forward && sel.inputs) mark_write_only_buffer(written_, call.record);
   call.stack = session->capture_stack();
   call.parent = enclosing_module();
   const bool collective_input_anomaly =
@@ -160,6 +189,8 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
     EndOnExit end{selection, name};
     result = call_original(args, kwargs);
   }
+  // Its buffer holds values now (an async one's, once its work is waited for).
+  forget_unwritten(written_buffer(written_, args, kwargs));
 
   if (sel.backward) {
     if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {

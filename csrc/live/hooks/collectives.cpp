@@ -13,14 +13,16 @@ WrittenArgument written_argument(const std::string& api) {
     WrittenArgument arg;
   };
   static const Row kRows[] = {
-      {"all_reduce", {0, "tensor"}},
-      {"broadcast", {0, "tensor"}},
-      {"reduce", {0, "tensor"}},
+      {"all_reduce", {0, "tensor", true}},
+      {"broadcast", {0, "tensor", true}},  // read on the source rank
+      {"reduce", {0, "tensor", true}},
       {"all_gather", {0, "tensor_list"}},
       {"all_gather_into_tensor", {0, "output_tensor"}},
+      {"all_gather_single", {0, "output_tensor"}},  // FSDP2's (torch 2.x)
       {"_all_gather_base", {0, "output_tensor"}},
       {"reduce_scatter", {0, "output"}},
       {"reduce_scatter_tensor", {0, "output"}},
+      {"reduce_scatter_single", {0, "output"}},  // FSDP2's (torch 2.x)
       {"_reduce_scatter_base", {0, "output"}},
       {"all_to_all", {0, "output_tensor_list"}},
       {"all_to_all_single", {0, "output"}},

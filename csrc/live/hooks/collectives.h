@@ -13,6 +13,9 @@ namespace msprobe {
 struct WrittenArgument {
   int index = -1;
   const char* keyword = "";
+  // The call reads the buffer too (all_reduce): else what it holds before the call is no input
+  // (an all-gather's torch.empty buffer) and is never judged.
+  bool read = false;
 };
 WrittenArgument written_argument(const std::string& api);
 
