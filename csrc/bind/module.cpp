@@ -21,6 +21,7 @@
 #include "live/hooks/hook_scope.h"
 #include "live/hooks/module_hooks.h"
 #include "live/hooks/submit.h"
+#include "live/overflow/model_tensors.h"
 #include "live/overflow/python_side.h"
 #include "live/session/session.h"
 #include "live/stats/device_stats.h"
@@ -183,7 +184,15 @@ PYBIND11_MODULE(_C, m) {
           [](Session& s, double before, double after) {
             if (auto event = s.judge_loss_scale(before, after)) handle_overflow_event(s, *event);
           },
-          py::arg("before"), py::arg("after"));
+          py::arg("before"), py::arg("after"))
+      .def(
+          "judge_optimizer_gradients",
+          [](Session& s, const std::string& optimizer, std::vector<std::string> bad, bool reduced) {
+            if (auto event = s.judge_optimizer_gradients(optimizer, std::move(bad), reduced)) {
+              handle_overflow_event(s, *event);
+            }
+          },
+          py::arg("optimizer"), py::arg("bad"), py::arg("reduced"));
 
   m.def("set_current_session", &set_current_session, py::arg("session").none(true));
   m.def(
@@ -211,6 +220,14 @@ PYBIND11_MODULE(_C, m) {
     ReentryGuard guard;
     return fn();
   });
+  // The optimizer-step check (gradient_guard.py): the names whose tensors hold NaN/inf.
+  m.def(
+      "nonfinite_gradients",
+      [](const std::vector<std::pair<std::string, at::Tensor>>& gradients) {
+        ReentryGuard unhooked;
+        return non_finite_gradients(gradients);
+      },
+      py::arg("gradients"));
   // torch.empty and its kin, under task overflow_check: what they return is unwritten memory.
   m.def(
       "mark_unwritten",

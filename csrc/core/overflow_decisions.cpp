@@ -167,6 +167,49 @@ ScaleDecision OverflowDecisions::loss_scale(double before, double after, int64_t
   return d;
 }
 
+std::optional<OverflowEvent> OverflowDecisions::optimizer_gradients(
+    std::vector<std::string> gradients, GradientSource source, const MakeFacts& blank) {
+  OverflowEvent e;
+  if (reached_gradients_) {
+    e.facts = *reached_gradients_;
+    e.facts.note =
+        "the optimizer steps with these non-finite gradients: the loss scaler did not "
+        "skip the step";
+    e.raise = options_.action == Action::Raise;
+  } else if (step_overflow_ || pending_backward_) {
+    return std::nullopt;  // told already, and its own stop decided
+  } else {
+    e.facts = blank();
+    const std::string which =
+        "the gradients of " + gradients.front() +
+        (gradients.size() > 1 ? " and " + std::to_string(gradients.size() - 1) + " more"
+                              : std::string());
+    if (source.reduced) {
+      e.facts.origin = Origin::Peer;
+      e.facts.note = which +
+                     ", averaged across the ranks, hold NaN/inf that no rank said it made: a "
+                     "backward no hook sees (a compiled region), or the reduction overflowed";
+    } else if (source.compiled) {
+      e.facts.origin = Origin::Op;
+      e.facts.note = which +
+                     " were made by the backward of a compiled region (torch.compile), whose "
+                     "calls are not recorded: run the model uncompiled (its _orig_mod) to find "
+                     "the op";
+    } else {
+      e.facts.origin = Origin::Input;
+      e.facts.note = which +
+                     " hold NaN/inf that no recorded backward call of this step made: left by an "
+                     "earlier step (zero them with optimizer.zero_grad()), or made by a C++ "
+                     "autograd function";
+    }
+    e.raise = options_.action == Action::Raise && options_.stops_on(*e.facts.origin);
+  }
+  e.facts.gradients = std::move(gradients);
+  e.notify = !step_overflow_;
+  if (e.notify) step_overflow_ = e.facts;
+  return e;
+}
+
 bool OverflowDecisions::budget_left() const {
   const int64_t nums = options_.overflow_nums;
   return nums < 0 || step_dumped_ || dumped_steps_ < nums;

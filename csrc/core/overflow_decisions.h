@@ -87,6 +87,19 @@ class OverflowDecisions {
   // call, for a scale that fell too low in a step without findings.
   ScaleDecision loss_scale(double before, double after, int64_t step, const MakeFacts& blank);
 
+  // An optimizer is about to write `gradients` (names), which hold NaN/inf, into the parameters:
+  // the last point before the damage. `blank`: facts naming the optimizer step, for gradients no
+  // finding of this step told of. Where they came from: averaged across the ranks (`reduced`,
+  // origin peer), a compiled region's backward (`compiled`, origin op), else an earlier step
+  // that was not zeroed (origin input). A scaled step's finding stops here: its scaler did not
+  // skip.
+  struct GradientSource {
+    bool reduced = false;
+    bool compiled = false;
+  };
+  std::optional<OverflowEvent> optimizer_gradients(std::vector<std::string> gradients,
+                                                   GradientSource source, const MakeFacts& blank);
+
   // Whether a finished step is written: flagged (or a peer stop), not left to its scaler, within
   // overflow_nums. A written step counts against overflow_nums once.
   DumpDecision dump_step(bool flagged, bool peer_stop, int64_t step);

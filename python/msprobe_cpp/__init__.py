@@ -14,12 +14,12 @@ import torch  # noqa: F401 - torch's libraries and Python types are in place bef
 from . import _C
 from ._C import ConfigError, RulesError, WriteError
 from .debugger import PrecisionDebugger, module_dump, module_dump_end, write_at_exit
-from .errors import Overflow, OverflowError  # noqa: A004 - msprobe_cpp.OverflowError, a RuntimeError
+from .errors import DistributedStopError, Overflow, OverflowError  # noqa: A004 - a RuntimeError
 from .seed import seed_all
 
 __version__: str = _C.__version__
 
 __all__ = ["PrecisionDebugger", "seed_all", "module_dump", "module_dump_end", "Overflow",
-           "OverflowError", "ConfigError", "RulesError", "WriteError"]
+           "OverflowError", "DistributedStopError", "ConfigError", "RulesError", "WriteError"]
 
 atexit.register(write_at_exit)

@@ -12,7 +12,7 @@ import torch.distributed
 import torch.nn.functional
 
 from . import _C, peer_stop
-from .errors import OverflowError
+from .errors import DistributedStopError, OverflowError
 
 RULES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rules")
 
@@ -128,10 +128,10 @@ def _coordinated(call: Callable[..., Any]) -> Callable[..., Any]:
         guard.before_collective()
         try:
             return call(*args, **kwargs)
-        except OverflowError:
+        except (OverflowError, DistributedStopError):
             raise
-        except RuntimeError:
-            guard.after_collective_failure()
+        except RuntimeError as e:
+            guard.after_collective_failure(e)
             raise
     wrapper.__name__ = getattr(call, "__name__", "wrapper")
     return wrapper

@@ -14,6 +14,7 @@ from . import _C
 from . import api_hooks
 from .api_hooks import ApiHooks
 from .errors import Overflow, OverflowError
+from .gradient_guard import GradientGuard, local_gradients
 from .loss_scalers import GradScalerWatch
 from . import peer_stop
 from .peer_stop import PeerStop
@@ -149,6 +150,8 @@ class PrecisionDebugger:
         self._grad_scalers = GradScalerWatch(weakref.WeakMethod(self._saw_grad_scaler))
         self._peer: Optional[PeerStop] = None  # torch.distributed with overflow_check: the coordinated stop
         self._peer_tried = False
+        self._gradient_guard = GradientGuard(weakref.WeakMethod(self._before_optimizer_step))
+        self._parameter_names: Dict[int, str] = {}  # id of a started model's parameter -> its name
         if self._session.watching:
             me = weakref.ref(self)  # the session must not keep the debugger alive
 
@@ -165,7 +168,7 @@ class PrecisionDebugger:
             def raise_peer_stop() -> None:
                 debugger = me()
                 if debugger is not None and debugger._peer is not None:
-                    debugger._peer.raise_now()
+                    debugger._peer.check()
 
             def mark_collective_input(call: str) -> None:
                 debugger = me()
@@ -244,6 +247,7 @@ class PrecisionDebugger:
             self._api_hooks.install(self._session.watching, self._extra_apis)
         if self._session.watching:
             self._grad_scalers.install()
+            self._gradient_guard.install()
         for m in new_models:
             if hasattr(m, "_orig_mod"):  # torch.compile's OptimizedModule
                 self._warn_once("compiled", "a torch.compile'd model: the calls inside its compiled regions are "
@@ -341,6 +345,10 @@ class PrecisionDebugger:
         so they can't be taken for the first one's."""
         prefix = "" if not self._models else f"model{len(self._models)}."
         self._models.append(model)
+        if self._session.watching:
+            root = getattr(model, "_orig_mod", model)
+            for name, p in root.named_parameters():
+                self._parameter_names.setdefault(id(p), prefix + name)
         record = self._session.modules_hooked
         if not (record or self._session.watching):
             return
@@ -371,6 +379,23 @@ class PrecisionDebugger:
             for name, b in model.named_buffers():
                 self._session.add_model_tensor(prefix + name, b, True)
 
+    def _before_optimizer_step(self, optimizer: Any) -> None:
+        """An optimizer is about to write the gradients into the parameters: the last point where
+        NaN/inf in them does no damage. Gradients that no hooked call made (DDP's all-reduce,
+        FSDP's reduce-scatter, a compiled backward) are seen here. One look at each gradient, in
+        place on the CPU (gradient_guard.local_gradients; _C.nonfinite_gradients)."""
+        if self._done or self._last_start_step != self._session.current_step:
+            return  # not a started step of this debugger
+        if self._peer is not None:
+            self._peer.check()
+        started = self._parameter_names if self._models else None
+        bad = _C.nonfinite_gradients(local_gradients(optimizer, started))
+        if not bad:
+            return
+        if self._peer is not None and self._peer.wait_for_peer():
+            self._peer.check(gradients=bad)  # the rank whose backward made them stopped: origin peer
+        self._session.judge_optimizer_gradients(type(optimizer).__name__, bad, self._peer is not None)
+
     def _hook_started_model(self, model: torch.nn.Module, class_name: str) -> None:
         """The started model itself is not recorded (msprobe records none), but the guard judges
         what it returns: held NaN/inf is caught there, and at L0 a loss made in its own forward
@@ -384,6 +409,7 @@ class PrecisionDebugger:
         self._session.drain_writes()
         self._api_hooks.remove()
         self._grad_scalers.remove()
+        self._gradient_guard.remove()
         for handle in self._module_handles + self._dump_handles:
             handle.remove()
         self._module_handles = []

@@ -46,3 +46,21 @@ class OverflowError(RuntimeError):  # noqa: A001 - msprobe_cpp.OverflowError, by
         for key, value in overflow.__dict__.items():
             if key != "message":
                 setattr(self, key, value)
+
+
+class DistributedStopError(RuntimeError):
+    """Under torch.distributed, the run cannot go on after a stop: raised by the first debugger
+    call, hooked call, collective or optimizer step after a rank's OverflowError (its own or a
+    peer's). Not an OverflowError on purpose: a program that catches OverflowError and skips the
+    batch (the single-process pattern) would pair its next collective with another step's on
+    the other ranks (DDP's all-reduce is made in C++, where no hook can hold it back), and the
+    ranks' parameters would drift apart. So the run ends, with this message, on every rank."""
+
+    def __init__(self, rank: int, step: int, reason: str) -> None:
+        super().__init__(
+            f"[rank {rank}] msprobe_cpp: the run stopped at step {step} under torch.distributed "
+            f"({reason}) and cannot go on: a rank that skips the batch would pair its next "
+            "collective with another step's on the other ranks. Each rank's evidence is in its "
+            "step folder; restart from a checkpoint")
+        self.rank = rank
+        self.step = step

@@ -2,16 +2,21 @@
 
 The rank that stops publishes its stop on torch.distributed's own store (the one
 init_process_group made) before it raises, and waits up to a few seconds until every other rank
-has seen it. Each rank has a thread that looks for it five times a second (a counter read, which
-never times out; no store operation per step while nothing is wrong). Once a rank has seen it, it stops at its next hooked call, at
-start()/stop()/step(), or, if it is blocked in a collective that the stopping rank will never
-join, when that collective fails (gloo reports the closed connection when the stopping process
-ends): it writes its records of the step (overflow_report.json says "peer_stop"), prints one line
-and raises msprobe_cpp.OverflowError with `peer_stop = True`.
+has taken it in. Each rank has a thread that looks for it five times a second (a counter read,
+which never times out; no store operation per step while nothing is wrong). A rank in the
+stopping rank's step (or past it) has its records of the step written by that thread at once,
+and its line printed, before it says it has seen the stop: so the evidence is on disk before
+the stopping process ends and gloo's "Connection closed by peer" reaches a rank blocked in DDP's
+all-reduce (made in C++, where no hook sees it). The rank itself then raises
+msprobe_cpp.OverflowError (`peer_stop = True`, origin "peer") at its next hooked call, its next
+start()/stop()/step(), its optimizer step, or out of the collective (loss.backward(), DDP's
+forward) that failed because the stopping rank left. A rank still in an earlier step finishes it
+first, so that every rank stops in the same step.
 
-The contract: a stop under torch.distributed ends the run on every rank. The stopping rank
-refuses further collectives (a program that caught the error and went on would otherwise pair
-its next collective with another step's on the other ranks).
+The contract: a stop under torch.distributed ends the run on every rank. After its
+OverflowError, a rank's next debugger call, hooked call, collective or optimizer step raises
+DistributedStopError (not an OverflowError): a program that caught the error and skipped the
+batch would pair its next collective with another step's on the other ranks.
 """
 import atexit
 import json
@@ -22,10 +27,11 @@ import time
 from datetime import timedelta
 from typing import Any, Dict, Optional, Tuple
 
+import torch
 import torch.distributed as dist
 
 from . import _C
-from .errors import Overflow, OverflowError
+from .errors import DistributedStopError, Overflow, OverflowError
 
 KEY = "msprobe_cpp/stop"
 SEEN = "msprobe_cpp/stop_seen"
@@ -36,6 +42,15 @@ ACK_WAIT_S = 5.0
 # warnings per period on every rank (issue 32). Closing wakes the watcher at once.
 WAIT_PERIOD_S = 0.2
 _active: Optional["PeerStop"] = None
+# What a collective that failed because a peer left says (gloo's closed connection, NCCL's abort,
+# a store that went away): only such a failure waits for a peer's stop to explain it.
+_COLLECTIVE_FAILURE = ("gloo", "Connection closed", "Connection reset", "NCCL", "nccl", "c10d",
+                       "ProcessGroup", "Socket", "socket", "Broken pipe", "timed out", "Timed out")
+
+
+def is_collective_failure(error: BaseException) -> bool:
+    text = str(error)
+    return any(word in text for word in _COLLECTIVE_FAILURE)
 
 
 def active() -> Optional["PeerStop"]:
@@ -100,20 +115,28 @@ class PeerStop:
         self._world = dist.get_world_size()
         self.peer: Optional[Dict[str, Any]] = None  # the stopping rank's facts, once seen
         self._seen = threading.Event()
+        self._store_gone = threading.Event()  # the store's host left: no stop can come any more
         self._closing = threading.Event()
-        self._stopped_here = False
+        self._stopped_here: Optional[int] = None  # the step this rank stopped in
         self._raised_peer = False
+        # The watcher and the main thread both may write the peer stop's evidence: once.
+        self._evidence_lock = threading.Lock()
+        self._evidence: Optional[str] = None  # the folder written ("" if none could be)
+        self._evidence_step = -1  # the step it holds
+        self._failures = _CollectiveFailures()
         self._thread = threading.Thread(target=self._watch, name="msprobe_cpp peer stop", daemon=True)
         self._thread.start()
         # A thread still inside a store wait when the interpreter ends takes the process down with it.
         atexit.register(self.close)
         _active = self
+        self._failures.install()
 
     def close(self) -> None:
         """Ends the watcher (within one wait period) and forgets this coordinator."""
         global _active
         if _active is self:
             _active = None
+            self._failures.remove()
         self._closing.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(WAIT_PERIOD_S + 1.0)
@@ -122,9 +145,10 @@ class PeerStop:
 
     def publish(self, overflow: Overflow) -> None:
         """Called just before this rank raises its own stop."""
-        if self._stopped_here or self.peer is not None:
+        if self._stopped_here is not None or self.peer is not None:
             return  # one stop per run; a rank stopped by a peer does not publish
-        self._stopped_here = True
+        self._stopped_here = int(overflow.step)
+        self._session.set_peer_stopped()  # the hooks now ask check(): the run has ended
         facts = {"rank": self._rank, "step": overflow.step, "call": overflow.call,
                  "origin": overflow.origin, "scene": overflow.scene, "level": overflow.level}
         try:
@@ -170,10 +194,13 @@ class PeerStop:
                     continue  # no stop yet: look again, unless closing
                 facts = json.loads(self._watch_store.get(KEY))
             except Exception:  # noqa: BLE001
+                self._store_gone.set()
                 return  # the store is gone: the run ended
             if facts.get("rank") != self._rank:
                 self.peer = facts
                 self._session.set_peer_stopped()
+                if self._session.current_step >= int(facts["step"]):
+                    self._write_evidence()  # before the stopping rank may leave
                 try:
                     self._watch_store.add(SEEN, 1)
                 except Exception:  # noqa: BLE001
@@ -182,43 +209,72 @@ class PeerStop:
             self._seen.set()
             return
 
-    def check_peer(self) -> None:
-        """At start()/stop()/step(): raises the stop a peer published."""
-        if self.peer is not None:
-            self.raise_now()
-
-    def before_collective(self) -> None:
-        """Raises a peer's stop, or refuses a collective after this rank's own stop."""
-        self.check_peer()
-        if self._stopped_here:
-            message = (f"[rank {self._rank}] msprobe_cpp: this rank stopped the run at an overflow; no "
-                       "further collective is made, as every other rank has stopped with it")
-            facts = self._facts(self._session.current_step, None, False)
-            facts["message"] = message
-            raise OverflowError(message, Overflow(**facts))
-
-    def after_collective_failure(self) -> None:
-        """A collective failed: if a peer stopped (or stops within a few seconds: the failure may
-        come first), that is the reason, raised as such."""
-        if self._seen.wait(ACK_WAIT_S) and self.peer is not None:
-            self.raise_now()
-
-    def raise_now(self) -> None:
+    def _write_evidence(self) -> str:
+        """This rank's records of its step, written as a peer stop, and its line: once."""
         peer = self.peer
         assert peer is not None
-        step = self._session.current_step
-        dump_dir = "" if self._raised_peer else self._session.stop_for_peer(
-            int(peer["rank"]), int(peer["step"]), str(peer["call"]), str(peer.get("origin") or ""))
+        with self._evidence_lock:
+            if self._evidence is None:
+                self._evidence_step = self._session.current_step  # stop_for_peer ends the step
+                self._evidence = self._session.stop_for_peer(
+                    int(peer["rank"]), int(peer["step"]), str(peer["call"]), str(peer.get("origin") or ""))
+                print(f"[rank {self._rank}] stopping: rank {peer['rank']} overflowed at step {peer['step']} "
+                      f"({peer['call']}, origin {peer.get('origin')})", file=sys.stderr, flush=True)
+            return self._evidence
+
+    def check(self, gradients: Optional[list] = None) -> None:
+        """At each point where the run could go on (a hooked call, start()/stop()/step(), an
+        optimizer step, a collective): raises a peer's stop once this rank is in its step, and
+        DistributedStopError after this rank's OverflowError."""
+        if self._stopped_here is not None:
+            raise DistributedStopError(self._rank, self._stopped_here, "this rank overflowed")
+        peer = self.peer
+        if peer is None:
+            return
+        if self._raised_peer:
+            raise DistributedStopError(self._rank, int(peer["step"]), f"rank {peer['rank']} overflowed")
+        if int(peer["step"]) > self._session.current_step:
+            return  # this rank finishes its step first: every rank stops in the same step
+        self.raise_now(gradients)
+
+    check_peer = check
+    before_collective = check
+
+    def wait_for_peer(self) -> bool:
+        """Non-finite averaged gradients: whether a peer's stop explains them (it publishes at the
+        end of its own backward; a few seconds at most, for this rare case only)."""
+        deadline = time.monotonic() + ACK_WAIT_S
+        while not self._seen.is_set() and not self._store_gone.is_set() and time.monotonic() < deadline:
+            self._seen.wait(0.02)
+        return self.peer is not None
+
+    def after_collective_failure(self, error: BaseException) -> None:
+        """A collective failed: if a peer stopped (or stops within a few seconds: the failure may
+        come first), that is the reason, raised as such. Another failure is let through at once."""
+        if self._stopped_here is not None:
+            self.check()
+        if not is_collective_failure(error):
+            return
+        if self.peer is None:
+            self.wait_for_peer()
+        if self.peer is not None:
+            self.check()
+
+    def raise_now(self, gradients: Optional[list] = None) -> None:
+        peer = self.peer
+        assert peer is not None
+        dump_dir = self._write_evidence()
+        step = self._evidence_step
+        self._raised_peer = True
         line = (f"[rank {self._rank}] stopping: rank {peer['rank']} overflowed at step {peer['step']} "
                 f"({peer['call']}, origin {peer.get('origin')})")
-        if not self._raised_peer:
-            print(line, file=sys.stderr, flush=True)
-        self._raised_peer = True
+        if gradients:
+            line += f"\n  gradients: {', '.join(gradients)} hold NaN/inf from rank {peer['rank']}'s"
         message = line + (f"\n  dump:   {dump_dir}" if dump_dir else "")
         facts = self._facts(step, dump_dir or None, True)
         facts.update(peer_rank=int(peer["rank"]), peer_step=int(peer["step"]), call=peer["call"],
-                     origin=peer.get("origin"), scene=peer.get("scene"), level=peer.get("level"),
-                     message=message)
+                     origin="peer", scene=peer.get("scene"), level=peer.get("level"),
+                     gradients=list(gradients or []), message=message)
         raise OverflowError(message, Overflow(**facts))
 
     def _facts(self, step: Any, dump_dir: Optional[str], peer_stop: bool) -> Dict[str, Any]:
@@ -226,3 +282,48 @@ class PeerStop:
         facts: Dict[str, Any] = _C.overflow_fields(step, self._rank)
         facts.update(dump_dir=dump_dir, peer_stop=peer_stop)
         return facts
+
+
+class _CollectiveFailures:
+    """Collectives that no hook sees: DDP's gradient all-reduce (made in its C++ reducer, inside
+    loss.backward()) and its forward's buffer broadcast. When one fails because a peer stopped and
+    left, the error a rank gets is gloo's "Connection closed by peer"; these wrappers raise the
+    peer's stop instead (PeerStop.after_collective_failure)."""
+
+    def __init__(self) -> None:
+        self._saved: list = []
+
+    def install(self) -> None:
+        targets = [(torch.autograd, "backward")]
+        ddp = getattr(getattr(torch.nn, "parallel", None), "DistributedDataParallel", None)
+        if ddp is not None:
+            targets.append((ddp, "forward"))
+        for owner, name in targets:
+            original = owner.__dict__.get(name)
+            if original is None:
+                continue
+            self._saved.append((owner, name, original))
+            setattr(owner, name, _told_failures(original))
+
+    def remove(self) -> None:
+        for owner, name, original in reversed(self._saved):
+            setattr(owner, name, original)
+        self._saved = []
+
+
+def _told_failures(call: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except (OverflowError, DistributedStopError):
+            raise
+        except RuntimeError as e:
+            guard = _active
+            if guard is not None:
+                guard.after_collective_failure(e)
+            raise
+    wrapper.__name__ = getattr(call, "__name__", "wrapper")
+    wrapper.__qualname__ = getattr(call, "__qualname__", wrapper.__name__)
+    wrapper.__doc__ = getattr(call, "__doc__", None)
+    wrapper.__wrapped__ = call  # type: ignore[attr-defined]
+    return wrapper

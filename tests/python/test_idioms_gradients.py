@@ -87,8 +87,9 @@ def test_gradients_of_a_caught_stop_are_zeroed_in_place_without_a_second_stop(tm
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_accumulating_onto_a_skipped_steps_gradients_is_an_anomaly(tmp_path, level):
-    """Without zero_grad the next backward adds onto the inf gradients: the optimizer's first
-    read of them is an origin, as any foreign NaN/inf."""
+    """Without zero_grad the next backward adds onto the inf gradients: no recorded call of the step
+    made them, so the stop comes before the optimizer writes them (issue 32: the optimizer-step
+    check), with origin input, as any foreign NaN/inf."""
     torch.manual_seed(0)
     model = SqrtOfWeight()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -110,8 +111,9 @@ def test_accumulating_onto_a_skipped_steps_gradients_is_an_anomaly(tmp_path, lev
         dbg.stop()
         dbg.step()
     assert [s[0] for s in stops][:2] == [0, 1], stops
-    assert stops[1][1:3] == ("input", "Tensor.add_.0.forward")  # SGD's update reads the gradient
-    assert "the gradient of parameter w holds NaN/inf from an earlier step" in stops[1][3]
+    assert stops[1][1:3] == ("input", "(before SGD.step)")  # before SGD's update reads the gradient
+    assert "the gradients of w hold NaN/inf that no recorded backward call of this step made: left by " \
+           "an earlier step (zero them with optimizer.zero_grad())" in stops[1][3]
 
 
 def test_a_dump_that_cannot_be_written_is_said_so(tmp_path, capfd):

@@ -1,6 +1,8 @@
 #include "live/overflow/model_tensors.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 
 namespace msprobe {
 
@@ -10,6 +12,42 @@ bool is_running_stat(const std::string& name) {
   const size_t dot = name.rfind('.');
   const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
   return leaf == "running_mean" || leaf == "running_var";
+}
+
+// Whether every element's exponent bits are short of all ones (NaN and ±inf have all ones).
+// Branch-free over blocks, so the compiler vectorizes it; stops at the first bad block.
+template <typename Bits>
+bool all_finite_bits(const void* data, int64_t n, Bits exponent) {
+  const Bits* p = static_cast<const Bits*>(data);
+  constexpr int64_t kBlock = 4096;
+  for (int64_t at = 0; at < n; at += kBlock) {
+    const int64_t end = std::min(n, at + kBlock);
+    bool bad = false;
+    for (int64_t i = at; i < end; ++i) bad |= (p[i] & exponent) == exponent;
+    if (bad) return false;
+  }
+  return true;
+}
+
+// A CPU tensor's finiteness read in place, without dispatching an op: the optimizer-step check
+// runs every step. Nothing for other devices and dtypes.
+std::optional<bool> cpu_all_finite(const at::Tensor& t) {
+  if (t.device().type() != at::kCPU || t.layout() != at::kStrided || !t.is_contiguous()) {
+    return std::nullopt;
+  }
+  const void* data = t.data_ptr();
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return all_finite_bits<uint32_t>(data, t.numel(), 0x7f800000u);
+    case at::kDouble:
+      return all_finite_bits<uint64_t>(data, t.numel(), 0x7ff0000000000000ull);
+    case at::kHalf:
+      return all_finite_bits<uint16_t>(data, t.numel(), 0x7c00u);
+    case at::kBFloat16:
+      return all_finite_bits<uint16_t>(data, t.numel(), 0x7f80u);
+    default:
+      return std::nullopt;
+  }
 }
 
 // Inference tensors have no version counter.
@@ -100,6 +138,9 @@ std::vector<std::pair<std::string, at::Tensor>> ModelTensors::gradients() const 
     if (!strong) continue;
     at::Tensor grad = at::Tensor(std::move(strong)).grad();
     if (!grad.defined() || !grad.is_floating_point() || grad.layout() != at::kStrided) continue;
+    // A DTensor's (FSDP2): reading it would be a collective. The optimizer-step check reads its
+    // local shard.
+    if (grad.key_set().has(c10::DispatchKey::Python)) continue;
     out.emplace_back(item.name, grad.detach());
   }
   return out;
@@ -113,8 +154,13 @@ std::vector<std::string> non_finite_gradients(
     std::vector<size_t> items;
   };
   std::vector<Group> by_device;
+  std::vector<size_t> bad;
   for (size_t i = 0; i < gradients.size(); ++i) {
     const at::Tensor& grad = gradients[i].second;
+    if (std::optional<bool> finite = cpu_all_finite(grad)) {
+      if (!*finite) bad.push_back(i);
+      continue;
+    }
     auto group = std::find_if(by_device.begin(), by_device.end(),
                               [&](const Group& g) { return g.device == grad.device(); });
     if (group == by_device.end())
@@ -122,7 +168,6 @@ std::vector<std::string> non_finite_gradients(
     group->flags.push_back(at::isfinite(grad).all());
     group->items.push_back(i);
   }
-  std::vector<size_t> bad;
   for (const Group& g : by_device) {
     const at::Tensor flags = at::stack(g.flags).cpu();
     const bool* ok = flags.data_ptr<bool>();

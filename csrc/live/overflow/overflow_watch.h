@@ -55,6 +55,7 @@ class OverflowWatch {
   void finish_held();
   // An output of a compiled region (torch.compile), this step.
   void mark_compiled_output(const at::Tensor& t);
+  bool compiled_region_ran() const { return !compiled_outputs_.empty(); }
 
   bool step_flagged() const { return step_flagged_; }
   const std::vector<Finding>& findings() const { return findings_; }

@@ -464,22 +464,6 @@ void Session::take_back_calls(FinishedStep& done) {
   });
 }
 
-std::optional<OverflowEvent> Session::end_of_backward() {
-  if (!watching()) return std::nullopt;
-  // The gradients are gathered under the lock and looked at (a device sync) after it.
-  std::optional<std::vector<std::pair<std::string, at::Tensor>>> gradients;
-  bool models_known = false;
-  state_.with_lock([&](StepState& s) {
-    if (!s.decisions->backward_pass_ended()) return;
-    models_known = !s.models.empty();
-    gradients = s.models.gradients();
-  });
-  if (!gradients) return std::nullopt;
-  std::vector<std::string> bad = non_finite_gradients(*gradients);
-  return state_.with_lock(
-      [&](StepState& s) { return s.decisions->backward_verdict(models_known, std::move(bad)); });
-}
-
 void Session::set_loss_scaled() {
   state_.with_lock([](StepState& s) {
     if (s.decisions) s.decisions->set_loss_scaled();
@@ -504,18 +488,6 @@ std::optional<OverflowEvent> Session::judge_loss_scale(double before, double aft
 
 bool Session::step_flagged() const {
   return state_.with_lock([](const StepState& s) { return s.watch && s.watch->step_flagged(); });
-}
-
-std::string Session::stop_for_peer(const PeerOverflow& peer) {
-  if (!watching()) return "";
-  const std::string dir = state_.with_lock([&](StepState& s) {
-    s.peer_stop = peer;
-    s.dirty = true;  // written even when this rank collected nothing yet
-    return dir_of(s);
-  });
-  end_step_for_raise();
-  std::error_code ec;
-  return std::filesystem::exists(dir + "/dump.json", ec) ? dir : "";
 }
 
 }  // namespace msprobe

@@ -123,6 +123,11 @@ class Session {
   std::string end_step_for_raise();
   // Called by the autograd engine when a backward pass with a backward op anomaly ends.
   std::optional<OverflowEvent> end_of_backward();
+  // Before an optimizer (named by its class) writes the gradients: `bad` names those that hold
+  // NaN/inf. `reduced`: under torch.distributed, where they were averaged across the ranks.
+  std::optional<OverflowEvent> judge_optimizer_gradients(const std::string& optimizer,
+                                                         std::vector<std::string> bad,
+                                                         bool reduced);
   void set_loss_scaled();
   // At step(), for a step whose loss a scaler scaled: `before` at start() (or scale()), `after`
   // now. A stop to raise, or nothing.

@@ -1,0 +1,101 @@
+"""The gradients are looked at once more right before an optimizer writes them into the
+parameters: the last point where NaN/inf in them has done no damage. What the hooks judge covers
+the gradients hooked calls made; this covers the rest: DDP's reducer averaging another rank's
+NaN into this rank's gradients, FSDP's reduce-scatter, a compiled backward, any C++ path.
+
+torch 2.x calls a global optimizer step pre-hook (register_optimizer_step_pre_hook) for every
+optimizer. torch 1.13 has none: there each torch.optim.Optimizer subclass's own step is wrapped
+while a debugger is live (found again at each start(), for classes defined since), and put back
+when it is released. Either way the hook costs one look at each gradient per optimizer step
+(_C.nonfinite_gradients: read in place on the CPU, one sync per device elsewhere)."""
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.optim.optimizer as optimizer_module  # torch 1.13's torch.optim deletes the name
+
+
+def local_gradients(optimizer: Any, started: Optional[Dict[int, str]]) -> List[Tuple[str, torch.Tensor]]:
+    """(name, gradient) of the optimizer's parameters that have a strided floating-point
+    gradient: those of the started models (`started`: id -> name) when models were started,
+    else all. A DTensor's (FSDP2) is its local shard: reading the whole would be a collective."""
+    out = []
+    for g, group in enumerate(optimizer.param_groups):
+        for i, p in enumerate(group["params"]):
+            grad = p.grad
+            if grad is None:
+                continue
+            if started is not None:
+                name = started.get(id(p))
+                if name is None:
+                    continue
+            else:
+                name = f"param_groups[{g}].params[{i}]"
+            grad = getattr(grad, "_local_tensor", grad)
+            if grad.layout == torch.strided and grad.is_floating_point():
+                out.append((name, grad))
+    return out
+
+
+def _optimizer_classes() -> List[type]:
+    found, todo = [], [torch.optim.Optimizer]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+class GradientGuard:
+    """Calls `judge(optimizer)` (a weak method: the debugger may go) before each optimizer step."""
+
+    def __init__(self, judge: Callable[[], Optional[Callable[[Any], None]]]) -> None:
+        self._judge = judge
+        self._handle: Any = None
+        self._wrapped: List[Tuple[type, Any]] = []  # torch 1.13: (class, its own step)
+        self._inside = threading.local()  # a subclass's step calling super().step(): judged once
+
+    def install(self) -> None:
+        register = getattr(optimizer_module, "register_optimizer_step_pre_hook", None)
+        if register is not None:
+            if self._handle is None:
+                self._handle = register(self._pre_hook)
+            return
+        for cls in _optimizer_classes():
+            own = cls.__dict__.get("step")
+            if own is not None and not getattr(own, "_msprobe_cpp_guard", False):
+                self._wrapped.append((cls, own))
+                setattr(cls, "step", self._guarded_step(own))
+
+    def remove(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+        for cls, own in reversed(self._wrapped):
+            setattr(cls, "step", own)
+        self._wrapped = []
+
+    def _pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        judge = self._judge()
+        if judge is not None:
+            judge(optimizer)
+
+    def _guarded_step(self, step: Any) -> Any:
+        guard = self
+
+        def guarded_step(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(guard._inside, "depth", 0) == 0:
+                guard._pre_hook(optimizer, args, kwargs)
+            guard._inside.depth = getattr(guard._inside, "depth", 0) + 1
+            try:
+                return step(optimizer, *args, **kwargs)
+            finally:
+                guard._inside.depth -= 1
+        guarded_step._msprobe_cpp_guard = True  # type: ignore[attr-defined]
+        # torch 1.13 wraps a class's step for its profiler unless it says it is wrapped already.
+        guarded_step.hooked = getattr(step, "hooked", False)  # type: ignore[attr-defined]
+        guarded_step.__wrapped__ = step  # type: ignore[attr-defined]
+        guarded_step.__name__ = getattr(step, "__name__", "step")
+        guarded_step.__qualname__ = getattr(step, "__qualname__", "step")
+        guarded_step.__doc__ = getattr(step, "__doc__", None)
+        return guarded_step
