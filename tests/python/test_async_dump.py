@@ -81,6 +81,35 @@ def test_two_stops_in_one_step_write_every_call(tmp_path):
     assert list(dumps(tmp_path / "async")["step0"]["data"]) == ["Torch.add.0.forward", "Torch.mul.0.forward"]
 
 
+@pytest.mark.parametrize("async_dump", [False, True], ids=["sync", "async_dump"])
+def test_a_step_written_again_keeps_the_tensors_of_its_first_write(tmp_path, async_dump):
+    # Each write is built apart and replaces the published folder whole (docs/formats.md): the
+    # second carries the first one's tensors over.
+    dbg = msprobe_cpp.PrecisionDebugger(config_path=config(tmp_path, "d", task="tensor", async_dump=async_dump))
+    a = torch.arange(3.0)
+    for _ in range(2):
+        dbg.start()
+        torch.add(a, 1)
+        dbg.stop()
+        dbg.start()
+        torch.mul(a, 2)
+        dbg.stop()
+        dbg.step()
+    dbg._release()
+    root = tmp_path / "d"
+    assert sorted(p.name for p in root.iterdir()) == ["step0", "step1"]
+    for step, dump in dumps(root).items():
+        data = dump["data"]
+        assert list(data) == ["Torch.add.0.forward", "Torch.mul.0.forward"], step
+        folder = root / step / "rank" / "dump_tensor_data"
+        named = [e["data_name"] for record in data.values()
+                 for e in record["input_args"] + record["output"] if "data_name" in e]
+        assert sorted(p.name for p in folder.iterdir()) == sorted(named), step
+        outputs = [record["output"][0]["data_name"] for record in data.values()]
+        assert torch.equal(torch.load(folder / outputs[0]), a + 1)
+        assert torch.equal(torch.load(folder / outputs[1]), a * 2)
+
+
 EXITS = {
     "normal": "",
     "exception": "raise RuntimeError('the training script fails')",

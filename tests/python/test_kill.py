@@ -1,6 +1,6 @@
-"""kill -9 in the middle of a task-tensor run: every step folder that holds dump.json is complete,
-every tensor it names exists and loads, every step the run had finished is there, and the next
-start() removes the temporaries a killed write left.
+"""kill -9 in the middle of a task-tensor run: every step folder is complete (dump.json and every
+tensor it names, which loads) or absent, every step the run had finished is there, and the next
+start() removes the temporaries and the unfinished folders a killed write left.
 
 Where the kill lands is chosen, not left to the machine's speed: the child reports each step it
 has written, and the parent kills it a seeded fraction of a step after the Nth report, so the kill
@@ -8,6 +8,7 @@ falls inside the next step (its writes included) and the steps that must be on d
 import json
 import pathlib
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -50,9 +51,22 @@ def assert_complete(folder: pathlib.Path) -> None:
                     assert list(t.shape) == entry["shape"]
 
 
+def assert_none_partial(dump: pathlib.Path, attempt) -> None:
+    # What a reader takes for a step: step<S>/ and each folder in it, all with their dump.json.
+    for step in dump.glob("step*"):
+        ranks = list(step.iterdir())
+        assert ranks, (attempt, step)
+        for rank in ranks:
+            assert (rank / "dump.json").exists(), (attempt, rank, sorted(p.name for p in rank.iterdir()))
+
+
+def unfinished(dump: pathlib.Path) -> list:
+    return [p for p in dump.iterdir() if p.name.startswith(".msprobe_cpp_partial")]
+
+
 # async_dump: step i is on disk once the stop() of step i + 2 has returned (write_thread.h).
 @pytest.mark.parametrize("async_dump, lag", [(False, 0), (True, 2)], ids=["sync", "async_dump"])
-def test_kill_9_leaves_only_complete_steps(tmp_path, async_dump, lag):
+def test_kill_9_leaves_only_complete_steps(tmp_path, capfd, async_dump, lag):
     script = tmp_path / "train.py"
     script.write_text(TRAIN.format(python=str(PACKAGE_ROOT), tests=str(TESTS)))
     dump = tmp_path / "dump"
@@ -71,6 +85,7 @@ def test_kill_9_leaves_only_complete_steps(tmp_path, async_dump, lag):
         finally:
             proc.kill()
             proc.wait(timeout=60)
+        assert_none_partial(dump, attempt)
         # The runs share the dump folder. The steps this run reported, it wrote whole after any
         # earlier run's writes, whatever its kill then cut short.
         for step in range(written):
@@ -87,6 +102,61 @@ def test_kill_9_leaves_only_complete_steps(tmp_path, async_dump, lag):
     planted = dump / "step0" / "rank" / "dump_tensor_data" / "Torch.x.0.forward.input.0.pt.tmp.Ab12Cd"
     planted.write_bytes(b"half")
     dbg = msprobe_cpp.PrecisionDebugger(task="tensor", dump_path=str(dump), level="L1", step=[10 ** 6])
+    orphans = len(unfinished(dump))
+    capfd.readouterr()
     dbg.start()  # no step of it is collected; its first start() cleans
     left = [p for p in dump.rglob("*") if ".tmp." in p.name]
     assert left == []
+    assert unfinished(dump) == []
+    said = capfd.readouterr().err
+    if orphans:
+        assert f"removed {orphans} unfinished step folder" in said, said
+    assert_none_partial(dump, "end")
+
+
+KILLED = """
+import os, sys, time
+sys.path.insert(0, {python!r}); sys.path.insert(0, {tests!r})
+import torch, msprobe_cpp
+from models import make_batches, make_model, make_optimizer, train_step
+torch.set_num_threads(1)
+model = make_model("mlp")
+opt = make_optimizer(model)
+dbg = msprobe_cpp.PrecisionDebugger(task=sys.argv[2], dump_path=sys.argv[1], level="L1",
+                                    async_dump=sys.argv[3] == "1")
+batches = make_batches(model, 8)
+for i in range(2):
+    train_step(model, opt, *batches[i], dbg)
+dbg._session.drain_writes()
+dbg.start()
+model(batches[2][0])  # the third step's calls, its tensors saved (task tensor) but not written
+time.sleep(0.5)
+os.kill(os.getpid(), 9)
+"""
+
+
+@pytest.mark.parametrize("task", ["tensor", "statistics"])
+@pytest.mark.parametrize("async_dump", [False, True], ids=["sync", "async_dump"])
+def test_start_after_kill_removes_unfinished_folders(tmp_path, capfd, task, async_dump):
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED.format(python=str(PACKAGE_ROOT), tests=str(TESTS)))
+    dump = tmp_path / "dump"
+    proc = subprocess.run([sys.executable, str(script), str(dump), task, str(int(async_dump))])
+    assert proc.returncode == -9
+    assert_none_partial(dump, task)
+    assert sorted(p.name for p in dump.glob("step*")) == ["step0", "step1"]
+    orphans = unfinished(dump)
+    # Task tensor saves as the calls happen: the unfinished third step left its folder.
+    assert len(orphans) == (1 if task == "tensor" else 0)
+    if orphans:  # and another one, to count
+        shutil.copytree(orphans[0], orphans[0].with_name(orphans[0].name + "0"), symlinks=True)
+    orphans = len(unfinished(dump))
+    capfd.readouterr()
+    dbg = msprobe_cpp.PrecisionDebugger(task=task, dump_path=str(dump), level="L1", step=[10 ** 6])
+    dbg.start()
+    dbg.start()  # said once
+    said = capfd.readouterr().err
+    assert unfinished(dump) == []
+    expected = f"msprobe_cpp: warning: removed {orphans} unfinished step folders of an earlier run under {dump}\n"
+    assert said == (expected if orphans else ""), said
+    assert sorted(p.name for p in dump.iterdir()) == ["step0", "step1"]

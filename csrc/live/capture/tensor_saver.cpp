@@ -1,6 +1,7 @@
 #include "live/capture/tensor_saver.h"
 
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <unistd.h>
 
 #include "core/output_files.h"
 
@@ -54,7 +55,9 @@ void TensorSaver::run() {
     try {
       const size_t slash = job.path.rfind('/');
       const std::string dir = job.path.substr(0, slash);
-      if (dir != made_dir_) {
+      // A step's folder is renamed away when published: a call that ends after that (another
+      // thread's, still running at stop()) must not find the folder gone and stop all saving.
+      if (dir != made_dir_ || access(dir.c_str(), F_OK) != 0) {
         make_dirs(dir, root_);
         made_dir_ = dir;
       }

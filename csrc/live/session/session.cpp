@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "core/output_files.h"
 #include "live/hooks/hook_scope.h"
 #include "live/overflow/python_objects.h"
 #include "live/session/headroom_sites.h"
@@ -131,26 +130,18 @@ void Session::start(int rank) {
   // A forward that an exception cut short (an overflow stop, a user's error) left its module
   // calls open on this thread.
   clear_module_calls();
-  if (said_.first(" stale temporaries")) {
-    // What a run killed mid-write left in this rank's folders (other ranks may be writing theirs).
-    const std::string rank_dir = rank < 0 ? "rank" : "rank" + std::to_string(rank);
-    std::error_code ec;
-    for (const auto& step : std::filesystem::directory_iterator(paths_.dump_root, ec)) {
-      if (step.is_directory(ec) && !step.is_symlink(ec)) {
-        remove_stale_temporaries((step.path() / rank_dir).string());
-      }
-    }
-  }
-  const auto [step, dir] = state_.with_lock([&](StepState& s) {
+  if (said_.first(" stale temporaries")) clean_earlier_run(rank);
+  const auto [step, staging] = state_.with_lock([&](StepState& s) {
     s.ended_by_raise = false;
     if (!s.began) {
       s.began = true;
       if (s.watch) s.models.new_step();  // what "written before this step began" compares with
     }
     s.rank = rank;
-    return std::make_pair(s.step, dir_of(s));
+    return std::make_pair(s.step, staging_of(s));
   });
-  if (capture_.saver()) capture_.file_names().set_dir(dir + "/dump_tensor_data");
+  // Task tensor saves as the calls happen: into the folder being built.
+  if (capture_.saver()) capture_.file_names().set_dir(staging + "/dump_tensor_data");
   const bool rank_ok =
       rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
   const bool collect = rank_ok && config_.step.contains(step) && !finished();
@@ -223,6 +214,8 @@ void Session::advance() {
     s.dirty = false;
     s.collected = false;
     s.began = false;
+    s.staging.clear();
+    s.published = false;
     s.peer_stop.reset();
     if (s.watch) s.watch->new_step();
     if (s.decisions) s.decisions->new_step();
@@ -389,79 +382,6 @@ void Session::tell_source(const StackPtr& stack, const std::string& call, Overfl
   }
   if (event) event->facts.source = source;
   state_.with_lock([&](StepState& s) { s.decisions->set_source(call, source); });
-}
-
-std::string Session::write_step(bool at_stop, bool hand_over) {
-  if (config_.async_dump) {
-    // A write of this step still in progress gives its calls back before new ones join them.
-    const int64_t now = state_.with_lock([](StepState& s) { return s.dirty ? s.step : -1; });
-    pybind11::gil_scoped_release no_gil;
-    if (now >= 0) writer_.drain_step(now);
-  }
-  // Under the lock: whether the step is due, and its calls taken out with what the files need.
-  std::string say;
-  std::vector<std::string> held_lines;
-  std::optional<FinishedStep> done = state_.with_lock([&](StepState& s) {
-    std::optional<FinishedStep> f;
-    // A scaled step is written at step(), once the loss scaler has said whether it skipped it.
-    if (!s.dirty || (at_stop && s.decisions && s.decisions->loss_scaled())) return f;
-    s.dirty = false;
-    if (s.watch) {
-      // Held NaN/inf that did no damage by now was absorbed: told once per call site.
-      s.watch->finish_held();
-      for (const std::string& line : s.decisions->finish_held()) {
-        held_lines.push_back((s.rank >= 0 ? "[rank " + std::to_string(s.rank) + "] " : "") + line);
-      }
-      // Task overflow_check writes only the steps it flagged; a clean step leaves nothing.
-      DumpDecision d =
-          s.decisions->dump_step(s.watch->step_flagged(), s.peer_stop.has_value(), s.step);
-      say = std::move(d.say);
-      if (!d.dump) return f;
-    }
-    f.emplace();
-    f->step = s.step;
-    f->rank = s.rank;
-    f->dir = dir_of(s);
-    f->folder = s.folder();
-    f->calls = std::move(s.calls);
-    s.calls.clear();
-    // At L1 the overflow guard keeps a module stack of the started model: it names the parents.
-    f->construct = config_.level != Level::L1 || (s.watch && !s.models.empty());
-    if (s.watch) {
-      f->report = Report{s.watch->findings(), s.decisions->first_anomaly(), s.peer_stop};
-      f->judgements = s.watch->judgements();
-    }
-    return f;
-  });
-  for (const std::string& line : held_lines) std::fprintf(stderr, "%s\n", line.c_str());
-  if (!say.empty()) std::fprintf(stderr, "%s\n", say.c_str());
-  if (!done) return "";
-  // With the GIL: the stack lines (formatted once per distinct stack).
-  done->stacks.reserve(done->calls.size());
-  for (const StoredCall& c : done->calls) {
-    done->stacks.push_back(c.stack && !is_backward_name(c.record.name)
-                               ? codes_.format_once(c.stack, paths_.package_dir)
-                               : StackLines());
-  }
-  pybind11::gil_scoped_release no_gil;
-  if (hand_over) {
-    // The write thread needs neither the GIL nor the state lock until it gives the calls back.
-    writer_.write_later(std::make_shared<FinishedStep>(std::move(*done)),
-                        [this](FinishedStep& f) { take_back_calls(f); });
-    return "";
-  }
-  const std::string error = writer_.write(*done);
-  take_back_calls(*done);
-  return error;
-}
-
-// A later stop() in the same step writes the calls again, with those made since.
-void Session::take_back_calls(FinishedStep& done) {
-  state_.with_lock([&](StepState& s) {
-    if (s.step != done.step) return;
-    for (StoredCall& c : s.calls) done.calls.push_back(std::move(c));
-    s.calls = std::move(done.calls);
-  });
 }
 
 void Session::set_loss_scaled() {

@@ -165,6 +165,8 @@ class Session {
 
  private:
   void advance();
+  // The temporaries and unfinished folders a killed run of rank `rank` left (the first start()).
+  void clean_earlier_run(int rank);
   void warn_unmatched_selection(int64_t step);  // once per entry and session
   // Writes the step if anything was collected since the last write ("" or why it could not be).
   // `at_stop`: a scaled step waits for step(), when the loss scaler has said whether it skipped.
@@ -172,6 +174,7 @@ class Session {
   std::string write_step(bool at_stop = false, bool hand_over = false);
   void take_back_calls(FinishedStep& done);
   std::string dir_of(const StepState& s) const { return paths_.dump_root + "/" + s.folder(); }
+  const std::string& staging_of(StepState& s) const;
   OverflowFacts facts_of(const StepState& s, const StoredCall& call, const Verdict& v) const;
   // Task overflow_check: a call's evidence. The file names are the step's, claimed under the
   // lock (and set as the entries' data_name); the copies are made after it and attached to the

@@ -55,6 +55,10 @@ struct StepState {
   bool collected = false;       // collecting was on at some start() of the step
   bool began = false;           // start() was called in the step
   bool ended_by_raise = false;  // a raise ended the step already: the next step() must not
+  // Where the step's next write is built (core/step_folders.h), and for which folder(); "": a
+  // new one at the next start(), as a write took the last.
+  std::string staging, staging_for;
+  bool published = false;  // a write of the step is in place: a later one carries its tensors
   std::optional<PeerOverflow> peer_stop;  // the step is being ended by a peer stop
   std::vector<DeferredCall> deferred;
   bool backward_flush_queued = false;

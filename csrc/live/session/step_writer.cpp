@@ -8,6 +8,7 @@
 #include "core/dump_writer.h"
 #include "core/json_writer.h"
 #include "core/output_files.h"
+#include "core/step_folders.h"
 #include "live/session/backward_scope.h"
 
 namespace msprobe {
@@ -31,17 +32,16 @@ void StepWriter::write_later(std::shared_ptr<FinishedStep> step,
 
 std::string StepWriter::write(FinishedStep& step) {
   std::lock_guard<std::mutex> lock(mu_);
-  // A step that cannot be completed leaves nothing: neither files that no dump.json names nor
-  // empty folders.
-  std::vector<std::string> written;
   std::string error;
   try {
-    write_files(step, written);
+    write_files(step);
+    publish_folder(step.staging, dump_root_, step.folder);
+    step.published = true;
   } catch (const WriteError& e) {
     error = e.what();
-    for (const std::string& f : written) unlink(f.c_str());
-    if (saver_) remove_empty_folders(step.dir + "/dump_tensor_data", dump_root_);
-    remove_empty_folders(step.dir, dump_root_);
+    // A step that cannot be completed leaves nothing of this write: no files that no dump.json
+    // names, no empty folders. What an earlier write of the step published stays.
+    discard_staging(step.staging);
   }
   if (step.report) {
     const std::string dump = error.empty()
@@ -60,8 +60,8 @@ std::string StepWriter::write(FinishedStep& step) {
   return error;
 }
 
-void StepWriter::save_tensors(FinishedStep& step, const std::string& tensor_dir, DumpHeader& header,
-                              std::vector<std::string>& written) {
+void StepWriter::save_tensors(FinishedStep& step, const std::string& tensor_dir,
+                              DumpHeader& header) {
   for (StoredCall& c : step.calls) {
     for (auto& [tensor, name] : c.tensors) saver_->save(tensor, tensor_dir + "/" + name);
     c.tensors.clear();
@@ -85,24 +85,38 @@ void StepWriter::save_tensors(FinishedStep& step, const std::string& tensor_dir,
         e.data_name.clear();
       });
     }
-    remove_empty_folders(tensor_dir, step.dir);
+    remove_empty_folders(tensor_dir, step.staging);
     return;
+  }
+  // Written again: the calls of the earlier write have their tensors in the published folder,
+  // which this write replaces.
+  const std::string published = dump_root_ + "/" + step.folder + "/dump_tensor_data";
+  bool made = false;
+  for (StoredCall& c : step.calls) {
+    for_each_entry(c.record, [&](Entry& e) {
+      if (e.data_name.empty()) return;
+      const std::string path = tensor_dir + "/" + e.data_name;
+      if (access(path.c_str(), F_OK) == 0) return;
+      const std::string earlier = published + "/" + e.data_name;
+      if (step.again && access(earlier.c_str(), F_OK) == 0) {
+        if (!made) make_dirs(tensor_dir, dump_root_);
+        made = true;
+        link_or_copy(earlier, path);
+      } else {
+        e.data_name.clear();  // its file went with an earlier write that failed
+      }
+    });
   }
   std::string given = dump_path_;
   while (given.size() > 1 && given.back() == '/') given.pop_back();
   header.dump_data_dir = given + "/" + step.folder + "/dump_tensor_data";
-  for (StoredCall& c : step.calls) {
-    for_each_entry(c.record, [&](Entry& e) {
-      if (!e.data_name.empty()) written.push_back(tensor_dir + "/" + e.data_name);
-    });
-  }
 }
 
-void StepWriter::write_files(FinishedStep& step, std::vector<std::string>& written) {
-  const std::string& dir = step.dir;
+void StepWriter::write_files(FinishedStep& step) {
+  const std::string& dir = step.staging;
   make_dirs(dir, dump_root_);
   DumpHeader header{task_, level_, std::nullopt};
-  if (saver_) save_tensors(step, dir + "/dump_tensor_data", header, written);
+  if (saver_) save_tensors(step, dir + "/dump_tensor_data", header);
 
   JsonWriter stack(1, std::move(buffer_));
   stack.begin_object();
@@ -121,7 +135,6 @@ void StepWriter::write_files(FinishedStep& step, std::vector<std::string>& writt
   stack.end_object();
   buffer_ = stack.take();
   write_file_atomic(dir + "/stack.json", buffer_);
-  written.push_back(dir + "/stack.json");
 
   JsonWriter construct(1, std::move(buffer_));
   construct.begin_object();
@@ -149,11 +162,9 @@ void StepWriter::write_files(FinishedStep& step, std::vector<std::string>& writt
   construct.end_object();
   buffer_ = construct.take();
   write_file_atomic(dir + "/construct.json", buffer_);
-  written.push_back(dir + "/construct.json");
 
   if (step.report) {
     write_file_atomic(dir + "/overflow_report.json", step.report->to_json(1));
-    written.push_back(dir + "/overflow_report.json");
   }
   std::vector<const CallRecord*> records;
   records.reserve(step.calls.size());

@@ -1,5 +1,6 @@
 // Turns a finished step into its files (docs/formats.md): tensors, stack.json, construct.json,
-// overflow_report.json, and dump.json last, so a folder with a dump.json has everything else too.
+// overflow_report.json and dump.json, built in a folder of their own and published whole
+// (core/step_folders.h), so a step folder that exists has them all, even after a kill -9.
 // A function of its inputs: it runs with no session lock held and without the GIL.
 #pragma once
 
@@ -25,6 +26,11 @@ struct FinishedStep {
   int rank = -1;
   std::string dir;     // <dump_root>/step<S>/rank<R>
   std::string folder;  // step<S>/rank<R>
+  // Where this write is built (core/step_folders.h): the tensors saved as the calls happened are
+  // there already.
+  std::string staging;
+  bool again = false;      // an earlier write of the step was published in this session
+  bool published = false;  // set by write()
   std::vector<StoredCall> calls;
   std::vector<StackLines> stacks;  // parallel to calls; null for backward records
   bool construct = false;          // construct.json names each call's enclosing module
@@ -56,9 +62,8 @@ class StepWriter {
   }
 
  private:
-  void write_files(FinishedStep& step, std::vector<std::string>& written);
-  void save_tensors(FinishedStep& step, const std::string& tensor_dir, DumpHeader& header,
-                    std::vector<std::string>& written);
+  void write_files(FinishedStep& step);
+  void save_tensors(FinishedStep& step, const std::string& tensor_dir, DumpHeader& header);
 
   const std::string dump_path_, dump_root_;
   const std::string task_, level_;

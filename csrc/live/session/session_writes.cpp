@@ -1,0 +1,122 @@
+// What a session leaves on disk: a step's files written (at once or on the write thread), built
+// in a folder of their own and published whole (core/step_folders.h), and what a killed run left
+// removed at the first start().
+#include <pybind11/pybind11.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/output_files.h"
+#include "core/step_folders.h"
+#include "live/session/session.h"
+
+namespace msprobe {
+
+void Session::clean_earlier_run(int rank) {
+  // What a run killed mid-write left in this rank's folders (other ranks may be writing theirs).
+  const std::string rank_dir = rank < 0 ? "rank" : "rank" + std::to_string(rank);
+  std::error_code ec;
+  for (const auto& step : std::filesystem::directory_iterator(paths_.dump_root, ec)) {
+    if (step.is_directory(ec) && !step.is_symlink(ec)) {
+      remove_stale_temporaries((step.path() / rank_dir).string());
+    }
+  }
+  // Nothing of this session is being built yet: each such folder of this rank is a killed
+  // run's step that never became whole.
+  const size_t unfinished = remove_unfinished_folders(paths_.dump_root, rank_dir);
+  if (unfinished > 0) {
+    std::fprintf(stderr,
+                 "msprobe_cpp: warning: removed %zu unfinished step folder%s of an earlier run "
+                 "under %s\n",
+                 unfinished, unfinished == 1 ? "" : "s", paths_.dump_root.c_str());
+  }
+}
+
+const std::string& Session::staging_of(StepState& s) const {
+  std::string folder = s.folder();
+  if (s.staging.empty() || s.staging_for != folder) {
+    s.staging = staging_folder(paths_.dump_root, folder);
+    s.staging_for = std::move(folder);
+  }
+  return s.staging;
+}
+
+std::string Session::write_step(bool at_stop, bool hand_over) {
+  if (config_.async_dump) {
+    // A write of this step still in progress gives its calls back before new ones join them.
+    const int64_t now = state_.with_lock([](StepState& s) { return s.dirty ? s.step : -1; });
+    pybind11::gil_scoped_release no_gil;
+    if (now >= 0) writer_.drain_step(now);
+  }
+  // Under the lock: whether the step is due, and its calls taken out with what the files need.
+  std::string say;
+  std::vector<std::string> held_lines;
+  std::optional<FinishedStep> done = state_.with_lock([&](StepState& s) {
+    std::optional<FinishedStep> f;
+    // A scaled step is written at step(), once the loss scaler has said whether it skipped it.
+    if (!s.dirty || (at_stop && s.decisions && s.decisions->loss_scaled())) return f;
+    s.dirty = false;
+    if (s.watch) {
+      // Held NaN/inf that did no damage by now was absorbed: told once per call site.
+      s.watch->finish_held();
+      for (const std::string& line : s.decisions->finish_held()) {
+        held_lines.push_back((s.rank >= 0 ? "[rank " + std::to_string(s.rank) + "] " : "") + line);
+      }
+      // Task overflow_check writes only the steps it flagged; a clean step leaves nothing.
+      DumpDecision d =
+          s.decisions->dump_step(s.watch->step_flagged(), s.peer_stop.has_value(), s.step);
+      say = std::move(d.say);
+      if (!d.dump) return f;
+    }
+    f.emplace();
+    f->step = s.step;
+    f->rank = s.rank;
+    f->dir = dir_of(s);
+    f->folder = s.folder();
+    // A later write of the step is built anew: this one's folder is renamed into place.
+    f->staging = staging_of(s);
+    s.staging.clear();
+    f->again = s.published;
+    f->calls = std::move(s.calls);
+    s.calls.clear();
+    // At L1 the overflow guard keeps a module stack of the started model: it names the parents.
+    f->construct = config_.level != Level::L1 || (s.watch && !s.models.empty());
+    if (s.watch) {
+      f->report = Report{s.watch->findings(), s.decisions->first_anomaly(), s.peer_stop};
+      f->judgements = s.watch->judgements();
+    }
+    return f;
+  });
+  for (const std::string& line : held_lines) std::fprintf(stderr, "%s\n", line.c_str());
+  if (!say.empty()) std::fprintf(stderr, "%s\n", say.c_str());
+  if (!done) return "";
+  // With the GIL: the stack lines (formatted once per distinct stack).
+  done->stacks.reserve(done->calls.size());
+  for (const StoredCall& c : done->calls) {
+    done->stacks.push_back(c.stack && !is_backward_name(c.record.name)
+                               ? codes_.format_once(c.stack, paths_.package_dir)
+                               : StackLines());
+  }
+  pybind11::gil_scoped_release no_gil;
+  if (hand_over) {
+    // The write thread needs neither the GIL nor the state lock until it gives the calls back.
+    writer_.write_later(std::make_shared<FinishedStep>(std::move(*done)),
+                        [this](FinishedStep& f) { take_back_calls(f); });
+    return "";
+  }
+  const std::string error = writer_.write(*done);
+  take_back_calls(*done);
+  return error;
+}
+
+// A later stop() in the same step writes the calls again, with those made since.
+void Session::take_back_calls(FinishedStep& done) {
+  state_.with_lock([&](StepState& s) {
+    if (s.step != done.step) return;
+    s.published = s.published || done.published;
+    for (StoredCall& c : s.calls) done.calls.push_back(std::move(c));
+    s.calls = std::move(done.calls);
+  });
+}
+
+}  // namespace msprobe
