@@ -253,16 +253,23 @@ class PeerStop:
         return self.peer is not None
 
     def after_collective_failure(self, error: BaseException) -> None:
-        """A collective failed: if a peer stopped (or stops within a few seconds: the failure may
-        come first), that is the reason, raised as such. Another failure is let through at once."""
+        """A collective failed: if a peer stopped, that is the reason, raised as such. The stopping
+        rank publishes before it leaves, so a failure its leaving caused finds the stop published;
+        any other failure (a rank killed, the store's host gone) goes through at once."""
         if self._stopped_here is not None:
             self.check()
         if not is_collective_failure(error):
             return
-        if self.peer is None:
-            self.wait_for_peer()
+        if self.peer is None and self._published():
+            self.wait_for_peer()  # the watcher reads it within one period
         if self.peer is not None:
             self.check()
+
+    def _published(self) -> bool:
+        try:
+            return self._store.add(PUBLISHED, 0) > 0
+        except Exception:  # noqa: BLE001 - the store is gone: no stop can be read any more
+            return False
 
     def raise_now(self, gradients: Optional[list] = None) -> None:
         peer = self.peer

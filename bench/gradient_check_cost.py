@@ -1,0 +1,98 @@
+"""What the optimizer-step gradient check costs (issue 32): the look at every gradient that the
+debugger makes before each optimizer step (python/msprobe_cpp/gradient_guard.py,
+_C.nonfinite_gradients), against an uninstrumented training step of the same model, in one
+process.
+
+Models: TinyGPT (tests/python/models.py, the hook_overhead bench's) and, where transformers is
+installed (the torch 2 venv), hf_gpt2 and hf_llama_sdpa of the real-model zoo
+(tests/python/real_models.py). For each: the median of --reps uninstrumented training steps
+(zero_grad, forward, backward, optimizer step), then the median of --reps checks of that step's
+gradients as the hook makes them (collecting the optimizer's strided gradients by parameter,
+then the in-place look). The ratio is (step + check) / step.
+
+    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/gradient_check_cost.py
+    OPENBLAS_NUM_THREADS=1 build-torch2/venv/bin/python bench/gradient_check_cost.py
+"""
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+sys.path.insert(0, os.environ.get("MSPROBE_CPP_PACKAGE_ROOT", str(ROOT / "python")))
+
+import torch  # noqa: E402
+
+from msprobe_cpp import _C  # noqa: E402
+from msprobe_cpp.gradient_guard import local_gradients  # noqa: E402
+
+
+def median_s(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def tinygpt():
+    from models import make_batches, make_model, make_optimizer
+    model = make_model("gpt")
+    opt = make_optimizer(model)
+    x, y = make_batches(model, 1)[0]
+
+    def step() -> None:
+        opt.zero_grad()
+        out = model(x)
+        torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
+        opt.step()
+    return model, opt, step
+
+
+def zoo(name: str):
+    import real_models
+    model, make_batch, make_optimizer = real_models.build(name)
+    opt = make_optimizer(model)
+    batch = real_models.batches(make_batch, 1)[0]
+
+    def step() -> None:
+        opt.zero_grad()
+        real_models.loss_of(model, batch).backward()
+        opt.step()
+    return model, opt, step
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=30)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    workloads = [("TinyGPT", tinygpt)]
+    try:
+        import transformers  # noqa: F401
+        workloads += [("hf_gpt2", lambda: zoo("hf_gpt2")), ("hf_llama_sdpa", lambda: zoo("hf_llama_sdpa"))]
+    except ImportError:
+        pass
+    print(f"torch {torch.__version__}, one thread, {args.reps} reps each")
+    print(f"{'model':16} {'params':>7} {'elements':>9} {'step ms':>8} {'check us':>9} {'ratio':>6}")
+    for label, make in workloads:
+        model, opt, step = make()
+        for _ in range(3):
+            step()  # warm-up; the optimizer's state exists
+        step_s = median_s(step, args.reps)
+        names = {id(p): n for n, p in model.named_parameters()}
+        grads = local_gradients(opt, names)
+        assert _C.nonfinite_gradients(grads) == []
+        check_s = median_s(lambda: _C.nonfinite_gradients(local_gradients(opt, names)), args.reps * 10)
+        elements = sum(g.numel() for _, g in grads)
+        print(f"{label:16} {len(grads):7d} {elements:9d} {step_s * 1e3:8.2f} {check_s * 1e6:9.1f} "
+              f"{(step_s + check_s) / step_s:6.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
