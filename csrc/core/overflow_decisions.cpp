@@ -176,9 +176,11 @@ std::optional<OverflowEvent> OverflowDecisions::optimizer_gradients(
         "the optimizer steps with these non-finite gradients: the loss scaler did not "
         "skip the step";
     e.raise = options_.action == Action::Raise;
-  } else if (step_overflow_ || pending_backward_) {
-    return std::nullopt;  // told already, and its own stop decided
+  } else if (pending_backward_ || (step_overflow_ && step_overflow_->origin)) {
+    return std::nullopt;  // an origin told already (stop_on and action decided its stop)
   } else {
+    // Nothing told, or only calls downstream of NaN/inf whose origin no hook saw (a backward
+    // record fed by an unrecorded backward): the gradients' own finding, named here.
     e.facts = blank();
     const std::string which =
         "the gradients of " + gradients.front() +

@@ -91,8 +91,8 @@ class OverflowDecisions {
   // the last point before the damage. `blank`: facts naming the optimizer step, for gradients no
   // finding of this step told of. Where they came from: averaged across the ranks (`reduced`,
   // origin peer), a compiled region's backward (`compiled`, origin op), else an earlier step
-  // that was not zeroed (origin input). A scaled step's finding stops here: its scaler did not
-  // skip.
+  // that was not zeroed or a C++ autograd function (origin input). A told origin is not told
+  // again (its stop was decided); a scaled step's finding stops here: its scaler did not skip.
   struct GradientSource {
     bool reduced = false;
     bool compiled = false;

@@ -152,6 +152,7 @@ class PrecisionDebugger:
         self._peer_tried = False
         self._gradient_guard = GradientGuard(weakref.WeakMethod(self._before_optimizer_step))
         self._parameter_names: Dict[int, str] = {}  # id of a started model's parameter -> its name
+        self._collects_step = False
         if self._session.watching:
             me = weakref.ref(self)  # the session must not keep the debugger alive
 
@@ -263,6 +264,7 @@ class PrecisionDebugger:
         if self._peer is not None:
             self._peer.check_peer()
         self._session.start(_rank())
+        self._collects_step = self._session.collecting  # the step and rank are selected
 
     @_OnTheDebugger
     def stop(self) -> None:
@@ -384,10 +386,12 @@ class PrecisionDebugger:
         NaN/inf in them does no damage. Gradients that no hooked call made (DDP's all-reduce,
         FSDP's reduce-scatter, a compiled backward) are seen here. One look at each gradient, in
         place on the CPU (gradient_guard.local_gradients; _C.nonfinite_gradients)."""
-        if self._done or self._last_start_step != self._session.current_step:
-            return  # not a started step of this debugger
+        if self._done:
+            return
         if self._peer is not None:
             self._peer.check()
+        if not self._collects_step or self._last_start_step != self._session.current_step:
+            return  # not a started step of this debugger, or one its step or rank list leaves out
         started = self._parameter_names if self._models else None
         bad = _C.nonfinite_gradients(local_gradients(optimizer, started))
         if not bad:

@@ -77,6 +77,29 @@ TEST(OptimizerGradients, AFindingToldAlreadyIsNotToldAgain) {
   EXPECT_FALSE(judge(d, {"w"}, false));  // the step's story is told once
 }
 
+TEST(OptimizerGradients, AfterCallsFlaggedWithoutAnOriginTheGradientsStillStop) {
+  OverflowSection options;
+  OverflowDecisions d(options);
+  Verdict v;  // a backward record fed NaN by an unrecorded backward: high, no origin
+  v.finding = Finding{};
+  v.finding->call = "Functional.linear.0.backward";
+  v.judgement = Judgement::Flagged;
+  v.flagged = true;
+  const CallDecision c = d.on_call(v, true, [] {
+    OverflowFacts f;
+    f.finding.call = "Functional.linear.0.backward";
+    return f;
+  });
+  ASSERT_TRUE(c.event);
+  EXPECT_FALSE(c.event->raise);
+  auto e = judge(d, {"fc.weight"}, false);
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->raise);
+  EXPECT_FALSE(e->notify);  // the step was told of already
+  EXPECT_EQ(e->facts.finding.call, "(before SGD.step)");
+  EXPECT_EQ(e->facts.origin, Origin::Input);
+}
+
 TEST(OptimizerGradients, AScaledStepTheOptimizerStepsWithWasNotSkippedAndStops) {
   OverflowSection options;
   OverflowDecisions d(options);

@@ -1,0 +1,108 @@
+"""The last gate (issue 32): just before an optimizer writes the gradients into the parameters,
+they are looked at once more, so NaN/inf that no hooked call made (DDP's all-reduce, a compiled
+backward, a C++ autograd function) stops before it does damage. Here in one process, with a
+gradient made where no hook sees it (the hooks turned off inside a custom autograd function's
+backward, as in a C++ one)."""
+import copy
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+import msprobe_cpp
+from msprobe_cpp import _C
+from testenv import devices
+
+
+class UnseenNaNGradient(torch.autograd.Function):
+    """Identity forward; backward gives NaN where `poison` is set, made with the hooks off."""
+
+    @staticmethod
+    def forward(ctx, x, poison):
+        ctx.poison = poison
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.poison:
+            return grad, None
+        return _C.call_unhooked(lambda: grad * float("nan")), None
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.poison = False
+
+    def forward(self, x):
+        return UnseenNaNGradient.apply(self.fc(x), self.poison)
+
+
+def train(model, device, steps, debugger=None, poison_at=-1, optimizer="sgd"):
+    opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if optimizer == "sgd"
+           else torch.optim.AdamW(model.parameters(), lr=0.01))
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for i in range(steps):
+        x = torch.randn(5, 4, generator=g).to(device)
+        model.poison = i == poison_at
+        if debugger is not None:
+            debugger.start(model)
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        if debugger is not None:
+            debugger.stop()
+            debugger.step()
+        losses.append(loss.item())
+    return losses, opt
+
+
+@pytest.mark.parametrize("device", devices(), indirect=True)
+@pytest.mark.parametrize("level", ["L1", "mix", "L0"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_a_gradient_no_hook_saw_stops_before_the_optimizer_writes_it(tmp_path, device, level, optimizer):
+    torch.manual_seed(0)
+    model = Net().to(device)
+    debugger = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"), level=level)
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        train(model, device, 4, debugger, poison_at=2, optimizer=optimizer)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    debugger._release()
+    e = info.value
+    assert (e.step, e.call, e.origin) == (2, f"(before {'SGD' if optimizer == 'sgd' else 'AdamW'}.step)", "input"), str(e)
+    assert set(e.gradients) == {"fc.weight", "fc.bias"}
+    assert "no recorded backward call of this step made" in e.note
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert {k: v for k, v in model.state_dict().items()}.keys() == before.keys()
+    assert (tmp_path / "dump" / "step2" / "rank" / "overflow_report.json").exists()
+
+
+@pytest.mark.parametrize("device", devices(), indirect=True)
+def test_a_clean_run_is_untouched_and_the_guard_is_removed_with_the_debugger(tmp_path, device):
+    torch.manual_seed(0)
+    model = Net().to(device)
+    reference = copy.deepcopy(model)
+    expected, _ = train(reference, device, 3)
+    sgd_step = torch.optim.SGD.__dict__["step"]
+    debugger = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"), step=[0, 1, 2])
+    losses, _ = train(model, device, 3, debugger)  # the last step releases the debugger
+    assert losses == expected
+    for a, b in zip(model.state_dict().values(), reference.state_dict().values()):
+        assert torch.equal(a, b)
+    assert torch.optim.SGD.__dict__["step"] is sgd_step  # torch 1.13: the class's own step is back
+    hooks = getattr(sys.modules["torch.optim.optimizer"], "_global_optimizer_pre_hooks", {})
+    assert not hooks  # torch 2.x: the global pre-hook is gone
+    assert not (tmp_path / "dump").exists() or not any((tmp_path / "dump").iterdir())
+
+
+def test_a_step_the_step_list_leaves_out_is_not_judged(tmp_path):
+    torch.manual_seed(0)
+    model = Net()
+    debugger = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"), step=[0, 1, 3])
+    train(model, "cpu", 3, debugger, poison_at=2)  # step 2 is not watched: as without the tool
+    debugger._release()
+    assert not torch.isfinite(model.fc.weight).all()
