@@ -10,19 +10,11 @@
 #include "test_util.h"
 
 using namespace msprobe;
+using msprobe::testing::read_text;
 using msprobe::testing::TempDir;
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TEST(OutputFiles, TemporaryNames) {
   EXPECT_TRUE(is_temporary_name("dump.json.tmp.a1B2c3"));
@@ -42,8 +34,8 @@ TEST(OutputFiles, AtomicWriteNeverFollowsAPlantedLinkAndLeavesNoTemporary) {
   // The name older versions used: a link there must not be written through.
   fs::create_symlink(victim, dir / ("dump.json.tmp." + std::to_string(getpid())));
   write_file_atomic((dir / "dump.json").string(), "{}");
-  EXPECT_EQ(read(victim), "precious");
-  EXPECT_EQ(read(dir / "dump.json"), "{}");
+  EXPECT_EQ(read_text(victim), "precious");
+  EXPECT_EQ(read_text(dir / "dump.json"), "{}");
   struct stat st {};
   ASSERT_EQ(stat((dir / "dump.json").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0640u);
@@ -134,7 +126,7 @@ TEST(OutputFiles, AFullDiskFailsTheWriteAndLeavesNothing) {
       [&] { write_file_atomic((dir / "big").string(), "x"); });
   EXPECT_NE(error.find("No space left on device"), std::string::npos) << error;
   set_write_budget_for_testing(-1);
-  EXPECT_EQ(read(dir / "small"), "0123456789");
+  EXPECT_EQ(read_text(dir / "small"), "0123456789");
   size_t files = 0;
   for (const auto& entry : fs::directory_iterator(dir)) files += entry.is_regular_file();
   EXPECT_EQ(files, 1u);  // no temporary, no partial "big"

@@ -11,17 +11,11 @@
 #include "test_util.h"
 
 using namespace msprobe;
+using msprobe::testing::read_text;
 using msprobe::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::vector<std::string> names(const fs::path& dir) {
   std::vector<std::string> out;
@@ -59,7 +53,7 @@ TEST(StepFolders, PublishedWholeAndReplacedWhole) {
   const std::string root = temp.path().string();
   publish_folder(build(root, "step0/rank0", "first"), root, "step0/rank0");
   EXPECT_EQ(names(root), std::vector<std::string>{"step0"});  // the wrapper became step0/
-  EXPECT_EQ(read(temp / "step0/rank0/dump.json"), "first");
+  EXPECT_EQ(read_text(temp / "step0/rank0/dump.json"), "first");
 
   publish_folder(build(root, "step0/rank1", "other rank"), root, "step0/rank1");
   EXPECT_EQ(names(temp / "step0"), (std::vector<std::string>{"rank0", "rank1"}));
@@ -70,8 +64,8 @@ TEST(StepFolders, PublishedWholeAndReplacedWhole) {
   publish_folder(again, root, "step0/rank0");
   EXPECT_EQ(names(root), std::vector<std::string>{"step0"});
   EXPECT_EQ(names(temp / "step0/rank0"), (std::vector<std::string>{"dump.json", "stack.json"}));
-  EXPECT_EQ(read(temp / "step0/rank0/dump.json"), "second");
-  EXPECT_EQ(read(temp / "step0/rank1/dump.json"), "other rank");
+  EXPECT_EQ(read_text(temp / "step0/rank0/dump.json"), "second");
+  EXPECT_EQ(read_text(temp / "step0/rank1/dump.json"), "other rank");
 }
 
 TEST(StepFolders, AnEmptyStepFolderIsTakenOverAndAPlantedLinkRefused) {
@@ -79,7 +73,7 @@ TEST(StepFolders, AnEmptyStepFolderIsTakenOverAndAPlantedLinkRefused) {
   const std::string root = temp.path().string();
   fs::create_directory(temp / "step1");
   publish_folder(build(root, "step1/rank", "x"), root, "step1/rank");
-  EXPECT_EQ(read(temp / "step1/rank/dump.json"), "x");
+  EXPECT_EQ(read_text(temp / "step1/rank/dump.json"), "x");
 
   fs::create_directory(temp / "elsewhere");
   fs::create_directory_symlink(temp / "elsewhere", temp / "step2");
@@ -88,7 +82,7 @@ TEST(StepFolders, AnEmptyStepFolderIsTakenOverAndAPlantedLinkRefused) {
       msprobe::testing::error_of<WriteError>([&] { publish_folder(staged, root, "step2/rank"); });
   EXPECT_NE(error.find("is a symbolic link; refused"), std::string::npos) << error;
   EXPECT_TRUE(fs::is_empty(temp / "elsewhere"));
-  EXPECT_EQ(read(fs::path(staged) / "dump.json"), "y");  // left for the caller to discard
+  EXPECT_EQ(read_text(fs::path(staged) / "dump.json"), "y");  // left for the caller to discard
   discard_staging(staged);
   EXPECT_EQ(names(root), (std::vector<std::string>{"elsewhere", "step1", "step2"}));
 }
@@ -98,9 +92,9 @@ TEST(StepFolders, ATensorOfTheEarlierWriteIsCarriedOver) {
   const std::string from = temp.write("a.pt", "tensor bytes");
   link_or_copy(from, (temp / "b.pt").string());
   link_or_copy(from, (temp / "b.pt").string());  // already there: kept
-  EXPECT_EQ(read(temp / "b.pt"), "tensor bytes");
+  EXPECT_EQ(read_text(temp / "b.pt"), "tensor bytes");
   fs::remove(from);
-  EXPECT_EQ(read(temp / "b.pt"), "tensor bytes");  // the removal of the old folder keeps it
+  EXPECT_EQ(read_text(temp / "b.pt"), "tensor bytes");  // the removal of the old folder keeps it
 }
 
 TEST(StepFolders, OnlyThisRanksUnfinishedFoldersAreRemoved) {

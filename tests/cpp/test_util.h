@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -41,6 +42,12 @@ std::string error_of(Call&& call) {
 
 // A fresh folder of its own under the system temp dir (mkdtemp: no other run's leftovers, no
 // collision between tests run in parallel), removed with everything in it at scope exit.
+// A file's whole text ("" when it cannot be read).
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 class TempDir {
  public:
   TempDir() {
