@@ -12,6 +12,13 @@ at step --bad-step only, a fault:
   backward_nan  forward is finite (h + sqrt(relu(h) * 0) == h), sqrt's backward at 0 is inf and
                 the NaN it makes reaches every parameter gradient
   plain_raise   (the benchmark) a plain RuntimeError at that point, no NaN at all
+  scaled_overflow  (with --amp) the loss handed to the GradScaler is multiplied by 1e6: forward is
+                finite, the backward into the float16 logits overflows on that rank alone, and
+                DDP's all-reduce takes the inf to the other ranks' gradients
+
+--amp: the forward under torch.autocast("cpu", dtype=torch.float16), the loss in float32, and
+torch.amp.GradScaler("cpu", init_scale=--init-scale): scaler.scale(loss).backward();
+scaler.step(opt); scaler.update(). Each step's scaler.get_scale() after update() goes to "scales".
 
 Writes OUT/result_rank<r>.json (losses as float.hex, what was raised with the OverflowError's
 fields, every exception in --catch mode, whether a parameter or the optimizer state holds
@@ -101,8 +108,8 @@ class Transformer(torch.nn.Module):
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("out")
-    p.add_argument("--mode", choices=["clean", "nan_batch", "fp16_op", "backward_nan", "plain_raise"],
-                   default="clean")
+    p.add_argument("--mode", default="clean",
+                   choices=["clean", "nan_batch", "fp16_op", "backward_nan", "plain_raise", "scaled_overflow"])
     p.add_argument("--bad-rank", type=int, default=-1)
     p.add_argument("--bad-step", type=int, default=2)
     p.add_argument("--task", choices=["statistics", "overflow_check"], default="overflow_check")
@@ -120,6 +127,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--ready-step", type=int, default=-1,
                    help="touch OUT/ready_rank<r> when this step begins (the benchmark waits for it)")
     p.add_argument("--no-save", action="store_true", help="write no state_rank<r>.pt (the benchmark)")
+    p.add_argument("--amp", action="store_true",
+                   help="float16 autocast and torch.amp.GradScaler('cpu') (PyTorch >= 2.3)")
+    p.add_argument("--init-scale", type=float, default=2.0 ** 8, help="the GradScaler's init_scale (--amp)")
     return p.parse_args(argv)
 
 
@@ -190,7 +200,8 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     result = {"rank": rank, "world": world, "args": vars(args), "losses": [], "exceptions": [],
-              "raised": None, "finished": False, "fault_at": None, "torch": torch.__version__}
+              "raised": None, "finished": False, "fault_at": None, "torch": torch.__version__,
+              "scales": []}
     ended_with = None
     model = opt = None
     try:
@@ -206,6 +217,7 @@ def main(argv=None) -> None:
             steps = None if args.dump_steps == "all" else [int(s) for s in args.dump_steps.split(",")]
             debugger = msprobe_cpp.PrecisionDebugger(task=args.task, dump_path=str(out / "dump"),
                                                      level=args.level, step=steps)
+        scaler = torch.amp.GradScaler("cpu", init_scale=args.init_scale) if args.amp else None
         target = wrapped.module if (args.start_module and args.wrap == "ddp") else wrapped
         g = torch.Generator().manual_seed(100 + rank)
         for step in range(args.steps):
@@ -217,14 +229,24 @@ def main(argv=None) -> None:
                 result["fault_at"] = time.time()
                 if args.mode == "nan_batch":
                     x[1, 3] = float("nan")
-                else:
+                elif args.mode != "scaled_overflow":
                     model.blocks[0].fault = args.mode
             try:
                 if debugger is not None:
                     debugger.start(target)
-                loss = torch.nn.functional.cross_entropy(wrapped(x), y)
-                loss.backward()
-                opt.step()
+                if scaler is None:
+                    loss = torch.nn.functional.cross_entropy(wrapped(x), y)
+                    loss.backward()
+                    opt.step()
+                else:
+                    with torch.autocast("cpu", dtype=torch.float16):
+                        logits = wrapped(x)
+                    loss = torch.nn.functional.cross_entropy(logits.float(), y)
+                    scaled = loss * 1e6 if (faulty and args.mode == "scaled_overflow") else loss
+                    scaler.scale(scaled).backward()
+                    scaler.step(opt)
+                    scaler.update()
+                    result["scales"].append(scaler.get_scale())
                 if faulty and args.bare:  # the damage the tool must prevent: is it there without it?
                     result["nonfinite_after_fault_step"] = nonfinite(model.named_parameters())
                     print(f"[rank {rank}] bare {args.mode} at step {step}: parameters with NaN/inf after "

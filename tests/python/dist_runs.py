@@ -1,5 +1,6 @@
 """What test_ddp.py and test_fsdp2.py share: starting the ranks of ddp_worker.py / fsdp_worker.py
-(one process per rank with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or one torchrun), a hard
+(one process per rank with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, one torchrun, or one launcher
+that starts them with torch.multiprocessing.spawn: ddp_spawn.py), a hard
 timeout after which every process is killed and the test fails, and reading back each rank's
 result_rank<r>.json, state_rank<r>.pt and dump folders."""
 import json
@@ -102,9 +103,11 @@ def _alive(pid: int) -> bool:
 
 
 def run_ranks(out: pathlib.Path, world: int, args: Sequence[str], *, worker: str = "ddp_worker.py",
-              timeout: float = 60.0, torchrun: bool = False, read_results: bool = True) -> Run:
+              timeout: float = 60.0, torchrun: bool = False, read_results: bool = True,
+              spawn: bool = False) -> Run:
     """Starts `world` ranks of `worker` on OUT with `args`; waits at most `timeout` seconds for
-    every process to end, else kills them all and fails the test (a hang)."""
+    every process to end, else kills them all and fails the test (a hang). spawn: one ddp_spawn.py
+    launcher that runs `world` ranks of ddp_worker.py under torch.multiprocessing.spawn."""
     out.mkdir(parents=True, exist_ok=True)
     env = _env()
     script = str(TESTS / worker)
@@ -112,6 +115,10 @@ def run_ranks(out: pathlib.Path, world: int, args: Sequence[str], *, worker: str
         cmds = [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
                  *_torchrun_workaround(out), script, str(out), *args]]
         envs = [env]
+    elif spawn:
+        assert worker == "ddp_worker.py", "ddp_spawn.py runs ddp_worker.py's ranks"
+        cmds = [[sys.executable, str(TESTS / "ddp_spawn.py"), str(out), str(world), *args]]
+        envs = [dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))]
     else:
         port = str(free_port())
         cmds = [[sys.executable, script, str(out), *args] for _ in range(world)]
@@ -149,6 +156,15 @@ def run_ranks(out: pathlib.Path, world: int, args: Sequence[str], *, worker: str
             path = out / f"result_rank{r}.json"
             assert path.exists(), f"rank {r} left no result:\n{run.context()}"
             run.results.append(json.loads(path.read_text()))
+    return run
+
+
+def clean_bare_run(out: pathlib.Path, world: int, args: Sequence[str], timeout: float, **kw) -> Run:
+    """The run without the tool (--bare): the reference of a clean run. It must finish on every
+    rank, raising nothing."""
+    run = run_ranks(out, world, ["--bare", *args], timeout=timeout, **kw)
+    assert run.returncodes == [0] * world, run.context()
+    assert all(r["raised"] is None and r["finished"] for r in run.results), run.context()
     return run
 
 

@@ -13,7 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed  # noqa: E402
-from dist_runs import assert_finite_state, assert_states_equal, error_name, run_ranks  # noqa: E402
+from dist_runs import (assert_finite_state, assert_states_equal, clean_bare_run, error_name,  # noqa: E402
+                       run_ranks)
 from gloo import needs_gloo  # noqa: E402
 
 import msprobe_cpp  # noqa: E402
@@ -34,10 +35,7 @@ def bare(tmp_path_factory):
         key = (world, model)
         if key not in _bare_runs:
             out = tmp_path_factory.mktemp(f"bare_{world}_{model}")
-            run = run_ranks(out, world, ["--bare", "--model", model, "--steps", str(STEPS)], timeout=TIMEOUT_S)
-            assert run.returncodes == [0] * world, run.context()
-            assert all(r["raised"] is None and r["finished"] for r in run.results), run.context()
-            _bare_runs[key] = run
+            _bare_runs[key] = clean_bare_run(out, world, ["--model", model, "--steps", str(STEPS)], TIMEOUT_S)
         return _bare_runs[key]
     yield get
     _bare_runs.clear()
@@ -181,11 +179,12 @@ def test_under_torchrun_the_job_ends_soon_after_the_stop(tmp_path):
     args = ["--mode", "nan_batch", "--bad-rank", "1", "--bad-step", str(BAD_STEP), "--task", "overflow_check",
             "--level", "L1", "--steps", "50", "--no-catch-all"]
     run = run_ranks(tmp_path, 2, args, torchrun=True, timeout=90.0, read_results=False)
-    for r in range(2):
-        path = tmp_path / f"result_rank{r}.json"
-        assert path.exists(), f"rank {r} left no result\n{run.context()}"
-        run.results.append(json.loads(path.read_text()))
-    bad = run.results[1]
+    # Once rank 1 fails, torchrun's agent ends rank 0 (SIGTERM): rank 0 may be gone before its own
+    # result file is written. Its evidence is on disk before that: rank 1 leaves only once rank 0
+    # has written its step (the acknowledgement), which the step folders below prove.
+    path = tmp_path / "result_rank1.json"
+    assert path.exists(), f"rank 1 left no result\n{run.context()}"
+    bad = json.loads(path.read_text())
     assert bad["raised"] is not None and bad["raised"]["type"] == "OverflowError", run.context()
     stopped_at = bad["raised"]["at"]
     assert run.ended_at - stopped_at < 30.0, f"the job ended {run.ended_at - stopped_at:.1f} s after the stop"
@@ -195,3 +194,70 @@ def test_under_torchrun_the_job_ends_soon_after_the_stop(tmp_path):
         assert (folder / "dump.json").exists(), \
             f"no {folder.relative_to(tmp_path)}/dump.json; step{BAD_STEP} holds " \
             f"{sorted(p.name for p in folder.parent.glob('*'))}\n{run.context()}"
+
+
+# --- 5. a loss scaler under DDP: a step whose gradients overflowed is skipped on every rank ---
+
+def _cpu_grad_scaler() -> bool:
+    try:
+        torch.amp.GradScaler("cpu")
+    except Exception:  # noqa: BLE001 - no torch.amp.GradScaler (1.13), or one that needs CUDA
+        return False
+    return True
+
+
+INIT_SCALE = 2.0 ** 8
+
+
+@pytest.mark.skipif(not _cpu_grad_scaler(), reason="torch.amp.GradScaler('cpu') arrived in PyTorch 2.3")
+def test_a_grad_scaler_skips_the_overflowing_step_on_every_rank_and_nothing_stops(tmp_path):
+    """float16 autocast and torch.amp.GradScaler("cpu") under DDP. At step 2 rank 1 alone hands the
+    scaler its loss times 1e6: that rank's own backward overflows the float16 logits' gradient, and
+    rank 0 gets the inf only through DDP's all-reduce of the gradients. Both scalers find it, skip
+    the step and halve the scale; the tool must see a skipped step on both ranks, not a stop, and
+    change nothing: every rank bit-identical to the same run without the tool."""
+    args = ["--amp", "--init-scale", str(INIT_SCALE), "--mode", "scaled_overflow", "--bad-rank", "1",
+            "--bad-step", str(BAD_STEP), "--task", "overflow_check", "--level", "L1", "--steps", str(STEPS)]
+    run = run_ranks(tmp_path / "tool", 2, args, timeout=TIMEOUT_S)
+    ref = run_ranks(tmp_path / "bare", 2, args + ["--bare"], timeout=TIMEOUT_S)
+    assert ref.returncodes == [0, 0] and all(r["raised"] is None and r["finished"] for r in ref.results), \
+        ref.context()
+    # Without the tool the fault is what it claims: a skipped step on both ranks, no damage.
+    expected = [INIT_SCALE] * BAD_STEP + [INIT_SCALE / 2] * (STEPS - BAD_STEP)
+    assert [r["scales"] for r in ref.results] == [expected, expected], ref.context()
+    assert ref.results[1]["nonfinite_after_fault_step"] == [], ref.context()
+    assert run.returncodes == [0, 0], run.context()
+    states = [run.state(r) for r in range(2)]
+    for r, res in enumerate(run.results):
+        assert res["raised"] is None and res["exceptions"] == [] and res["finished"], \
+            f"rank {r} raised {error_name(res['raised'])}\n{run.context()}"
+        assert "Traceback" not in run.logs[r], run.context()
+        assert res["scales"] == expected, f"rank {r}'s scales {res['scales']}\n{run.context()}"
+        assert res["losses"] == ref.results[r]["losses"] and len(res["losses"]) == STEPS, \
+            f"rank {r}: losses differ from the bare run"
+        assert not res["nonfinite_params"] and not res["nonfinite_optimizer_state"], res
+        assert_finite_state(states[r], f"rank {r}'s final state")
+        assert_states_equal(states[r], ref.state(r), f"rank {r}'s final state against the bare run's")
+        assert_states_equal(states[r], states[0], f"rank {r}'s final state against rank 0's")
+    # A skipped step is not dumped (overflow_check.dump_skipped_steps is false by default).
+    assert run.step_folders() == [], f"{run.step_folders()}\n{run.context()}"
+
+
+# --- 6. torch.multiprocessing.spawn: the ranks of one launcher stop together, and it joins ---
+
+def test_under_mp_spawn_every_rank_stops_and_the_launcher_joins(tmp_path):
+    args = ["--mode", "nan_batch", "--bad-rank", "1", "--bad-step", str(BAD_STEP), "--task", "overflow_check",
+            "--level", "L1", "--steps", str(STEPS)]
+    run = run_ranks(tmp_path, 2, args, spawn=True, timeout=TIMEOUT_S)
+    assert run.returncodes == [0], run.context()
+    assert (tmp_path / "spawn_joined").exists(), run.context()
+    assert "ProcessRaisedException" not in run.logs[0] and "Traceback" not in run.logs[0], run.context()
+    pids = {(tmp_path / f"pid_rank{r}").read_text() for r in range(2)}
+    assert len(pids) == 2, pids  # two spawned processes, one per rank
+    for r, res in enumerate(run.results):
+        assert res["raised"] is not None and res["raised"]["type"] == "OverflowError", \
+            f"rank {r} ended with {error_name(res['raised'])}\n{run.context()}"
+    assert_stopped_together(run, "nan_batch", 1)
+    assert_step_folders(run, "nan_batch", 1)
+    for r in range(2):
+        assert_finite_state(run.state(r), f"rank {r}'s state after the stop")

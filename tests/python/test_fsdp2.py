@@ -13,7 +13,8 @@ try:
 except Exception as e:  # noqa: BLE001 - ImportError, or torch 1.13's fsdp failing to import under Python 3.11
     pytest.skip(f"this torch has no torch.distributed.fsdp.fully_shard (FSDP2): {type(e).__name__}",
                 allow_module_level=True)
-from dist_runs import assert_finite_state, assert_states_equal, error_name, run_ranks  # noqa: E402
+from dist_runs import (assert_finite_state, assert_states_equal, clean_bare_run, error_name,  # noqa: E402
+                       run_ranks)
 from gloo import needs_gloo  # noqa: E402
 
 pytestmark = needs_gloo
@@ -32,11 +33,8 @@ def bare(tmp_path_factory):
     def get(optim: str):
         if optim not in _bare_runs:
             out = tmp_path_factory.mktemp(f"bare_fsdp2_{optim}")
-            run = run_ranks(out, WORLD, ["--bare", "--optim", optim, "--steps", str(STEPS)], worker=WORKER,
-                            timeout=TIMEOUT_S)
-            assert run.returncodes == [0] * WORLD, run.context()
-            assert all(r["raised"] is None and r["finished"] for r in run.results), run.context()
-            _bare_runs[optim] = run
+            _bare_runs[optim] = clean_bare_run(out, WORLD, ["--optim", optim, "--steps", str(STEPS)], TIMEOUT_S,
+                                               worker=WORKER)
         return _bare_runs[optim]
     yield get
     _bare_runs.clear()
