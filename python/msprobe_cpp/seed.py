@@ -45,6 +45,8 @@ def _seed(seed: int, mode: bool) -> None:
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
         torch.cuda.manual_seed(seed)
+        # msprobe 1.1.1 also writes `cudnn.enable = False`, an attribute torch never reads: cuDNN
+        # stays on there. Writing `enabled` instead (as this did) turned cuDNN off on every CUDA
+        # run: slower, and other kernels than msprobe's run (issue 33).
         torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.enabled = False
         torch.backends.cudnn.benchmark = False

@@ -53,6 +53,23 @@ def test_seed_all_mode_turns_deterministic_algorithms_on_and_off():
     assert not torch.are_deterministic_algorithms_enabled()
 
 
+def test_seed_all_on_cuda_sets_what_msprobe_sets_and_leaves_cudnn_on(monkeypatch):
+    """On a CUDA machine (a stand-in here: torch.cuda's seeding and availability), cuDNN is made
+    deterministic without benchmarking, as msprobe's seed_all does, and stays enabled: msprobe's
+    `cudnn.enable = False` names no switch torch has (issue 33)."""
+    seeded = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda s: seeded.append(("all", s)))
+    monkeypatch.setattr(torch.cuda, "manual_seed", lambda s: seeded.append(("one", s)))
+    cudnn = torch.backends.cudnn
+    for name in ("enabled", "deterministic", "benchmark"):
+        monkeypatch.setattr(cudnn, name, getattr(cudnn, name))  # put back afterwards
+    cudnn.enabled, cudnn.deterministic, cudnn.benchmark = True, False, True
+    msprobe_cpp.seed_all(5)
+    assert ("all", 5) in seeded and ("one", 5) in seeded  # torch.manual_seed seeds CUDA too
+    assert (cudnn.enabled, cudnn.deterministic, cudnn.benchmark) == (True, True, False)
+
+
 @pytest.mark.parametrize("args, message", [(("1",), "seed must be an int"), ((True,), "seed must be an int"),
                                            ((1, "yes"), "mode must be a bool")])
 def test_seed_all_checks_its_arguments(args, message):
