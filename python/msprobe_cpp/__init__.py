@@ -19,6 +19,11 @@ from .seed import seed_all
 
 __version__: str = _C.__version__
 
+# Tracebacks name a class by its __module__: the users' name, not the extension's.
+for _error in (ConfigError, RulesError, WriteError):
+    _error.__module__ = __name__
+del _error
+
 __all__ = ["PrecisionDebugger", "seed_all", "module_dump", "module_dump_end", "Overflow",
            "OverflowError", "DistributedStopError", "ConfigError", "RulesError", "WriteError"]
 

@@ -156,3 +156,13 @@ def test_dump_data_dir_keeps_a_relative_dump_path_relative(tmp_path):
     dump = load(tmp_path / "rel_dump" / "step0" / "rank")
     assert dump["dump_data_dir"] == "./rel_dump/step0/rank/dump_tensor_data"
     assert (tmp_path / dump["dump_data_dir"] / dump["data"]["Torch.tanh.0.forward"]["output"][0]["data_name"]).exists()
+
+
+@pytest.mark.parametrize("error", ["ConfigError", "RulesError", "WriteError"])
+def test_a_traceback_names_the_errors_as_users_import_them(error):
+    """`msprobe_cpp.ConfigError: ...`, not `msprobe_cpp._C.ConfigError` (issue 33)."""
+    code = (f"import msprobe_cpp\nraise msprobe_cpp.{error}('the message')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT)))
+    assert done.stderr.splitlines()[-1] == f"msprobe_cpp.{error}: the message", done.stderr
+    assert getattr(msprobe_cpp, error).__module__ == "msprobe_cpp"
