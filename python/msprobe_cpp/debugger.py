@@ -283,6 +283,11 @@ class PrecisionDebugger:
         below min_loss_scale."""
         if self._peer is not None:
             self._peer.check_peer()
+        if self._last_start_step is None and not self._done:
+            step = self._session.current_step
+            self._warn_once("step before start", f"step() before any start(): step {step} ends with nothing "
+                            f"recorded, and the next start() begins step {step + 1}; call start() at the "
+                            "beginning of each step")
         scaler, before = self._scaled_by, self._scale_before
         self._scaled_by, self._scale_before = None, None
         self._stopped = False

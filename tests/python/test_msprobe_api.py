@@ -166,3 +166,16 @@ def test_a_traceback_names_the_errors_as_users_import_them(error):
                           env=dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT)))
     assert done.stderr.splitlines()[-1] == f"msprobe_cpp.{error}: the message", done.stderr
     assert getattr(msprobe_cpp, error).__module__ == "msprobe_cpp"
+
+
+def test_step_before_any_start_warns_once_and_counts_on(tmp_path, capfd):
+    debugger = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path))
+    debugger.step()
+    debugger.step()
+    err = capfd.readouterr().err
+    assert err.count("step() before any start(): step 0 ends with nothing recorded") == 1, err
+    debugger.start()
+    torch.ones(2).add(1)
+    debugger.stop()
+    debugger._release()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step2"]  # msprobe's count goes on
