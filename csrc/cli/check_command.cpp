@@ -12,6 +12,7 @@
 #include "core/json_writer.h"
 #include "core/rules.h"
 #include "core/spilled_report.h"
+#include "core/step_folders.h"
 
 namespace fs = std::filesystem;
 
@@ -24,7 +25,7 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The dump.json files under `path`, sorted; a file path is taken as it is.
+// The dump.json files under `path`, in step order; a file path is taken as it is.
 std::vector<std::string> dump_files(const std::string& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
@@ -37,13 +38,18 @@ std::vector<std::string> dump_files(const std::string& path) {
   if (ec) throw InputError(path + ": cannot list directory: " + ec.message());
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) throw InputError(path + ": cannot list directory: " + ec.message());
+    // A hidden folder is a step still being written (or a killed run's): not a dump yet.
+    if (it->is_directory(ec) && it->path().filename().string().rfind('.', 0) == 0) {
+      it.disable_recursion_pending();
+      continue;
+    }
     // Not throwing: a link loop named dump.json is found here and refused by the reader.
     if (it->path().filename() == "dump.json" && !it->is_directory(ec)) {
       files.push_back(it->path().string());
     }
   }
   if (files.empty()) throw InputError(path + ": no dump.json file under this directory");
-  std::sort(files.begin(), files.end());
+  std::sort(files.begin(), files.end(), natural_less);  // step8 before step11
   return files;
 }
 

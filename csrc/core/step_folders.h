@@ -25,6 +25,10 @@ std::string staging_folder(const std::string& dump_root, const std::string& fold
 void publish_folder(const std::string& staged, const std::string& dump_root,
                     const std::string& folder);
 
+// Paths in the order a reader expects step folders: runs of digits compare as numbers, so
+// step8 comes before step11 (and rank2 before rank10).
+bool natural_less(const std::string& a, const std::string& b);
+
 // Removes `staged` and the parent made for it, whatever they hold (a write that failed).
 void discard_staging(const std::string& staged);
 

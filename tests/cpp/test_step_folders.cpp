@@ -32,6 +32,19 @@ std::string build(const std::string& root, const std::string& folder, const std:
   return staged;
 }
 
+TEST(NaturalOrder, StepAndRankNumbersCompareAsNumbers) {
+  std::vector<std::string> paths = {"d/step11/rank/dump.json",  "d/step8/rank/dump.json",
+                                    "d/step8/rank10/dump.json", "d/step8/rank2/dump.json",
+                                    "d/step100/rank/dump.json", "d/step09"};
+  std::sort(paths.begin(), paths.end(), natural_less);
+  EXPECT_EQ(paths,
+            (std::vector<std::string>{"d/step8/rank/dump.json", "d/step8/rank2/dump.json",
+                                      "d/step8/rank10/dump.json", "d/step09",
+                                      "d/step11/rank/dump.json", "d/step100/rank/dump.json"}));
+  EXPECT_FALSE(natural_less("step8", "step8"));
+  EXPECT_TRUE(natural_less("step", "step0"));
+}
+
 }  // namespace
 
 TEST(StepFolders, EachWriteIsBuiltApartUnderAHiddenNameOfItsRank) {

@@ -425,3 +425,17 @@ def test_version_is_the_projects(cli):
                          (ROOT / "CMakeLists.txt").read_text()).group(1)
     r = subprocess.run([str(cli), "--version"], capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout) == (0, f"msprobe-cpp {declared}\n")
+
+
+def test_a_folder_lists_steps_in_number_order_and_skips_unfinished_ones(cli, tmp_path, fixtures):
+    """step8 before step11 (issue 33); a hidden folder is a step still being written (or a killed
+    run's, issue 32): not a dump."""
+    source = (fixtures / "mlp_statistics_L1" / "dump.json").read_text()
+    for folder in ["step11/rank", "step8/rank", "step8/rank10", "step8/rank2",
+                   ".msprobe_cpp_partial.rank.step12.1.0/rank"]:
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "dump.json").write_text(source)
+    r = run(cli, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert list(json.loads(r.stdout)) == [str(tmp_path / f / "dump.json") for f in
+                                          ["step8/rank", "step8/rank2", "step8/rank10", "step11/rank"]]
