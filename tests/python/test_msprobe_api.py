@@ -179,3 +179,21 @@ def test_step_before_any_start_warns_once_and_counts_on(tmp_path, capfd):
     debugger.stop()
     debugger._release()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step2"]  # msprobe's count goes on
+
+
+def test_an_earlier_runs_step_folders_are_told_once_with_their_count(tmp_path, capfd):
+    def run(steps: int) -> str:
+        debugger = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path))
+        for _ in range(steps):
+            debugger.start()
+            torch.ones(2).add(1)
+            debugger.stop()
+            debugger.step()
+        debugger._release()
+        return capfd.readouterr().err
+
+    assert "earlier run" not in run(3)
+    err = run(2)
+    assert err.count(f"{tmp_path} holds 3 step folders of an earlier run (rank): a step this run writes "
+                     "replaces its folder there, the others stay") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step0", "step1", "step2"]

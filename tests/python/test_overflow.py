@@ -167,6 +167,9 @@ def test_shipped_rules_apply_live(tmp_path, monkeypatch):
         model(x).backward()
         dbg.stop()
         dbg.step()
+        # Released here, before monkeypatch puts torch.empty back: a release later would restore
+        # the garbage_empty it wrapped, for every test after this one.
+        dbg._release()
         assert steps_on_disk(tmp_path / str(compat)) == [], compat
     assert seen == [True, True]
 

@@ -21,8 +21,8 @@ def plant_leftovers(buf: torch.Tensor) -> None:
 
 class GatherBuffer(nn.Module):
     """FSDP2's all-gather in small: a torch.empty buffer, a view of it taken before it is filled,
-    then filled whole, then read. `written_first`: the buffer is written (zeroed) before the
-    leftovers appear, so NaN in it is no longer unwritten memory."""
+    then filled whole, then read. `written_first`: NaN is written into the buffer (by code no hook
+    sees) before the view, so it is no longer unwritten memory."""
 
     def __init__(self, written_first: bool = False) -> None:
         super().__init__()
@@ -33,8 +33,10 @@ class GatherBuffer(nn.Module):
         make = torch.empty if self.written_first or x.shape[0] % 2 == 0 else torch.empty_like
         buf = make(x.shape, device=x.device) if make is torch.empty else make(x)
         if self.written_first:
-            buf.zero_()
-        plant_leftovers(buf)
+            # Written (its version moves), with NaN, by code no hook sees.
+            _C.call_unhooked(lambda: buf.fill_(float("nan")))
+        else:
+            plant_leftovers(buf)
         mine = buf.narrow(0, 0, 1)  # read before the buffer is filled
         if self.written_first:
             return self.fc(x + mine)  # NaN that was written: damage

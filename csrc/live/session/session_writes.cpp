@@ -16,10 +16,24 @@ void Session::clean_earlier_run(int rank) {
   // What a run killed mid-write left in this rank's folders (other ranks may be writing theirs).
   const std::string rank_dir = rank < 0 ? "rank" : "rank" + std::to_string(rank);
   std::error_code ec;
+  size_t earlier_steps = 0;
   for (const auto& step : std::filesystem::directory_iterator(paths_.dump_root, ec)) {
     if (step.is_directory(ec) && !step.is_symlink(ec)) {
       remove_stale_temporaries((step.path() / rank_dir).string());
+      const std::string name = step.path().filename().string();
+      if (name.rfind("step", 0) == 0 && name.size() > 4 &&
+          std::filesystem::is_directory(step.path() / rank_dir, ec)) {
+        ++earlier_steps;
+      }
     }
+  }
+  if (earlier_steps > 0) {
+    // Told once, at the first start(): a reader of the folder would take them for this run's.
+    std::fprintf(stderr,
+                 "msprobe_cpp: warning: %s holds %zu step folder%s of an earlier run (%s): a step "
+                 "this run writes replaces its folder there, the others stay\n",
+                 paths_.dump_root.c_str(), earlier_steps, earlier_steps == 1 ? "" : "s",
+                 rank_dir.c_str());
   }
   // Nothing of this session is being built yet: each such folder of this rank is a killed
   // run's step that never became whole.
