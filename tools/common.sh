@@ -40,6 +40,7 @@ build() {
   # One CMake build: the core and the command line once, as static libraries linked into the
   # msprobe-cpp binary, the core's tests and the extension msprobe_cpp._C (written in place into
   # python/msprobe_cpp, built against $PYTHON's torch). Its progress lines are the output.
+  # Arguments: the targets to build (the demo needs two), else all.
   echo "== building in $BUILD"
   local generator=()
   [ -f "$BUILD/CMakeCache.txt" ] || generator=(-G Ninja)
@@ -50,7 +51,9 @@ build() {
     cat "$BUILD/configure.log" >&2
     return 1
   }
-  cmake --build "$BUILD" --parallel "$(nproc)"
+  local targets=()
+  for target in "$@"; do targets+=(--target "$target"); done
+  cmake --build "$BUILD" --parallel "$(nproc)" "${targets[@]}"
 }
 
 # The second torch: PyTorch 2.x (requirements-torch2.txt, test-only) in a venv of its own

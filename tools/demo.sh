@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The demo: a small GPT trains under msprobe_cpp, overflows in fp16 at step 3 and is stopped; then
-# `msprobe-cpp check` reads the dump it left.
+# The demo: a small GPT trains under msprobe_cpp; its loss scaler skips the first steps, an fp16
+# op overflows at step 8 and is stopped there; then `msprobe-cpp check` reads the dump it left.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 install_packages
-build
+build msprobe_extension msprobe-cpp  # what the demo runs: not the test binaries
 cd "$ROOT"
 echo "== /usr/bin/python3 examples/train_overflow_demo.py"
 "$PYTHON" examples/train_overflow_demo.py
