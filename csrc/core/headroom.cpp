@@ -78,7 +78,8 @@ std::optional<HeadroomTrend> Headroom::trend(const HeadroomSite& site, int64_t s
     }
   }
   std::snprintf(buf, sizeof buf,
-                "jumped in one step: from %s of %s at step %lld to overflow (a spike in the data)",
+                "jumped in one step: from %s of %s at step %lld to overflow (what changed in "
+                "that step: its data, the learning rate, or the update before it)",
                 percent(last.fraction).c_str(), range.c_str(), static_cast<long long>(last.step));
   t.text = buf;
   return t;

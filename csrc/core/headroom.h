@@ -43,7 +43,8 @@ inline constexpr size_t kHeadroomSteps = 8;
 
 // The history of a site before `step` and what it says: "grew steadily: x1.50 a step, a doubling
 // every 1.7 steps (divergence, learning rate or loss scale)" or "jumped in one step from 9% of
-// float16's range (a spike in the data)".
+// float16's range (what changed in that step: its data, the learning rate, or the update
+// before it)".
 struct HeadroomTrend {
   std::string dtype;
   std::vector<HeadroomPoint> history;

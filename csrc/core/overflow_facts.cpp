@@ -156,7 +156,13 @@ std::string OverflowFacts::message() const {
     for (size_t i = 0; i < gradients.size() && i < 8; ++i) m += (i ? ", " : " ") + gradients[i];
     if (gradients.size() > 8) m += " (and " + std::to_string(gradients.size() - 8) + " more)";
   }
-  if (finding.scene == Scene::InputNormalOutputAnomaly && origin == Origin::Op && !started_model) {
+  // A replay that was finite wider says the values outgrew the dtype: a real overflow, which no
+  // ignore rule should hide. Only where that is not known is an intended NaN/inf (log(0)) likely.
+  const bool outgrew_dtype = std::any_of(replay.begin(), replay.end(), [](const ReplayFacts& r) {
+    return r.kind == "wider" && r.finite;
+  });
+  if (finding.scene == Scene::InputNormalOutputAnomaly && origin == Origin::Op && !started_model &&
+      !outgrew_dtype) {
     m += "\n  intended? an ignore rule in a file named by overflow_check.rules silences it:\n" +
          ignore_rule_snippet();
   }

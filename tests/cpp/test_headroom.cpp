@@ -61,8 +61,8 @@ TEST(Headroom, SteadyGrowthAndAJump) {
   auto jump = h.trend(kOther, 4);
   ASSERT_TRUE(jump);
   EXPECT_EQ(jump->text,
-            "jumped in one step: from 5% of float16's range at step 3 to overflow (a spike in the "
-            "data)");
+            "jumped in one step: from 5% of float16's range at step 3 to overflow (what changed in "
+            "that step: its data, the learning rate, or the update before it)");
   // Growing, but far too slowly to have overflowed now: a jump on top of the growth.
   Headroom slow(0.5);
   for (int64_t step = 0; step < 4; ++step) {

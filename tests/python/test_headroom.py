@@ -87,7 +87,7 @@ def test_a_one_step_jump_is_a_jump(tmp_path, capfd):
     assert e is not None and e.step == 4
     history = [line for line in str(e).splitlines() if line.startswith("  history: ")][0]
     assert history.startswith("  history: step 0 5%, step 1 5%, step 2 5%, step 3 5% of float16's range: ")
-    assert history.endswith("jumped in one step: from 5% of float16's range at step 3 to overflow (a spike in the data)")
+    assert history.endswith("jumped in one step: from 5% of float16's range at step 3 to overflow (what changed in that step: its data, the learning rate, or the update before it)")
     assert warnings(capfd.readouterr().err) == []  # never near the range before the jump
 
 

@@ -67,6 +67,7 @@ def test_a_float16_multiply_that_exceeds_float16(tmp_path, device):
     assert "the values exceed float16; keep this op in float32 or scale its inputs" in wider["verdict"]
     assert wider["verdict"] in str(e).splitlines()[-1] or f"  {wider['verdict']}" in str(e).splitlines()
     assert e.overflow.replay == e.replay and e.not_replayed is None
+    assert "intended?" not in str(e)  # a real overflow: no ignore rule offered (issue 33)
     first = report(tmp_path, 2)["first_anomaly"]
     assert first["replay"] == e.replay and first["not_replayed"] is None
     if device != "cpu":  # msprobe's verdict: the CPU's float16 multiply overflows as well
@@ -98,6 +99,7 @@ def test_log_of_an_exact_zero_is_undefined_in_any_width(tmp_path, device):
     assert e.replay[0]["kind"] == "wider" and e.replay[0]["dtype"] == "torch.float64"
     assert e.replay[0]["verdict"] == "replay in float64: -inf as well: the op is undefined here (log of 0?)"
     assert not e.replay[0]["finite"]
+    assert "intended? an ignore rule" in str(e)  # -inf on purpose is likely here
 
 
 def test_an_in_place_overflow_is_not_replayed(tmp_path):
@@ -148,8 +150,13 @@ def test_replay_false_replays_nothing_and_records_the_same(tmp_path):
     assert dumps[0] == dumps[1]
     def lines(e: msprobe_cpp.OverflowError, folder: str) -> List[str]:
         return [x.replace(str(tmp_path / folder), "X") for x in str(e).splitlines() if "source:" not in x]
-    # The verdict follows the anomalous tensors (header, origin, module, output[0]).
-    assert lines(on, "on") == lines(off, "off")[:4] + ["  " + on.replay[0]["verdict"]] + lines(off, "off")[4:]
+    # The verdict follows the anomalous tensors (header, origin, module, output[0]). Unreplayed,
+    # nothing says the values outgrew float16, so the ignore rule is offered there.
+    unreplayed = lines(off, "off")
+    snippet = next(i for i, x in enumerate(unreplayed) if x.startswith("  intended?"))
+    dump = next(i for i, x in enumerate(unreplayed) if x.startswith("  dump:"))
+    assert lines(on, "on") == unreplayed[:4] + ["  " + on.replay[0]["verdict"]] + unreplayed[4:snippet] + \
+        unreplayed[dump:]
 
 
 def test_check_prints_the_stops_replays(tmp_path, cli):
