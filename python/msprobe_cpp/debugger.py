@@ -16,6 +16,7 @@ from .api_hooks import ApiHooks
 from .errors import Overflow, OverflowError
 from .gradient_guard import GradientGuard, local_gradients
 from .loss_scalers import GradScalerWatch
+from .plain_copies import PlainCopies
 from . import peer_stop
 from .peer_stop import PeerStop
 from .replay import live_replay
@@ -153,6 +154,7 @@ class PrecisionDebugger:
         self._gradient_guard = GradientGuard(weakref.WeakMethod(self._before_optimizer_step))
         self._parameter_names: Dict[int, str] = {}  # id of a started model's parameter -> its name
         self._collects_step = False
+        self._plain_copies = PlainCopies()  # saved and copied models carry none of our hooks
         if self._session.watching:
             me = weakref.ref(self)  # the session must not keep the debugger alive
 
@@ -256,6 +258,9 @@ class PrecisionDebugger:
                                 "_orig_mod) to watch them")
                 api_hooks.mark_compiled_model_seen()
             self._add_model(m)
+        if self._module_handles:
+            self._plain_copies.add(self._module_handles)
+            self._plain_copies.install()
         if self._loss_scaler is not None and self._scale_before is None:
             self._note_scale(self._loss_scaler)
         if self._peer is None and self._session.watching and _rank() >= 0 and not self._peer_tried:
@@ -308,6 +313,8 @@ class PrecisionDebugger:
         self._module_dump_end()
         pre, post = _C.module_hooks(dump_name, type(module).__name__, True, True)
         self._dump_handles = [_register_pre_hook(module, pre), module.register_forward_hook(post)]
+        self._plain_copies.add(self._dump_handles)
+        self._plain_copies.install()
         self._session.set_module_dump(True)
 
     def _module_dump_end(self) -> None:
@@ -419,6 +426,7 @@ class PrecisionDebugger:
         self._api_hooks.remove()
         self._grad_scalers.remove()
         self._gradient_guard.remove()
+        self._plain_copies.remove()
         for handle in self._module_handles + self._dump_handles:
             handle.remove()
         self._module_handles = []
