@@ -8,6 +8,8 @@ file the package reads at run time).
 
 Nothing here imports torch: CMake asks the interpreter running this file for torch's paths.
 """
+import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -29,12 +31,33 @@ def project_version() -> str:
     return match.group(1)
 
 
+def missing_prerequisite() -> str:
+    """What this interpreter or machine lacks to build the extension, in one line ("" if nothing):
+    said before any build output, where pip's 100 lines of traceback would bury it."""
+    if importlib.util.find_spec("torch") is None:
+        return (f"{sys.executable} has no torch: install one first (Debian: apt-get install python3-torch, "
+                "and a venv made with --system-site-packages; or pip install torch into the venv)")
+    if {"bdist_wheel", "dist_info"} & set(sys.argv) and importlib.util.find_spec("wheel") is None:
+        return f"{sys.executable} has no `wheel` package, which pip needs to build: pip install wheel"
+    for tool, package in (("cmake", "cmake"), ("c++", "g++")):
+        if shutil.which(tool) is None:
+            return f"no {tool} on PATH: apt-get install {package}"
+    return ""
+
+
+def torch_key() -> str:
+    """Which torch a build folder is for (its location, without importing it): another torch
+    gets a build folder of its own, never one configured for the first."""
+    origin = importlib.util.find_spec("torch").origin or ""
+    return hashlib.sha1(f"{sys.executable}|{os.path.realpath(origin)}".encode()).hexdigest()[:12]
+
+
 class CMakeBuild(build_ext):
     """Builds the extension with CMake, in this build's own folder, into where setuptools wants it."""
 
     def build_extension(self, ext: Extension) -> None:
         target_dir = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
-        build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
+        build_dir = os.path.abspath(os.path.join(self.build_temp, f"cmake-{torch_key()}"))
         configure = [
             "cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
             f"-DPython3_EXECUTABLE={sys.executable}",
@@ -49,6 +72,11 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", "--build", build_dir, "--target", "msprobe_extension",
                                "--parallel", jobs])
 
+
+_missing = missing_prerequisite() if any(
+    a.startswith(("bdist", "build", "install", "develop", "editable", "dist_info")) for a in sys.argv[1:]) else ""
+if _missing:
+    raise SystemExit(f"msprobe_cpp: cannot build: {_missing}")
 
 setup(
     name="msprobe_cpp",

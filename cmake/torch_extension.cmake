@@ -2,7 +2,9 @@
 # line linked in from the same static libraries as the msprobe-cpp binary. Needs torch_facts.cmake.
 set(torch_libraries)
 foreach(name c10 torch torch_cpu torch_python)
-  find_library(TORCH_LIB_${name} ${name} HINTS ${TORCH_LIBRARY_DIRS})
+  # Not cached: a build folder reused with another torch (setup.py's, a second pip install) would
+  # link that torch's headers against the first one's libraries (undefined symbols at import).
+  find_library(TORCH_LIB_${name} ${name} HINTS ${TORCH_LIBRARY_DIRS} NO_CACHE)
   if(NOT TORCH_LIB_${name})
     message(FATAL_ERROR "lib${name}.so not found (looked in ${TORCH_LIBRARY_DIRS} and the system)")
   endif()
@@ -38,3 +40,9 @@ target_link_libraries(msprobe_extension PRIVATE msprobe_cli ${torch_libraries})
 # compiled in: see shipped_rules.cpp.in.)
 configure_file(${CMAKE_SOURCE_DIR}/rules/support_wrap_ops.yaml
                ${MSPROBE_EXTENSION_OUTPUT_DIR}/_rules/support_wrap_ops.yaml COPYONLY)
+# The torch the extension is built for, read by the package before it loads the extension: under
+# another torch the import is an ImportError naming both, not a crash inside the loader.
+file(WRITE ${MSPROBE_EXTENSION_OUTPUT_DIR}/_built_for.py
+     "# Written by the build (cmake/torch_extension.cmake): the torch msprobe_cpp._C is built for.\n"
+     "TORCH_VERSION = \"${TORCH_VERSION}\"\n"
+     "TORCH_INIT_FILE = \"${TORCH_INIT_FILE}\"\n")

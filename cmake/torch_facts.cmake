@@ -1,8 +1,9 @@
 # Asks the Python interpreter's torch for what building against it takes (what
 # torch.utils.cpp_extension would use): Debian's python3-torch and a pip wheel alike, with no
 # TorchConfig.cmake, CUDA toolkit or network needed. Sets TORCH_INCLUDE_DIRS, TORCH_LIBRARY_DIRS,
-# TORCH_CXX11_ABI, TORCH_PYBIND11_{COMPILER_TYPE,STDLIB,BUILD_ABI}, TORCH_VERSION and
-# PYTHON_EXT_SUFFIX.
+# TORCH_CXX11_ABI, TORCH_PYBIND11_{COMPILER_TYPE,STDLIB,BUILD_ABI}, TORCH_VERSION,
+# TORCH_INIT_FILE (its torch/__init__.py) and PYTHON_EXT_SUFFIX. Asked again at every configure, so
+# a build folder configured for one torch follows the interpreter's torch of today.
 find_package(Python3 REQUIRED COMPONENTS Interpreter Development.Module)
 
 execute_process(
@@ -15,6 +16,7 @@ for key in ("_PYBIND11_COMPILER_TYPE", "_PYBIND11_STDLIB", "_PYBIND11_BUILD_ABI"
     print(getattr(torch._C, key, None) or "")
 print(torch.__version__)
 print(sysconfig.get_config_var("EXT_SUFFIX"))
+print(torch.__file__)
 ]=]
   OUTPUT_VARIABLE torch_facts
   ERROR_VARIABLE torch_error
@@ -34,6 +36,7 @@ list(GET torch_facts 4 TORCH_PYBIND11_STDLIB)
 list(GET torch_facts 5 TORCH_PYBIND11_BUILD_ABI)
 list(GET torch_facts 6 TORCH_VERSION)
 list(GET torch_facts 7 PYTHON_EXT_SUFFIX)
+list(GET torch_facts 8 TORCH_INIT_FILE)
 string(REPLACE "|" ";" TORCH_INCLUDE_DIRS "${TORCH_INCLUDE_DIRS}")
 string(REPLACE "|" ";" TORCH_LIBRARY_DIRS "${TORCH_LIBRARY_DIRS}")
 message(STATUS "msprobe_cpp._C: torch ${TORCH_VERSION} from ${Python3_EXECUTABLE}")

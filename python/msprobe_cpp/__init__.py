@@ -11,7 +11,10 @@ import atexit
 
 import torch  # noqa: F401 - torch's libraries and Python types are in place before _C loads
 
-from . import _C
+from ._torch_check import check_built_for
+
+check_built_for(torch)
+from . import _C  # noqa: E402
 from ._C import ConfigError, RulesError, WriteError
 from .debugger import PrecisionDebugger, module_dump, module_dump_end, write_at_exit
 from .errors import DistributedStopError, Overflow, OverflowError  # noqa: A004 - a RuntimeError
