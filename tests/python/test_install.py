@@ -111,3 +111,24 @@ def test_pip_install_into_a_venv(tmp_path, fixtures):
     trained = run(venv / "bin" / "python", "-c", TRAIN, cwd=work)
     assert trained.returncode == 0, trained.stderr[-4000:]
     assert trained.stdout.strip() == f"trained {py_version.stdout.strip()}"
+
+    if sys.prefix == sys.base_prefix:
+        return
+    # The torch 2 run: the same copy installed again, into a venv with Debian's torch (issue 33).
+    # That build gets a folder of its own: it once reused the first one's CMake cache, linked
+    # torch 2's headers against 1.13's libraries, said "Successfully installed" and failed at
+    # import with an undefined symbol.
+    other = tmp_path / "venv-debian-torch"
+    r = run("/usr/bin/python3", "-m", "venv", "--system-site-packages", other)
+    assert r.returncode == 0, r.stderr
+    r = run(other / "bin" / "pip", "install", "--no-build-isolation", "--no-index", repo)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    probe = "import torch, msprobe_cpp; from msprobe_cpp import _built_for as b; print(torch.__version__, b.TORCH_VERSION)"
+    for env in (other, venv):  # the second install, and the first one still
+        imported = run(env / "bin" / "python", "-c", probe, cwd=work)
+        assert imported.returncode == 0, imported.stderr[-4000:]
+        running, built = imported.stdout.split()
+        assert running == built, imported.stdout
+    trained = run(other / "bin" / "python", "-c", TRAIN, cwd=work)
+    assert trained.returncode == 0, trained.stderr[-4000:]
+    assert len(list((repo / "build").glob("temp.*/cmake-*"))) == 2  # one build folder per torch
