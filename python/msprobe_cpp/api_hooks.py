@@ -125,7 +125,7 @@ def _coordinated(call: Callable[..., Any]) -> Callable[..., Any]:
         guard = peer_stop.active()
         if guard is None:
             return call(*args, **kwargs)
-        guard.before_collective()
+        guard.check()
         try:
             return call(*args, **kwargs)
         except (OverflowError, DistributedStopError):

@@ -267,7 +267,7 @@ class PrecisionDebugger:
             self._peer_tried = True
             self._peer = peer_stop.create(self._session)
         if self._peer is not None:
-            self._peer.check_peer()
+            self._peer.check()
         self._session.start(_rank())
         self._collects_step = self._session.collecting  # the step and rank are selected
 
@@ -275,7 +275,7 @@ class PrecisionDebugger:
     def stop(self) -> None:
         """Ends collection for now and writes the step's files."""
         if self._peer is not None:
-            self._peer.check_peer()
+            self._peer.check()
         self._stopped = True
         self._session.stop()
 
@@ -287,7 +287,7 @@ class PrecisionDebugger:
         it raises OverflowError when the scale did not drop after non-finite gradients, or fell
         below min_loss_scale."""
         if self._peer is not None:
-            self._peer.check_peer()
+            self._peer.check()
         if self._last_start_step is None and not self._done:
             step = self._session.current_step
             self._warn_once("step before start", f"step() before any start(): step {step} ends with nothing "

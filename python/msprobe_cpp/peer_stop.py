@@ -241,9 +241,6 @@ class PeerStop:
             return  # this rank finishes its step first: every rank stops in the same step
         self.raise_now(gradients)
 
-    check_peer = check
-    before_collective = check
-
     def wait_for_peer(self) -> bool:
         """Non-finite averaged gradients: whether a peer's stop explains them (it publishes at the
         end of its own backward; a few seconds at most, for this rare case only)."""

@@ -213,8 +213,7 @@ bool mapping_fields(PyObject* o, Fields& out) {
 // A DTensor (FSDP2's parameters and gradients) holds no data of its own: its statistics would be
 // collectives, made inside a hook. This rank's shard stands for it (nothing else does: an
 // overflow is judged where a rank holds it).
-py::object local_shard(PyObject* obj) {
-  const at::Tensor& t = THPVariable_Unpack(obj);
+py::object local_shard(PyObject* obj, const at::Tensor& t) {
   if (!t.key_set().has(c10::DispatchKey::Python)) return py::object();
   PyObject* shard = PyObject_GetAttrString(obj, "_local_tensor");
   if (!shard) {
@@ -231,8 +230,9 @@ py::object local_shard(PyObject* obj) {
 Entry walk(PyObject* obj, const EntryOptions* options, const std::string& stem, int depth,
            LiveArg* live) {
   if (THPVariable_Check(obj)) {
-    if (py::object shard = local_shard(obj)) return walk(shard.ptr(), options, stem, depth, live);
     const at::Tensor& t = THPVariable_Unpack(obj);
+    if (py::object shard = local_shard(obj, t))
+      return walk(shard.ptr(), options, stem, depth, live);
     if (live) (depth == 0 ? live->tensor : live->items.emplace_back()) = t;
     return options ? tensor_entry(t, *options, stem) : Entry();
   }
