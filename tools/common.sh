@@ -71,6 +71,14 @@ torch2_env() {
   rm -rf "$TORCH2_VENV"
   "$PYTHON" -m venv "$TORCH2_VENV"
   "$TORCH2_VENV/bin/pip" install -q -r "$req"
+  # A test package that asked for another torch would have pulled a multi-GB CUDA build.
+  local pinned torch_now
+  pinned="$(sed -n 's/^torch==//p' "$req")"
+  torch_now="$("$TORCH2_VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')"
+  if [ "$torch_now" != "$pinned" ]; then
+    echo "requirements-torch2.txt: the venv's torch is $torch_now, not the pinned $pinned" >&2
+    return 1
+  fi
   cp "$req" "$TORCH2_VENV/requirements-torch2.txt"
 }
 

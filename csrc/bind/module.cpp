@@ -8,7 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include <iostream>
+#include <optional>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "bind/api_hook_type.h"
 #include "cli/check_command.h"
@@ -21,6 +24,7 @@
 #include "live/hooks/hook_scope.h"
 #include "live/hooks/module_hooks.h"
 #include "live/hooks/submit.h"
+#include "live/log/tool_log.h"
 #include "live/overflow/model_tensors.h"
 #include "live/overflow/python_side.h"
 #include "live/session/session.h"
@@ -195,6 +199,15 @@ PYBIND11_MODULE(_C, m) {
           py::arg("optimizer"), py::arg("bad"), py::arg("reduced"));
 
   m.def("set_current_session", &set_current_session, py::arg("session").none(true));
+  // The lines of both sides go one way, in the order said: msprobe_cpp/log.py.
+  m.def(
+      "_set_log_sink", [](py::object sink) { set_log_sink(sink.is_none() ? nullptr : sink.ptr()); },
+      py::arg("sink").none(true));
+  m.def(
+      "say",
+      // Any of logging's levels: the enum's type holds each.
+      [](int level, std::string text) { say(static_cast<LogLevel>(level), std::move(text)); },
+      py::arg("level"), py::arg("text"));
   m.def(
       "overflow_fields",
       [](int64_t step, int rank) {
@@ -248,6 +261,26 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("tensor"));
   m.def("_set_write_budget", &set_write_budget_for_testing, py::arg("bytes"));
+  // For the tests: lines said by threads Python never saw, as the autograd engine's device threads
+  // and the dump writer's (queued_only) say them. "<thread>:<line>" each.
+  m.def(
+      "_say_on_threads",
+      [](int threads, int lines, bool queued_only) {
+        py::gil_scoped_release no_gil;
+        std::vector<std::thread> started;
+        for (int t = 0; t < threads; ++t) {
+          started.emplace_back([=] {
+            std::optional<QueuedLinesOnly> queued;
+            if (queued_only) queued.emplace();
+            for (int i = 0; i < lines; ++i) {
+              say(LogLevel::Info, std::to_string(t) + ":" + std::to_string(i));
+            }
+          });
+        }
+        for (std::thread& th : started) th.join();
+      },
+      py::arg("threads"), py::arg("lines"), py::arg("queued_only"));
+  m.def("_deliver_said_lines", &deliver_said_lines);
   m.def("_host_syncs", &host_syncs);
   m.def("load_wrap_ops", &load_wrap_ops, py::arg("path"));
   m.def(

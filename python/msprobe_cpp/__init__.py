@@ -15,6 +15,10 @@ from ._torch_check import check_built_for
 
 check_built_for(torch)
 from . import _C  # noqa: E402
+from . import log  # noqa: E402
+
+# Registered first, so it runs last: the lines the other exit handlers say still reach the logger.
+atexit.register(log.close)
 from ._C import ConfigError, RulesError, WriteError
 from .debugger import PrecisionDebugger, module_dump, module_dump_end, write_at_exit
 from .errors import DistributedStopError, Overflow, OverflowError  # noqa: A004 - a RuntimeError

@@ -4,7 +4,6 @@ import json
 import operator
 import reprlib
 import os
-import sys
 import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 
@@ -12,9 +11,10 @@ import torch
 
 from . import _C
 from . import api_hooks
+from . import log
 from .api_hooks import ApiHooks
 from .errors import Overflow, OverflowError
-from .gradient_guard import GradientGuard, local_gradients
+from .gradient_guard import GradientGuard, local_gradients, scaler_skips
 from .loss_scalers import GradScalerWatch
 from .plain_copies import PlainCopies
 from . import peer_stop
@@ -40,10 +40,6 @@ def _register_pre_hook(module: torch.nn.Module, hook: Any) -> Any:
         return module.register_forward_pre_hook(hook, with_kwargs=True)
     except TypeError:
         return module.register_forward_pre_hook(hook)
-
-
-def _warn(text: str) -> None:
-    print(f"msprobe_cpp: warning: {text}", file=sys.stderr)
 
 
 def _keyword_value(name: str, value: Any) -> Any:
@@ -190,10 +186,10 @@ class PrecisionDebugger:
                                           collective_input_rank, live_replay)
 
         for warning in self._session.config_warnings:
-            _warn(warning)
+            log.warn(warning)
         previous = PrecisionDebugger._instance
         if previous is not None and not previous._done:
-            _warn("a new PrecisionDebugger replaces the live one: the earlier one's hooks are removed "
+            log.warn("a new PrecisionDebugger replaces the live one: the earlier one's hooks are removed "
                   "and it collects nothing more")
             previous._release()
         PrecisionDebugger._instance = self
@@ -330,12 +326,12 @@ class PrecisionDebugger:
         try:
             self._session.stop()
         except Exception as e:  # noqa: BLE001 - the interpreter is ending: say it, raise nothing
-            _warn(f"the step started last could not be written at exit: {e}")
+            log.warn(f"the step started last could not be written at exit: {e}")
 
     def _warn_once(self, cause: str, text: str) -> None:
         if cause not in self._warned:
             self._warned.add(cause)
-            _warn(text)
+            log.warn(text)
 
     def _flagged(self, overflow: Overflow) -> None:
         self._overflow = overflow
@@ -393,7 +389,7 @@ class PrecisionDebugger:
             for name, b in model.named_buffers():
                 self._session.add_model_tensor(prefix + name, b, True)
 
-    def _before_optimizer_step(self, optimizer: Any) -> None:
+    def _before_optimizer_step(self, optimizer: Any, kwargs: Dict[str, Any]) -> None:
         """An optimizer is about to write the gradients into the parameters: the last point where
         NaN/inf in them does no damage. Gradients that no hooked call made (DDP's all-reduce,
         FSDP's reduce-scatter, a compiled backward) are seen here. One look at each gradient, in
@@ -406,8 +402,8 @@ class PrecisionDebugger:
             return  # not a started step of this debugger, or one its step or rank list leaves out
         started = self._parameter_names if self._models else None
         bad = _C.nonfinite_gradients(local_gradients(optimizer, started))
-        if not bad:
-            return
+        if not bad or scaler_skips(optimizer, kwargs):
+            return  # clean, or a step the loss scaler skips inside the optimizer (step() judges the scale)
         if self._peer is not None and self._peer.wait_for_peer():
             self._peer.check(gradients=bad)  # the rank whose backward made them stopped: origin peer
         self._session.judge_optimizer_gradients(type(optimizer).__name__, bad, self._peer is not None)

@@ -37,6 +37,22 @@ def local_gradients(optimizer: Any, started: Optional[Dict[int, str]]) -> List[T
     return out
 
 
+def scaler_skips(optimizer: Any, kwargs: Dict[str, Any]) -> bool:
+    """Whether a GradScaler is calling the step of an optimizer that unscales and skips on its own
+    (`_step_supports_amp_scaling`: a fused Adam, Hugging Face's default on torch 2.8 and later)
+    for gradients it found non-finite. Such a step is called even when the gradients overflowed;
+    the optimizer leaves the parameters alone. One read of the scaler's flag: call it only for
+    gradients already found bad."""
+    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+        return False
+    found_inf = getattr(optimizer, "found_inf", None)  # set by GradScaler.step for the call
+    if found_inf is None and kwargs.get("grad_scaler") is not None:
+        # The older contract (torch 1.13): the scaler passed as a keyword.
+        found = kwargs["grad_scaler"]._found_inf_per_device(optimizer)
+        return any(bool(v.item()) for v in found.values())
+    return found_inf is not None and bool(found_inf.item())
+
+
 def _optimizer_classes() -> List[type]:
     found, todo = [], [torch.optim.Optimizer]
     while todo:
@@ -47,7 +63,8 @@ def _optimizer_classes() -> List[type]:
 
 
 class GradientGuard:
-    """Calls `judge(optimizer)` (a weak method: the debugger may go) before each optimizer step."""
+    """Calls `judge(optimizer, kwargs)` (a weak method: the debugger may go) before each optimizer
+    step, with the step's keyword arguments."""
 
     def __init__(self, judge: Callable[[], Optional[Callable[[Any], None]]]) -> None:
         self._judge = judge
@@ -78,7 +95,7 @@ class GradientGuard:
     def _pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         judge = self._judge()
         if judge is not None:
-            judge(optimizer)
+            judge(optimizer, kwargs)
 
     def _guarded_step(self, step: Any) -> Any:
         guard = self

@@ -20,8 +20,8 @@ batch would pair its next collective with another step's on the other ranks.
 """
 import atexit
 import json
+import logging
 import os
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from . import log
 from .errors import DistributedStopError, Overflow, OverflowError
 
 KEY = "msprobe_cpp/stop"
@@ -98,8 +99,8 @@ def create(session: Any) -> Optional["PeerStop"]:
             raise RuntimeError("the store is not a TCPStore at a known address")
         return PeerStop(session, *address)
     except Exception as e:  # noqa: BLE001 - the tool's trouble must not stop the training
-        print(f"msprobe_cpp: warning: torch.distributed's store cannot be reached ({e}): a stop on one "
-              "rank will not stop the others", file=sys.stderr)
+        log.warn(f"torch.distributed's store cannot be reached ({e}): a stop on one rank will not "
+                 "stop the others")
         return None
 
 
@@ -222,8 +223,9 @@ class PeerStop:
                 self._evidence_step = self._session.current_step  # stop_for_peer ends the step
                 self._evidence = self._session.stop_for_peer(
                     int(peer["rank"]), int(peer["step"]), str(peer["call"]), str(peer.get("origin") or ""))
-                print(f"[rank {self._rank}] stopping: rank {peer['rank']} overflowed at step {peer['step']} "
-                      f"({peer['call']}, origin {peer.get('origin')})", file=sys.stderr, flush=True)
+                # Said before the acknowledgement: the rank may die in a failed collective next.
+                log.say(logging.WARNING, f"[rank {self._rank}] stopping: rank {peer['rank']} overflowed at "
+                        f"step {peer['step']} ({peer['call']}, origin {peer.get('origin')})")
             return self._evidence
 
     def check(self, gradients: Optional[list] = None) -> None:

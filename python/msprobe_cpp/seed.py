@@ -1,9 +1,10 @@
 """msprobe's seed_all: the same seeds and switches, so that a run can be repeated."""
 import os
 import random
-import sys
 
 import torch
+
+from . import log
 
 
 def seed_all(seed: int = 1234, mode: bool = False) -> None:
@@ -17,7 +18,7 @@ def seed_all(seed: int = 1234, mode: bool = False) -> None:
     try:
         _seed(seed, mode)
     except Exception as e:  # noqa: BLE001 - as msprobe: a failure here is told, training goes on
-        print(f"msprobe_cpp: warning: seed_all({seed}, {mode}) failed: {e}", file=sys.stderr)
+        log.warn(f"seed_all({seed}, {mode}) failed: {e}")
 
 
 def _cuda_at_least(major: int, minor: int) -> bool:

@@ -106,3 +106,39 @@ def test_a_step_the_step_list_leaves_out_is_not_judged(tmp_path):
     train(model, "cpu", 3, debugger, poison_at=2)  # step 2 is not watched: as without the tool
     debugger._release()
     assert not torch.isfinite(model.fc.weight).all()
+
+
+@pytest.mark.skipif(not hasattr(torch.amp, "GradScaler"), reason="torch.amp.GradScaler('cpu') is torch 2.x's")
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_step_a_fused_optimizer_skips_for_its_scaler_is_not_a_stop(tmp_path, fused):
+    # A GradScaler calls a fused Adam's step even for overflowed gradients: the optimizer skips
+    # the update itself on the scaler's found_inf (Hugging Face's default optimizer on torch 2.8+).
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    reference = copy.deepcopy(model)
+    runs = []
+    for m, debugger in ((reference, None),
+                        (model, msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump")))):
+        opt = torch.optim.AdamW(m.parameters(), lr=0.01, fused=fused)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 20)  # float16 gradients overflow at first
+        scales = []
+        g = torch.Generator().manual_seed(1)
+        for _ in range(4):
+            x = torch.randn(5, 4, generator=g)
+            if debugger is not None:
+                debugger.start(m)
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = m(x).float().pow(2).mean()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            scales.append(scaler.get_scale())
+            if debugger is not None:
+                debugger.stop()
+                debugger.step()
+        runs.append(scales)
+    assert runs[0] == runs[1] and runs[0][0] < 2.0 ** 20  # the scaler skipped, as without the tool
+    for a, b in zip(model.state_dict().values(), reference.state_dict().values()):
+        assert torch.equal(a, b)
+    assert not (tmp_path / "dump").exists() or not any((tmp_path / "dump").iterdir())

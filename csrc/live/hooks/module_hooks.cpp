@@ -1,13 +1,13 @@
 #include "live/hooks/module_hooks.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "live/capture/call_values.h"
 #include "live/capture/live_tensors.h"
 #include "live/hooks/hook_scope.h"
 #include "live/hooks/module_backward.h"
 #include "live/hooks/submit.h"
+#include "live/log/tool_log.h"
 #include "live/overflow/python_side.h"
 #include "live/session/session.h"
 
@@ -76,10 +76,8 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
       } catch (const std::exception& e) {
         // The model must train on: this module's backward records are skipped, said once.
         if (s->warn_once("module backward " + base)) {
-          std::fprintf(stderr,
-                       "msprobe_cpp: warning: the backward records of %s are skipped: its "
-                       "autograd nodes could not be hooked (%s)\n",
-                       base.c_str(), e.what());
+          say_warning("the backward records of " + base +
+                      " are skipped: its autograd nodes could not be hooked (" + e.what() + ")");
         }
       }
     }

@@ -2,11 +2,10 @@
 
 #include <torch/csrc/Exceptions.h>
 
-#include <cstdio>
-
 #include "live/capture/call_values.h"
 #include "live/capture/live_tensors.h"
 #include "live/capture/tensor_entry.h"
+#include "live/log/tool_log.h"
 #include "live/overflow/call_arguments.h"
 
 namespace msprobe {
@@ -14,10 +13,8 @@ namespace msprobe {
 void warn_statistics_failure(Session& session, const std::string& call) {
   const std::string why = take_statistics_failure();
   if (why.empty() || !session.first_statistics_failure()) return;
-  std::fprintf(stderr,
-               "msprobe_cpp: warning: statistics of a tensor of %s could not be computed, "
-               "recorded as null (said once): %s\n",
-               call.c_str(), why.c_str());
+  say_warning("statistics of a tensor of " + call +
+              " could not be computed, recorded as null (said once): " + why);
 }
 
 void submit(Session& session, StoredCall&& call, LiveTensors&& live, Caller caller) {

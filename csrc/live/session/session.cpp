@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 
 #include "live/hooks/hook_scope.h"
+#include "live/log/tool_log.h"
 #include "live/overflow/python_objects.h"
 #include "live/session/headroom_sites.h"
 
@@ -127,6 +127,7 @@ bool Session::finished() const {
 }
 
 void Session::start(int rank) {
+  deliver_said_lines();  // an earlier step's write thread's
   // A forward that an exception cut short (an overflow stop, a user's error) left its module
   // calls open on this thread.
   clear_module_calls();
@@ -154,11 +155,9 @@ void Session::warn_unmatched_selection(int64_t step) {
   const std::string section = config_.task == Task::Tensor ? "tensor" : "statistics";
   for (const std::string& entry : selection_.unmatched()) {
     if (!said_.first("unmatched " + entry)) continue;
-    std::fprintf(stderr,
-                 "msprobe_cpp: warning: %s.%s matched no call in step %lld (names look like "
-                 "\"Functional.relu.0.forward\" or \"Module.fc1.Linear.forward.0\"; an "
-                 "unfiltered run's dump.json lists them)\n",
-                 section.c_str(), entry.c_str(), static_cast<long long>(step));
+    say_warning(section + "." + entry + " matched no call in step " + std::to_string(step) +
+                " (names look like \"Functional.relu.0.forward\" or "
+                "\"Module.fc1.Linear.forward.0\"; an unfiltered run's dump.json lists them)");
   }
 }
 
@@ -175,16 +174,21 @@ void Session::set_module_dump(bool on) {
 }
 
 void Session::stop() {
+  deliver_said_lines();  // an earlier step's write thread's, before this step's
   collecting_ = Collecting::Off;
   write_step(/*at_stop=*/true, /*hand_over=*/config_.async_dump);
 }
 
 void Session::drain_writes() {
-  pybind11::gil_scoped_release no_gil;
-  writer_.drain();
+  {
+    pybind11::gil_scoped_release no_gil;
+    writer_.drain();
+  }
+  deliver_said_lines();  // the write thread's
 }
 
 void Session::step() {
+  deliver_said_lines();  // an earlier step's write thread's, before this step's
   collecting_ = Collecting::Off;
   const auto [raised, collected, step] = state_.with_lock([](StepState& s) {
     const bool raised = std::exchange(s.ended_by_raise, false);
@@ -310,7 +314,7 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
     const std::string line =
         state_.with_lock([](const StepState& s) { return s.decisions->absorbed_line(); });
     const std::string who = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
-    if (!line.empty()) std::fprintf(stderr, "%s%s\n", who.c_str(), line.c_str());
+    if (!line.empty()) say(LogLevel::Info, who + line);
   }
   return std::move(d.event);
 }
@@ -402,7 +406,7 @@ std::optional<OverflowEvent> Session::judge_loss_scale(double before, double aft
       return f;
     });
   });
-  if (!d.say.empty()) std::fprintf(stderr, "%s\n", d.say.c_str());
+  if (!d.say.empty()) say(LogLevel::Info, std::move(d.say));
   return std::move(d.event);
 }
 

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
+#include "live/log/tool_log.h"
 #include "live/session/headroom_sites.h"
 #include "live/session/session.h"
 
@@ -59,7 +59,7 @@ void Session::say_headroom(const HeadroomRecord& r, const HeadroomSite& site,
   const std::string where = headroom_where(site.family, module, source);
   state_.with_lock([&](StepState& s) { s.headroom->set_where(site, where); });
   const std::string who = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
-  std::fprintf(stderr, "%s%s\n", who.c_str(), headroom_warning(where, r).c_str());
+  say(LogLevel::Warning, who + headroom_warning(where, r));
 }
 
 std::vector<HeadroomRecord> Session::headroom_warned() const {

@@ -3,11 +3,11 @@
 // removed at the first start().
 #include <pybind11/pybind11.h>
 
-#include <cstdio>
 #include <filesystem>
 
 #include "core/output_files.h"
 #include "core/step_folders.h"
+#include "live/log/tool_log.h"
 #include "live/session/session.h"
 
 namespace msprobe {
@@ -29,20 +29,16 @@ void Session::clean_earlier_run(int rank) {
   }
   if (earlier_steps > 0) {
     // Told once, at the first start(): a reader of the folder would take them for this run's.
-    std::fprintf(stderr,
-                 "msprobe_cpp: warning: %s holds %zu step folder%s of an earlier run (%s): a step "
-                 "this run writes replaces its folder there, the others stay\n",
-                 paths_.dump_root.c_str(), earlier_steps, earlier_steps == 1 ? "" : "s",
-                 rank_dir.c_str());
+    say_warning(paths_.dump_root + " holds " + std::to_string(earlier_steps) + " step folder" +
+                (earlier_steps == 1 ? "" : "s") + " of an earlier run (" + rank_dir +
+                "): a step this run writes replaces its folder there, the others stay");
   }
   // Nothing of this session is being built yet: each such folder of this rank is a killed
   // run's step that never became whole.
   const size_t unfinished = remove_unfinished_folders(paths_.dump_root, rank_dir);
   if (unfinished > 0) {
-    std::fprintf(stderr,
-                 "msprobe_cpp: warning: removed %zu unfinished step folder%s of an earlier run "
-                 "under %s\n",
-                 unfinished, unfinished == 1 ? "" : "s", paths_.dump_root.c_str());
+    say_warning("removed " + std::to_string(unfinished) + " unfinished step folder" +
+                (unfinished == 1 ? "" : "s") + " of an earlier run under " + paths_.dump_root);
   }
 }
 
@@ -101,8 +97,8 @@ std::string Session::write_step(bool at_stop, bool hand_over) {
     }
     return f;
   });
-  for (const std::string& line : held_lines) std::fprintf(stderr, "%s\n", line.c_str());
-  if (!say.empty()) std::fprintf(stderr, "%s\n", say.c_str());
+  for (std::string& line : held_lines) msprobe::say(LogLevel::Info, std::move(line));
+  if (!say.empty()) msprobe::say(LogLevel::Info, std::move(say));
   if (!done) return "";
   // With the GIL: the stack lines (formatted once per distinct stack).
   done->stacks.reserve(done->calls.size());
@@ -111,15 +107,20 @@ std::string Session::write_step(bool at_stop, bool hand_over) {
                                ? codes_.format_once(c.stack, paths_.package_dir)
                                : StackLines());
   }
-  pybind11::gil_scoped_release no_gil;
   if (hand_over) {
     // The write thread needs neither the GIL nor the state lock until it gives the calls back.
+    pybind11::gil_scoped_release no_gil;
     writer_.write_later(std::make_shared<FinishedStep>(std::move(*done)),
                         [this](FinishedStep& f) { take_back_calls(f); });
     return "";
   }
-  const std::string error = writer_.write(*done);
-  take_back_calls(*done);
+  std::string error;
+  {
+    pybind11::gil_scoped_release no_gil;
+    error = writer_.write(*done);
+    take_back_calls(*done);
+  }
+  deliver_said_lines();  // the writer's, with the GIL back
   return error;
 }
 

@@ -2,13 +2,13 @@
 
 #include <unistd.h>
 
-#include <cstdio>
 #include <unordered_map>
 
 #include "core/dump_writer.h"
 #include "core/json_writer.h"
 #include "core/output_files.h"
 #include "core/step_folders.h"
+#include "live/log/tool_log.h"
 #include "live/session/backward_scope.h"
 
 namespace msprobe {
@@ -31,6 +31,8 @@ void StepWriter::write_later(std::shared_ptr<FinishedStep> step,
 }
 
 std::string StepWriter::write(FinishedStep& step) {
+  // Written without the GIL, on any thread: the caller delivers the lines once it has the GIL.
+  QueuedLinesOnly queued;
   std::lock_guard<std::mutex> lock(mu_);
   std::string error;
   try {
@@ -47,14 +49,13 @@ std::string StepWriter::write(FinishedStep& step) {
     const std::string dump = error.empty()
                                  ? step.dir + "  (msprobe-cpp check " + step.dir + "/dump.json)"
                                  : "not written: " + error;
-    std::fputs(step_summary(*step.report, step.judgements, step.step, step.rank, dump).c_str(),
-               stderr);
+    say(LogLevel::Warning, step_summary(*step.report, step.judgements, step.step, step.rank, dump));
   }
   if (!error.empty() && !said_error_) {
     // The run being observed goes on: a full disk or a blocked folder costs the dump, not the
     // training.
-    std::fprintf(stderr, "msprobe_cpp: the dump of step %lld could not be written: %s\n",
-                 static_cast<long long>(step.step), error.c_str());
+    say(LogLevel::Error, "msprobe_cpp: the dump of step " + std::to_string(step.step) +
+                             " could not be written: " + error);
     said_error_ = true;
   }
   return error;
@@ -69,10 +70,9 @@ void StepWriter::save_tensors(FinishedStep& step, const std::string& tensor_dir,
   const std::string error = saver_->flush();
   if (!error.empty() && !said_error_) {
     // Training goes on: a full disk must not kill the run being observed.
-    std::fprintf(stderr,
-                 "msprobe_cpp: saving tensors failed at step %lld: %s; tensor saving stops, and "
-                 "this step's dump keeps statistics only\n",
-                 static_cast<long long>(step.step), error.c_str());
+    say(LogLevel::Error, "msprobe_cpp: saving tensors failed at step " + std::to_string(step.step) +
+                             ": " + error +
+                             "; tensor saving stops, and this step's dump keeps statistics only");
     said_error_ = true;
   }
   if (saver_->stopped()) {

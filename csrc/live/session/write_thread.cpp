@@ -1,8 +1,9 @@
 #include "live/session/write_thread.h"
 
-#include <cstdio>
 #include <exception>
 #include <utility>
+
+#include "live/log/tool_log.h"
 
 namespace msprobe {
 
@@ -33,6 +34,8 @@ void WriteThread::drain() {
 }
 
 void WriteThread::run() {
+  // Jobs must not take the GIL: their lines wait for a thread that holds it.
+  QueuedLinesOnly queued;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     changed_.wait(lock, [&] { return ending_ || !jobs_.empty(); });
@@ -47,7 +50,8 @@ void WriteThread::run() {
     } catch (const std::exception& e) {
       // A thread's exception would end the process: the training goes on, as it does when a
       // synchronous write fails.
-      std::fprintf(stderr, "msprobe_cpp: a step's dump could not be written: %s\n", e.what());
+      say(LogLevel::Error,
+          std::string("msprobe_cpp: a step's dump could not be written: ") + e.what());
     }
     job = nullptr;  // the step's records are freed here, off the training thread
     lock.lock();

@@ -1,0 +1,87 @@
+#include "live/log/tool_log.h"
+
+#include <atomic>
+#include <cstdio>
+
+namespace msprobe {
+namespace {
+
+// Leaked: a line may be said while static objects are being destroyed.
+MessageQueue& said() {
+  static MessageQueue* queue = new MessageQueue;
+  return *queue;
+}
+
+// Read and written with the GIL held; atomic so that a thread without it can see whether Python
+// still takes lines at all.
+std::atomic<PyObject*> g_sink{nullptr};
+thread_local int t_queued_only = 0;
+
+void to_stderr(const Message& m) {
+  std::fprintf(stderr, "%s\n", m.text.c_str());
+  std::fflush(stderr);
+}
+
+// With the GIL. An error already set (a hook's, on its way to Python) is kept aside and restored:
+// saying a line must not change what the program raises.
+void deliver_to_python() {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  said().deliver([](const Message& m) {
+    PyObject* sink = g_sink.load();
+    if (!sink) return to_stderr(m);
+    PyObject* text =
+        PyUnicode_DecodeUTF8(m.text.data(), static_cast<Py_ssize_t>(m.text.size()), "replace");
+    PyObject* result =
+        text ? PyObject_CallFunction(sink, "iO", static_cast<int>(m.level), text) : nullptr;
+    Py_XDECREF(text);
+    if (result) {
+      Py_DECREF(result);
+    } else {
+      // The logger failed (logging reports its handlers' own errors): the line is not lost.
+      PyErr_Clear();
+      to_stderr(m);
+    }
+  });
+  PyErr_Restore(type, value, traceback);
+}
+
+}  // namespace
+
+QueuedLinesOnly::QueuedLinesOnly() {
+  ++t_queued_only;
+}
+QueuedLinesOnly::~QueuedLinesOnly() {
+  --t_queued_only;
+}
+
+void say(LogLevel level, std::string text) {
+  // A logging record ends its own line.
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  said().post({level, std::move(text)});
+  if (t_queued_only > 0) return;
+  if (!g_sink.load()) return said().deliver(to_stderr);
+  if (PyGILState_Check()) return deliver_to_python();
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  deliver_to_python();
+  PyGILState_Release(gil);
+}
+
+void say_warning(std::string text) {
+  say(LogLevel::Warning, "msprobe_cpp: warning: " + text);
+}
+
+void deliver_said_lines() {
+  if (said().empty()) return;
+  if (!g_sink.load()) return said().deliver(to_stderr);
+  deliver_to_python();
+}
+
+void set_log_sink(PyObject* sink) {
+  if (!sink) deliver_said_lines();  // the lines said so far still reach the logger
+  Py_XINCREF(sink);
+  PyObject* before = g_sink.exchange(sink);
+  Py_XDECREF(before);
+}
+
+}  // namespace msprobe
