@@ -190,7 +190,7 @@ class PrecisionDebugger:
         previous = PrecisionDebugger._instance
         if previous is not None and not previous._done:
             log.warn("a new PrecisionDebugger replaces the live one: the earlier one's hooks are removed "
-                  "and it collects nothing more")
+                     "and it collects nothing more")
             previous._release()
         PrecisionDebugger._instance = self
         _C.set_current_session(self._session)
