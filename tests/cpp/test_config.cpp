@@ -284,6 +284,27 @@ TEST(ConfigTest, DidYouMean) {
             R"(config.json: enable_dataloder: unknown key; did you mean "enable_dataloader"?)");
 }
 
+// One edit is a typo of a key shorter than 5 letters, two of a longer one: beyond that the
+// suggestion is more likely wrong than helpful, and the allowed keys are listed instead.
+TEST(ConfigTest, DidYouMeanAllowsOneEditBelowFiveLettersAndTwoFromFive) {
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "stpe": [0]})"),
+            R"(config.json: stpe: unknown key; did you mean "step"?)");
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "tick": 1})"),
+            "config.json: tick: unknown key; allowed: task, dump_path, rank, step, level, "
+            "statistics, tensor, overflow_check, extra_apis");
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "lebal": "L1"})"),
+            R"(config.json: lebal: unknown key; did you mean "level"?)");
+}
+
+// headroom's range is [0, 1): both ends of what is accepted.
+TEST(ConfigTest, HeadroomFromZeroUpToOne) {
+  for (double h : {0.0, 0.999}) {
+    const Config c = parse_config(json{{"dump_path", "d"}, {"overflow_check", {{"headroom", h}}}},
+                                  "config.json");
+    EXPECT_EQ(c.overflow_check.headroom, h);
+  }
+}
+
 TEST(ConfigTest, UnknownKeyWithoutCloseMatchListsAllowedKeys) {
   EXPECT_EQ(config_error(R"({"dump_path": "d", "verbosity": 3})"),
             "config.json: verbosity: unknown key; allowed: task, dump_path, rank, step, level, "

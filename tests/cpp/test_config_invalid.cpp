@@ -190,6 +190,13 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{
             R"({"dump_path": "d", "overflow_check": {"min_loss_scale": "1"}})",
             R"(config.json: overflow_check.min_loss_scale: expected a finite number >= 0, got "1")"},
+        // headroom: a share of the range; at 1 it would warn only at the largest finite value
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"headroom": 1}})",
+            R"(config.json: overflow_check.headroom: expected a number from 0 (off) up to, not including, 1, got 1)"},
+        InvalidCase{
+            R"({"dump_path": "d", "overflow_check": {"headroom": -0.1}})",
+            R"(config.json: overflow_check.headroom: expected a number from 0 (off) up to, not including, 1, got -0.1)"},
         InvalidCase{R"({"dump_path": "d", "overflow_check": {"check_mode": 1}})",
                     R"(config.json: overflow_check.check_mode: expected a string, got 1)"},
         // msprobe's top-level keys that are accepted but still type-checked

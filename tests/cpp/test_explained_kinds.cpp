@@ -119,6 +119,41 @@ TEST(ExplainedKinds, OutputsOfAnotherSizeAreJudgedByKindAlone) {
   EXPECT_EQ(k.unexplained_in(cat, all(cat)), "");
 }
 
+// A cat-like output holds its inputs side by side, not one per repetition: with no input as
+// large as it, the repetition bound (here 2 x 10 + 2 x 10) means nothing, and the count is not
+// checked at all, however many -inf the output holds.
+TEST(ExplainedKinds, WithoutAnInputTheOutputsSizeNoCountIsChecked) {
+  ExplainedKinds k;
+  k.add_tensor(tensor({4, 8}, 0, 0, 10));
+  k.add_tensor(tensor({4, 8}, 0, 0, 10));
+  const CallRecord cat = call("Torch.cat.0.forward", {tensor({8, 8}, 0, 0, 48)});
+  EXPECT_EQ(k.unexplained_in(cat, all(cat)), "");
+}
+
+// An input whose size does not divide the output's is not broadcast over it: how many times it
+// repeats is unknown, so no count bound applies, even beside a same-size input.
+TEST(ExplainedKinds, AnInputThatDoesNotDivideTheOutputLeavesTheCountUnchecked) {
+  ExplainedKinds k;
+  k.add_tensor(tensor({4, 8}, 0, 0, 10));
+  k.add_tensor(tensor({3}, 0, 0, 1));
+  const CallRecord r = call("Tensor.__add__.0.forward", {tensor({4, 8}, 0, 0, 25)});
+  EXPECT_EQ(k.unexplained_in(r, all(r)), "");
+  // The same output beside dividing inputs alone is judged by count.
+  ExplainedKinds dividing;
+  dividing.add_tensor(tensor({4, 8}, 0, 0, 10));
+  dividing.add_tensor(tensor({8}, 0, 0, 1));
+  EXPECT_EQ(dividing.unexplained_in(r, all(r)),
+            "-inf: 11 more than the explained inputs held (14); the explained inputs held -inf");
+}
+
+// The fully-masked hint explains NaN by rows of -inf: without a -inf input it would mislead.
+TEST(ExplainedKinds, NoFullyMaskedHintWithoutAMinusInfInput) {
+  ExplainedKinds k;
+  k.add_tensor(tensor({2, 4, 4}, 0, 10, 0));
+  const CallRecord r = call("Tensor.softmax.0.forward", {tensor({2, 4, 4}, 4, 0, 0)});
+  EXPECT_EQ(k.unexplained_in(r, all(r)), "NaN: 4 new; the explained inputs held +inf only");
+}
+
 TEST(ExplainedKinds, UncountedOutputsSayNewWithoutANumber) {
   ExplainedKinds k;
   k.add_tensor(tensor({4}, 0, 0, 1));

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "core/headroom.h"
 
@@ -69,6 +71,52 @@ TEST(Headroom, SteadyGrowthAndAJump) {
     slow.observe(kSite, step, "torch.float16", 100.0 * std::pow(1.1, step));
   }
   EXPECT_EQ(slow.trend(kSite, 4)->text.rfind("jumped in one step", 0), 0u);
+}
+
+// "When a site first reaches" the threshold: exactly the threshold is reached.
+TEST(Headroom, ExactlyTheThresholdIsReached) {
+  Headroom h(0.5);
+  EXPECT_FALSE(h.observe(kSite, 0, "torch.float16", 32751.0));
+  auto said = h.observe(kSite, 1, "torch.float16", 32752.0);  // 65504 / 2
+  ASSERT_TRUE(said);
+  EXPECT_EQ(said->history.back().fraction, 0.5);
+}
+
+// The history of `magnitudes`, one step each from step 0.
+Headroom history(const std::vector<double>& magnitudes) {
+  Headroom h(0.99);
+  for (size_t i = 0; i < magnitudes.size(); ++i) {
+    h.observe(kSite, static_cast<int64_t>(i), "torch.float16", magnitudes[i]);
+  }
+  return h;
+}
+
+// Steady means at least x1.05 every step: x1.05 is; x1.04 is not, though at that rate the 92% of
+// the last step would have overflowed in time for the stop.
+TEST(Headroom, SteadyGrowthIsAtLeastFivePercentAStep) {
+  for (double growth : {1.04, 1.05}) {
+    std::vector<double> m = {60000.0 / std::pow(growth, 3)};
+    for (int i = 0; i < 3; ++i) m.push_back(m.back() * growth);
+    const std::string text = history(m).trend(kSite, 4)->text;
+    EXPECT_EQ(text.rfind(growth == 1.05 ? "grew steadily: x1.05 a step" : "jumped in one step", 0),
+              0u)
+        << growth << ": " << text;
+  }
+}
+
+// Steady growth explains a stop when, at its rate, the last step's share would have reached the
+// range within twice the steps since, plus one. At x1.5 a step, 36% of the range needs 2.5 steps
+// more and 25% needs 3.4: a stop one step later is growth after the first and a jump after the
+// second; two steps later both are growth.
+TEST(Headroom, GrowthExplainsAStopOnlyIfItCouldHaveOverflowedByThen) {
+  auto from = [](double fraction) {
+    std::vector<double> m;
+    for (int i = 0; i < 4; ++i) m.push_back(fraction * 65504.0 / std::pow(1.5, 3 - i));
+    return history(m);
+  };
+  EXPECT_EQ(from(0.36).trend(kSite, 4)->text.rfind("grew steadily: x1.50 a step", 0), 0u);
+  EXPECT_EQ(from(0.25).trend(kSite, 4)->text.rfind("jumped in one step", 0), 0u);
+  EXPECT_EQ(from(0.25).trend(kSite, 5)->text.rfind("grew steadily: x1.50 a step", 0), 0u);
 }
 
 TEST(Headroom, TheWarningLine) {

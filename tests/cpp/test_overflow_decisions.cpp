@@ -276,6 +276,72 @@ TEST_F(Decisions, ABackwardOpOriginInAScaledStepIsTheScalersUntilStep) {
   EXPECT_EQ(s.event->facts.gradients, std::vector<std::string>{"w"});
 }
 
+// Gradient accumulation: each backward pass has an end of its own to judge at, so an origin in
+// the second pass must queue it again, though the first pass queued one in the same step.
+TEST_F(Decisions, EachBackwardPassOfAStepQueuesItsOwnEnd) {
+  OverflowDecisions d(options);
+  ASSERT_TRUE(on(d, backward_op("Torch.sqrt.0.backward"), true).event->queue_end_of_backward);
+  ASSERT_TRUE(d.backward_pass_ended());
+  auto masked = d.backward_verdict(true, {});  // reached no gradient: no stop, the step goes on
+  ASSERT_TRUE(masked);
+  EXPECT_FALSE(masked->raise);
+
+  const CallDecision second = on(d, backward_op("Torch.sqrt.1.backward"), true);
+  ASSERT_TRUE(second.event);
+  EXPECT_TRUE(second.event->queue_end_of_backward);
+  ASSERT_TRUE(d.backward_pass_ended());
+  auto e = d.backward_verdict(true, {"net.0.weight"});
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->raise);
+  EXPECT_EQ(e->facts.finding.call, "Torch.sqrt.1.backward");
+}
+
+// stop_level "medium" makes the watch stop on an absorbed call: then it is no absorbed anomaly
+// (told in one line) but the step's overflow, with on_overflow before the raise.
+TEST_F(Decisions, AnAbsorbedFindingThatStopsIsAnOverflow) {
+  OverflowDecisions d(options);
+  const CallDecision c =
+      on(d, verdict("Torch.nan_to_num.0.forward", Judgement::Absorbed, true, true, Origin::Input));
+  ASSERT_TRUE(c.event);
+  EXPECT_TRUE(c.event->notify);
+  EXPECT_TRUE(c.event->raise);
+  EXPECT_FALSE(c.tell_absorbed);
+  EXPECT_EQ(d.absorbed_line(), "");
+  EXPECT_EQ(d.first_anomaly()->finding.call, "Torch.nan_to_num.0.forward");
+}
+
+// Only backward findings are the loss scaler's to skip: a forward one in a scaled step is told at
+// once, whether or not it stops, and step() has nothing left to say about it.
+TEST_F(Decisions, AScaledStepsForwardFindingIsToldAtOnce) {
+  options.action = Action::Continue;
+  OverflowDecisions d(options);
+  d.set_loss_scaled();
+  Verdict v = op_origin("Torch.log.0.forward");
+  v.stop = false;  // action continue
+  const CallDecision c = on(d, v);
+  ASSERT_TRUE(c.event);
+  EXPECT_TRUE(c.event->notify);
+  EXPECT_FALSE(c.event->raise);
+  EXPECT_EQ(c.event->facts.finding.call, "Torch.log.0.forward");
+  EXPECT_FALSE(d.loss_scale(1024, 1024, 0, [] { return OverflowFacts{}; }).event);
+}
+
+// "below min_loss_scale" (docs/overflow-detection.md): a scale that fell to exactly the minimum
+// is a skipped step like any other drop, not a stop.
+TEST_F(Decisions, AScaleThatFellToExactlyMinLossScaleIsASkippedStep) {
+  options.min_loss_scale = 128;
+  OverflowDecisions d(options);
+  const ScaleDecision at = d.loss_scale(256, 128, 4, [] { return OverflowFacts{}; });
+  EXPECT_FALSE(at.event);
+  EXPECT_EQ(at.say,
+            "msprobe_cpp: step 4: gradients overflowed at scale 256; the loss scaler skipped the "
+            "step");
+  d.new_step();
+  const ScaleDecision below = d.loss_scale(128, 64, 5, [] { return OverflowFacts{}; });
+  ASSERT_TRUE(below.event);
+  EXPECT_TRUE(below.event->raise);
+}
+
 TEST_F(Decisions, ACleanStepIsNotWritten) {
   OverflowDecisions d(options);
   EXPECT_FALSE(d.dump_step(false, false, 0).dump);

@@ -353,19 +353,32 @@ def causal_mask_step() -> dict:
     }
 
 
-@pytest.mark.parametrize("data, expected", [
+FAIL_ON_CASES = [
     # dump:             exit status under --fail-on critical, high, medium (and the default)
     (causal_mask_step, (0, 1, 1, 1)),
     (lambda: {"Functional.softmax.0.forward": causal_mask_step()["Functional.softmax.0.forward"]}, (0, 0, 1, 1)),
     (nan_training_step, (1, 1, 1, 1)),
     (lambda: {"Torch.add.0.forward": forward([tensor()], [tensor()])}, (0, 0, 0, 0)),
-])
+]
+
+
+@pytest.mark.parametrize("data, expected", FAIL_ON_CASES)
 def test_fail_on_sets_the_lowest_failing_level(cli, tmp_path, data, expected):
     path = write_dump(tmp_path / "dump.json", data())
     statuses = tuple(run(cli, path, "--fail-on", level).returncode for level in ("critical", "high", "medium"))
     assert statuses + (run(cli, path).returncode,) == expected
     # The report itself does not depend on the gate.
     assert run(cli, path, "--fail-on", "critical").stdout == run(cli, path).stdout
+
+
+@pytest.mark.parametrize("data, expected", FAIL_ON_CASES)
+def test_fail_on_gates_the_text_report_as_it_gates_the_json_one(cli, tmp_path, data, expected):
+    """A CI gate must not depend on the format it prints: a finding of exactly the --fail-on level
+    fails in text too."""
+    path = write_dump(tmp_path / "dump.json", data())
+    statuses = tuple(run(cli, path, "--format", "text", "--fail-on", level).returncode
+                     for level in ("critical", "high", "medium"))
+    assert statuses + (run(cli, path, "--format", "text").returncode,) == expected
 
 
 def test_fail_on_refuses_other_levels(cli, tmp_path):
@@ -439,3 +452,37 @@ def test_a_folder_lists_steps_in_number_order_and_skips_unfinished_ones(cli, tmp
     assert r.returncode == 0, r.stderr
     assert list(json.loads(r.stdout)) == [str(tmp_path / f / "dump.json") for f in
                                           ["step8/rank", "step8/rank2", "step8/rank10", "step11/rank"]]
+
+
+def exp_overflow() -> dict:
+    """A critical forward (finite input, inf output)."""
+    return {"Torch.exp.0.forward": forward([tensor(88.0)], [tensor(INF, 1.0, INF, INF)])}
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_a_folder_fails_when_any_file_has_anomalies(cli, tmp_path, fmt):
+    """The status is the folder's: a clean file after an anomalous one does not clear it."""
+    write_dump(tmp_path / "step0" / "rank" / "dump.json", exp_overflow())
+    clean = write_dump(tmp_path / "step1" / "rank" / "dump.json",
+                       {"Torch.add.0.forward": forward([tensor()], [tensor()])})
+    r = run(cli, tmp_path, "--format", fmt)
+    assert r.returncode == 1, r.stdout + r.stderr
+    if fmt == "text":
+        assert r.stdout.splitlines()[-1] == f"{clean}: no anomaly"  # the clean one came last
+
+
+def test_a_backward_inherits_only_from_the_forwards_of_its_own_file(cli, tmp_path):
+    """Every step's dump names its calls from 0 again: step 1's Torch.exp.0.backward is not the
+    backward of step 0's Torch.exp.0.forward, so step 0's anomaly must not make it look fed by
+    one (high) when, its forward unseen, it made its inf from finite gradients (critical)."""
+    first = write_dump(tmp_path / "step0" / "rank" / "dump.json", exp_overflow())
+    second = write_dump(tmp_path / "step1" / "rank" / "dump.json", {
+        "Torch.exp.0.backward": backward([tensor()], [tensor(INF, 0.0, INF, INF)])})
+    r = run(cli, tmp_path)
+    assert r.returncode == 1, r.stderr
+    reports = json.loads(r.stdout)
+    assert reports[str(first)]["critical_apis"] == ["Torch.exp.0.forward"]
+    assert reports[str(second)]["critical_apis"] == ["Torch.exp.0.backward"]
+    assert reports[str(second)]["high_priority_apis"] == []
+    text = run(cli, tmp_path, "--format", "text").stdout.splitlines()
+    assert "  critical\tTorch.exp.0.backward\tInputNormalOutputAnomalyScene\toutput [0]" in text
