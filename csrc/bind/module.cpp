@@ -103,38 +103,40 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("finished", &Session::finished)
       .def_property_readonly("collecting", &Session::collecting)
       .def_property_readonly("current_step", &Session::current_step)
-      .def_property_readonly("step_dir", &Session::step_dir)
       .def_property_readonly("apis_hooked", &Session::apis_hooked)
       .def_property_readonly("modules_hooked", &Session::modules_hooked)
-      .def_property_readonly("task", [](const Session& s) { return to_string(s.config().task); })
       .def_property_readonly("level", [](const Session& s) { return to_string(s.config().level); })
       .def_property_readonly("dump_path", [](const Session& s) { return s.config().dump_path; })
       .def_property_readonly("extra_apis", [](const Session& s) { return s.config().extra_apis; })
       .def_property_readonly("config_warnings",
                              [](const Session& s) { return s.config().warnings; })
       .def_property_readonly("watching", &Session::watching)
-      .def_property_readonly("folder_rank", &Session::folder_rank)
-      .def_property_readonly("step_flagged", &Session::step_flagged)
       .def_property_readonly("stats_cache_hits",
                              [](const Session& s) { return s.stats_cache().hits(); })
       .def_property_readonly("stats_cache_misses",
                              [](const Session& s) { return s.stats_cache().misses(); })
-      .def(
-          "set_python_side",
-          [](Session& s, py::object overflow_type, py::object error_type, py::object on_flagged,
-             py::object queue_callback, py::object on_stop, py::object raise_peer_stop,
-             py::object mark_collective_input, py::object collective_input_rank,
-             py::object replay) {
-            s.set_python_side(std::make_unique<PythonSide>(
-                PythonSide{std::move(overflow_type), std::move(error_type), std::move(on_flagged),
-                           std::move(queue_callback), std::move(on_stop),
-                           std::move(raise_peer_stop), std::move(mark_collective_input),
-                           std::move(collective_input_rank), std::move(replay)}));
-          },
-          py::arg("overflow_type"), py::arg("error_type"), py::arg("on_flagged"),
-          py::arg("queue_callback"), py::arg("on_stop") = py::none(),
-          py::arg("raise_peer_stop") = py::none(), py::arg("mark_collective_input") = py::none(),
-          py::arg("collective_input_rank") = py::none(), py::arg("replay") = py::none())
+      // One call fills the whole PythonSide, by name (python_objects.h lists the names).
+      .def("set_python_side",
+           [](Session& s, py::kwargs given) {
+             auto side = std::make_unique<PythonSide>();
+             size_t taken = 0;
+             side->each([&](const char* name, py::object& member) {
+               if (!given.contains(name)) return;
+               member = given[name];
+               ++taken;
+             });
+             if (taken != given.size()) {
+               throw py::type_error("set_python_side: an unknown keyword among " +
+                                    py::str(given.attr("keys")()).cast<std::string>());
+             }
+             if (!side->overflow_type || !side->error_type || !side->on_flagged ||
+                 !side->queue_callback) {
+               throw py::type_error(
+                   "set_python_side: overflow_type, error_type, on_flagged and queue_callback are "
+                   "required");
+             }
+             s.set_python_side(std::move(side));
+           })
       .def_property_readonly("host_syncs", &Session::host_syncs)
       .def_property_readonly("headroom",
                              [](const Session& s) {
@@ -157,7 +159,6 @@ PYBIND11_MODULE(_C, m) {
                                return out;
                              })
       .def("set_peer_stopped", &Session::set_peer_stopped)
-      .def_property_readonly("peer_stopped", &Session::peer_stopped)
       .def(
           "stop_for_peer",
           [](Session& s, int rank, int64_t step, const std::string& call,

@@ -12,7 +12,7 @@ namespace msprobe {
 struct CheckOptions {
   std::string path;
   std::vector<std::string> rule_files;
-  double threshold = 1e5;
+  double threshold = kDefaultMutationThreshold;
   bool compat = false;
   bool text = false;                    // --format text
   Severity fail_on = Severity::Medium;  // the lowest level that makes the exit status 1

@@ -14,6 +14,8 @@ namespace msprobe {
 
 namespace {
 
+static_assert(kDefaultMutationThreshold == 1e5, "the usage text below says 1e5");
+
 const char* kUsage =
     "usage: msprobe-cpp check PATH [--rules FILE]... [--threshold X] [--compat]\n"
     "                          [--format json|text] [--fail-on critical|high|medium]\n"

@@ -46,12 +46,16 @@ struct CollectSection {
   SummaryMode summary_mode = SummaryMode::Statistics;  // only meaningful in "statistics"
 };
 
+// A finite value that changes by more than this factor between a call's input and output is a
+// mutation (msprobe's default; overflow_check.mutation_threshold, check --threshold).
+inline constexpr double kDefaultMutationThreshold = 1e5;
+
 // The "overflow_check" section, with this product's extensions (docs/config.md).
 struct OverflowSection {
   int64_t overflow_nums = 1;  // -1 = unlimited
   Action action = Action::Raise;
   Severity stop_level = Severity::Critical;
-  double mutation_threshold = 1e5;
+  double mutation_threshold = kDefaultMutationThreshold;
   std::vector<std::string> rules;  // extra rule files, resolved against the config's folder
   bool compat = false;
   // Which origins stop the run (action raise); findings without an origin stop by stop_level.

@@ -54,7 +54,7 @@ std::optional<std::pair<double, double>> mutation_norms(const CallRecord& rec);
 bool ignores_first_arg_values(const std::string& call_name);
 
 struct DetectorOptions {
-  double mutation_threshold = 1e5;
+  double mutation_threshold = kDefaultMutationThreshold;
   // msprobe 1.1.1's exact verdicts: non-finite scalar values do not count, and backward calls do
   // not inherit their forward's anomalies.
   bool compat = false;

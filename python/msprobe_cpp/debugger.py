@@ -181,9 +181,11 @@ class PrecisionDebugger:
                 return None
 
             engine = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
-            self._session.set_python_side(Overflow, OverflowError, on_flagged, engine.queue_callback,
-                                          on_stop, raise_peer_stop, mark_collective_input,
-                                          collective_input_rank, live_replay)
+            self._session.set_python_side(
+                overflow_type=Overflow, error_type=OverflowError, on_flagged=on_flagged,
+                queue_callback=engine.queue_callback, on_stop=on_stop, raise_peer_stop=raise_peer_stop,
+                mark_collective_input=mark_collective_input, collective_input_rank=collective_input_rank,
+                replay=live_replay)
 
         for warning in self._session.config_warnings:
             log.warn(warning)

@@ -18,7 +18,7 @@ namespace {
 Detector make(bool compat = false, const std::string& extra_rules = "") {
   RuleSet rules = RuleSet::shipped();
   if (!extra_rules.empty()) rules.add_yaml(extra_rules, "extra.yaml");
-  return Detector(std::move(rules), DetectorOptions{1e5, compat});
+  return Detector(std::move(rules), DetectorOptions{kDefaultMutationThreshold, compat});
 }
 
 std::optional<Finding> judge_one(const std::string& entry, bool compat = false,
@@ -359,7 +359,7 @@ TEST(Compat, InheritanceOnceOrAlwaysAsNamesAreUniqueOrNot) {
   const auto parsed = records({fwd("Torch.exp.0.forward", clean(), inf_t()),
                                bwd("Torch.exp.0.backward", clean(), inf_t())});
   for (const bool unique : {false, true}) {
-    Detector d(RuleSet::shipped(), DetectorOptions{1e5, false, unique});
+    Detector d(RuleSet::shipped(), DetectorOptions{kDefaultMutationThreshold, false, unique});
     d.judge(parsed[0]);
     for (int seen = 0; seen < 2; ++seen) {
       const auto f = d.judge(parsed[1]);

@@ -18,7 +18,7 @@ using namespace msprobe::testing;
 namespace {
 
 Detector make() {
-  return Detector(RuleSet::shipped(), DetectorOptions{1e5, false});
+  return Detector(RuleSet::shipped(), DetectorOptions{kDefaultMutationThreshold, false});
 }
 
 }  // namespace

@@ -192,7 +192,7 @@ TEST(FirstArgValues, WritersAndTemplatesIgnoreThem) {
 }
 
 TEST(FirstArgValues, ZeroingAStaleGradientIsNoFinding) {
-  Detector d(RuleSet::shipped(), DetectorOptions{1e5, false});
+  Detector d(RuleSet::shipped(), DetectorOptions{kDefaultMutationThreshold, false});
   EXPECT_FALSE(d.judge(record(fwd("Tensor.zero_.0.forward", inf_t(), clean()))));
   // What it does read still counts: copy_ from a NaN source.
   auto f = d.judge(record(fwd("Tensor.copy_.0.forward", inf_t() + ", " + nan_t(), nan_t())));
@@ -204,7 +204,7 @@ TEST(FirstArgValues, ZeroingAStaleGradientIsNoFinding) {
 }
 
 TEST(FirstArgValues, CompatModeKeepsMsprobesVerdict) {
-  Detector d(RuleSet::shipped(), DetectorOptions{1e5, true});
+  Detector d(RuleSet::shipped(), DetectorOptions{kDefaultMutationThreshold, true});
   auto f = d.judge(record(fwd("Tensor.zero_.0.forward", inf_t(), clean())));
   ASSERT_TRUE(f);
   EXPECT_EQ(f->scene, Scene::InputAnomalyOutputNormal);

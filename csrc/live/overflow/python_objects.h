@@ -23,6 +23,26 @@ struct PythonSide {
   // (msprobe_cpp.replay.live_replay); original, args and kwargs are None when the call's
   // arguments are not held any more (`gone`: why, when it is known).
   pybind11::object replay;
+
+  // Every member with its name, in one list: the keywords set_python_side takes, and what leak()
+  // gives up, are this list.
+  template <typename Fn>
+  void each(Fn&& fn) {
+    fn("overflow_type", overflow_type);
+    fn("error_type", error_type);
+    fn("on_flagged", on_flagged);
+    fn("queue_callback", queue_callback);
+    fn("on_stop", on_stop);
+    fn("raise_peer_stop", raise_peer_stop);
+    fn("mark_collective_input", mark_collective_input);
+    fn("collective_input_rank", collective_input_rank);
+    fn("replay", replay);
+  }
+  // Once the interpreter is gone the objects went with it: releasing them would touch freed
+  // memory, so they are leaked on purpose (as torch's python_hook.cpp does). No GIL needed.
+  void leak() {
+    each([](const char*, pybind11::object& o) { o.release(); });
+  }
 };
 
 }  // namespace msprobe

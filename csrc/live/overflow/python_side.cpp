@@ -198,21 +198,42 @@ void flush_deferred(Session& session) {
   } release;
   std::vector<OverflowEvent> events = session.resolve_deferred();
   const OverflowEvent* stop = nullptr;
+  // An on_overflow that raises for a notice must not cost the batch's stop: the stop is raised
+  // with that exception as its cause, or, without a stop, the exception goes on once every
+  // notice is told.
+  std::optional<py::error_already_set> callback_error;
   for (const OverflowEvent& e : events) {
     if (e.raise) {
       if (!stop) stop = &e;
       continue;
     }
-    handle_overflow_event(session, e);
+    try {
+      handle_overflow_event(session, e);
+    } catch (py::error_already_set& error) {
+      if (!callback_error) callback_error = std::move(error);
+    }
   }
-  if (stop) handle_overflow_event(session, *stop);  // raises
+  if (stop) {
+    handle_overflow_event(session, *stop, callback_error ? callback_error->value() : py::object());
+  }
+  if (callback_error) throw std::move(*callback_error);
 }
 
-void handle_overflow_event(Session& session, const OverflowEvent& event) {
+void handle_overflow_event(Session& session, const OverflowEvent& event, py::object cause) {
   PythonSide* side = session.python_side();
   if (event.queue_end_of_backward) queue_end_of_backward(session);
   if (!side) return;
-  if (event.notify && side->on_flagged) side->on_flagged(overflow_object(*side, event.facts));
+  if (event.notify && side->on_flagged) {
+    try {
+      side->on_flagged(overflow_object(*side, event.facts));
+    } catch (py::error_already_set& error) {
+      // The user's on_overflow raised. A notice lets that exception go on, as any exception of
+      // the user's code in a hooked call would. A stop still ends and writes its step and raises
+      // the OverflowError, with the user's exception as its __cause__.
+      if (!event.raise) throw;
+      if (!cause) cause = error.value();
+    }
+  }
   if (!event.raise) return;
   OverflowFacts facts = event.facts;
   replay_op(session, *side, facts);
@@ -224,6 +245,7 @@ void handle_overflow_event(Session& session, const OverflowEvent& event) {
   py::object overflow = overflow_object(*side, facts);
   if (side->on_stop && !side->on_stop.is_none()) side->on_stop(overflow);
   py::object error = side->error_type(facts.message(), overflow);
+  if (cause) PyException_SetCause(error.ptr(), cause.inc_ref().ptr());  // steals the reference
   PyErr_SetObject(side->error_type.ptr(), error.ptr());
   throw py::error_already_set();
 }

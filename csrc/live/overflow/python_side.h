@@ -21,8 +21,10 @@ void raise_peer_stop(Session& session);
 
 // Does what `event` says: tells the debugger, queues the end-of-backward check, raises. A raise
 // throws pybind11::error_already_set with msprobe_cpp.OverflowError set, after the step's files
-// are written. GIL required.
-void handle_overflow_event(Session& session, const OverflowEvent& event);
+// are written, with `cause` (or what the user's on_overflow raised) as its __cause__. GIL
+// required.
+void handle_overflow_event(Session& session, const OverflowEvent& event,
+                           pybind11::object cause = pybind11::object());
 
 // Judges the queued calls (Session::resolve_deferred) and does what their verdicts say: notices
 // first, then the first stop, raised here. GIL required.

@@ -95,11 +95,7 @@ Session::~Session() {
   collecting_ = Collecting::Off;
   if (!py_) return;
   if (!Py_IsInitialized()) {
-    // The interpreter is gone, and with it the objects: nothing may be released any more.
-    py_->overflow_type.release();
-    py_->error_type.release();
-    py_->on_flagged.release();
-    py_->queue_callback.release();
+    py_->leak();
     return;
   }
   pybind11::gil_scoped_acquire gil;
@@ -112,14 +108,6 @@ void Session::set_python_side(std::unique_ptr<PythonSide> side) {
 
 int64_t Session::current_step() const {
   return state_.with_lock([](const StepState& s) { return s.step; });
-}
-
-std::string Session::step_dir() const {
-  return state_.with_lock([&](const StepState& s) { return dir_of(s); });
-}
-
-int Session::folder_rank() const {
-  return state_.with_lock([](const StepState& s) { return s.rank < 0 ? 0 : s.rank; });
 }
 
 bool Session::finished() const {
@@ -408,10 +396,6 @@ std::optional<OverflowEvent> Session::judge_loss_scale(double before, double aft
   });
   if (!d.say.empty()) say(LogLevel::Info, std::move(d.say));
   return std::move(d.event);
-}
-
-bool Session::step_flagged() const {
-  return state_.with_lock([](const StepState& s) { return s.watch && s.watch->step_flagged(); });
 }
 
 }  // namespace msprobe

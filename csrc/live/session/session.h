@@ -74,8 +74,6 @@ class Session {
   void pause();
   bool finished() const;  // past the last configured step
   int64_t current_step() const;
-  std::string step_dir() const;  // <dump_path>/step<S>/rank<R>
-  int folder_rank() const;       // outside distributed: rank 0
 
   // Hot path.
   bool collecting() const { return collecting_.load(std::memory_order_relaxed) == Collecting::On; }
@@ -132,7 +130,6 @@ class Session {
   // At step(), for a step whose loss a scaler scaled: `before` at start() (or scale()), `after`
   // now. A stop to raise, or nothing.
   std::optional<OverflowEvent> judge_loss_scale(double before, double after);
-  bool step_flagged() const;
 
   // Batched sync (overflow_check.sync). Whether `call` must queue: behind calls already queued,
   // or for statistics still on the device, or because every call is judged in batches.
