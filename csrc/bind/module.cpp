@@ -97,11 +97,13 @@ PYBIND11_MODULE(_C, m) {
              flush_deferred(s);
              s.step();
            })
-      .def("pause", &Session::pause)
+      .def("pause", [](Session& s) { s.gate().pause(); })
       .def("drain_writes", &Session::drain_writes)
-      .def("set_module_dump", &Session::set_module_dump, py::arg("on"))
+      .def(
+          "set_module_dump", [](Session& s, bool on) { s.gate().set_module_dump(on); },
+          py::arg("on"))
       .def_property_readonly("finished", &Session::finished)
-      .def_property_readonly("collecting", &Session::collecting)
+      .def_property_readonly("collecting", [](Session& s) { return s.gate().forward(); })
       .def_property_readonly("current_step", &Session::current_step)
       .def_property_readonly("apis_hooked", &Session::apis_hooked)
       .def_property_readonly("modules_hooked", &Session::modules_hooked)
@@ -177,7 +179,7 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "mark_compiled_outputs",
           [](Session& s, py::handle output) {
-            if (!s.watching() || !s.collecting()) return;
+            if (!s.watching() || !s.gate().forward()) return;
             for (const LiveArg& arg : live_args_of(output.ptr())) {
               if (arg.tensor.defined()) s.mark_compiled_output(arg.tensor);
               for (const at::Tensor& t : arg.items) s.mark_compiled_output(t);

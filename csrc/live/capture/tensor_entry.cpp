@@ -46,6 +46,11 @@ std::string item_file_stem(const std::string& stem, size_t i) {
 std::string key_file_stem(const std::string& stem, const std::string& key) {
   return stem + "." + key;
 }
+std::string arg_file_stem(const std::string& call, const ArgPos& pos) {
+  if (pos.side == ArgPos::Side::Kwarg) return kwarg_file_stem(call, *pos.key);
+  return item_file_stem(file_stem(call, pos.side == ArgPos::Side::Input ? "input" : "output"),
+                        pos.index);
+}
 
 std::string EntryOptions::stem(const std::string& call, const char* side) const {
   return saver ? file_stem(call, side) : std::string();

@@ -39,6 +39,9 @@ std::string kwarg_file_stem(const std::string& call, const std::string& key);
 std::string item_file_stem(const std::string& stem, size_t i);
 // A mapping's field: "<stem>.<key>" (msprobe joins its key stack with dots).
 std::string key_file_stem(const std::string& stem, const std::string& key);
+// The file stem of argument `pos` of `call`: the one naming rule above, for a flagged call's
+// evidence (flagged_evidence.h) as for task tensor.
+std::string arg_file_stem(const std::string& call, const ArgPos& pos);
 
 // Statistics (and md5) of `t`; when saving, also queues the tensor as `<stem>.pt` and records
 // that file name as the entry's data_name. Never throws: a tensor whose statistics cannot be

@@ -114,7 +114,7 @@ int64_t ApiHook::next_index(const Session& session) {
 
 py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   std::shared_ptr<Session> session = current_session();
-  if (!session || !session->collecting() || ReentryGuard::inside()) {
+  if (!session || !session->gate().forward() || ReentryGuard::inside()) {
     return call_original(args, kwargs);
   }
   if (session->peer_stopped()) raise_peer_stop(*session);  // another rank stopped: so does this

@@ -39,7 +39,7 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
   // The node's inputs are the gradients flowing into the call, its outputs those flowing out.
   variable_list operator()(const variable_list& outputs, const variable_list& inputs) override {
     std::shared_ptr<Session> s = session_.lock();
-    if (!s || !s->collecting_backward()) return outputs;
+    if (!s || !s->gate().backward()) return outputs;
     // Numbered with its forward: it belongs to the forward's step.
     StoredCall call = backward_call(name_, parts_, stack_, module_);
     call.epoch = epoch_;

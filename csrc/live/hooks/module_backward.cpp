@@ -121,7 +121,7 @@ struct Pending {
     if (!kBackwardScopes || opened) return;
     opened = true;
     std::shared_ptr<Session> s = session.lock();
-    if (!s || !s->collecting_backward()) return;
+    if (!s || !s->gate().backward()) return;
     Opened o;
     o.epoch = s->epoch();
     o.name = key + "." + std::to_string(s->next_index(key));
@@ -147,7 +147,7 @@ struct Pending {
       if (!opened_call) return;  // not collecting when it opened
       s->backward_scope().close();
     }
-    if (!s->collecting_backward()) return;
+    if (!s->gate().backward()) return;
     Opened o;
     if (opened_call) {
       o = std::move(*opened_call);

@@ -22,9 +22,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
   const std::string backward_key = base + ".backward";
 
   // PyTorch >= 2.0 passes keyword arguments too (registered with with_kwargs=True).
-  auto on = [dumped](const Session& s) {
-    return dumped ? s.collecting_module_dump() : s.collecting();
-  };
+  auto on = [dumped](Session& s) { return dumped ? s.gate().module_dump() : s.gate().forward(); };
   auto pre = [forward_key, record, on](py::handle module, py::handle inputs, py::handle kwargs) {
     std::shared_ptr<Session> s = current_session();
     if (!s || !on(*s)) return;
@@ -134,9 +132,9 @@ py::tuple make_model_hooks(const std::string& class_name) {
     StartedModelCall call = std::move(*mine);
     calls.erase(std::next(mine).base(), calls.end());  // with any left open inside it (raised)
     std::shared_ptr<Session> s = current_session();
-    if (!s || !s->watching() || !s->collecting()) return;
+    if (!s || !s->watching() || !s->gate().forward()) return;
     // What the calls before it made must be known first (batched sync).
-    if (s->has_deferred()) flush_deferred(*s);
+    if (s->deferred().any()) flush_deferred(*s);
     StoredCall judged;
     judged.record.name = key + "." + std::to_string(s->next_index(key));
     judged.record.has_inputs = false;

@@ -21,7 +21,8 @@ void submit(Session& session, StoredCall&& call, LiveTensors&& live, Caller call
   warn_statistics_failure(session, call.record.name);
   bool flush = false, queue_flush = false;
   std::optional<OverflowEvent> event;
-  if (session.must_defer(call)) {
+  DeferredCalls& deferred = session.deferred();
+  if (deferred.must_defer(call)) {
     // Batched sync: judged when its batch comes back (at once under sync "call"). A backward
     // pass asks for its queue to be judged at its end, before an optimizer uses the gradients.
     // An API call keeps its arguments until then: a stop replays it (python_side).
@@ -31,8 +32,9 @@ void submit(Session& session, StoredCall&& call, LiveTensors&& live, Caller call
         session.config().overflow_check.replay && *current->name == call.record.name) {
       held = std::make_shared<HeldArguments>(*current, live);
     }
-    flush = session.defer(std::move(call), std::move(live), std::move(held));
-    queue_flush = !flush && caller == Caller::AutogradEngine && session.claim_backward_flush();
+    flush = deferred.defer(DeferredCall{std::move(call), std::move(live), std::move(held)});
+    queue_flush = !flush && caller == Caller::AutogradEngine && session.watching() &&
+                  deferred.claim_backward_flush();
     if (!flush && !queue_flush) return;
   } else if (!session.watching()) {
     session.add(std::move(call));

@@ -1,43 +1,46 @@
 // Batched sync (overflow_check.sync): calls queued until their device statistics come back, then
 // stored and judged in the order they were made.
+#include "live/session/deferred_calls.h"
+
 #include "live/session/session.h"
 
 namespace msprobe {
 
-bool Session::must_defer(const StoredCall& call) const {
-  if (config_.overflow_check.sync == SyncMode::Batch) return true;
-  if (has_deferred()) return true;
+bool DeferredCalls::must_defer(const StoredCall& call) const {
+  if (sync_ == SyncMode::Batch) return true;
+  if (any()) return true;
   bool pending = false;
   // CPU-only runs never launch device statistics: their hooks skip the walk.
-  const PendingStats* slots = capture_.options().pending;
-  if (slots && !slots->empty()) {
+  if (pending_ && !pending_->empty()) {
     for_each_entry(call.record, [&](const Entry& e) { pending = pending || e.pending_stats >= 0; });
   }
   return pending;
 }
 
-bool Session::defer(StoredCall&& call, LiveTensors&& live, std::shared_ptr<HeldArguments> held) {
-  return state_.with_lock([&](StepState& s) {
-    s.deferred.push_back(DeferredCall{std::move(call), std::move(live), std::move(held)});
-    deferred_count_.store(s.deferred.size(), std::memory_order_relaxed);
-    return config_.overflow_check.sync == SyncMode::Call ||
-           static_cast<int64_t>(s.deferred.size()) >= config_.overflow_check.sync_batch_calls;
+bool DeferredCalls::defer(DeferredCall&& call) {
+  return queue_.with_lock([&](Queue& q) {
+    q.calls.push_back(std::move(call));
+    count_.store(q.calls.size(), std::memory_order_relaxed);
+    return sync_ == SyncMode::Call || static_cast<int64_t>(q.calls.size()) >= batch_calls_;
   });
 }
 
-bool Session::claim_backward_flush() {
-  if (!watching()) return false;
-  return state_.with_lock(
-      [](StepState& s) { return !std::exchange(s.backward_flush_queued, true); });
+bool DeferredCalls::claim_backward_flush() {
+  return queue_.with_lock([](Queue& q) { return !std::exchange(q.backward_flush_queued, true); });
+}
+
+std::vector<DeferredCall> DeferredCalls::take() {
+  std::vector<DeferredCall> out;
+  queue_.with_lock([&](Queue& q) {
+    out.swap(q.calls);
+    count_.store(0, std::memory_order_relaxed);
+    q.backward_flush_queued = false;
+  });
+  return out;
 }
 
 std::vector<OverflowEvent> Session::resolve_deferred() {
-  std::vector<DeferredCall> batch;
-  state_.with_lock([&](StepState& s) {
-    batch.swap(s.deferred);
-    deferred_count_.store(0, std::memory_order_relaxed);
-    s.backward_flush_queued = false;
-  });
+  std::vector<DeferredCall> batch = deferred_.take();
   std::vector<OverflowEvent> events;
   if (batch.empty()) return events;
   PendingStats* slots = capture_.pending();

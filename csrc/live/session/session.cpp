@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "live/capture/flagged_evidence.h"
 #include "live/hooks/hook_scope.h"
 #include "live/log/tool_log.h"
 #include "live/overflow/python_objects.h"
@@ -74,6 +75,7 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
       epoch_(++g_epochs),
       selection_(config_.collect(), config_.level, section_name(config_, source)),
       capture_(config_, paths_.dump_root),
+      deferred_(config_.overflow_check, capture_.pending()),
       writer_(config_.dump_path, paths_.dump_root, to_string(config_.task),
               to_string(config_.level), capture_.saver()) {
   if (!watching()) return;
@@ -92,7 +94,7 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
 }
 
 Session::~Session() {
-  collecting_ = Collecting::Off;
+  gate_.close();
   if (!py_) return;
   if (!Py_IsInitialized()) {
     py_->leak();
@@ -135,7 +137,7 @@ void Session::start(int rank) {
       rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
   const bool collect = rank_ok && config_.step.contains(step) && !finished();
   if (collect) state_.with_lock([](StepState& s) { s.collected = true; });
-  collecting_ = collect ? Collecting::On : Collecting::Off;
+  gate_.open(collect);
 }
 
 void Session::warn_unmatched_selection(int64_t step) {
@@ -149,21 +151,9 @@ void Session::warn_unmatched_selection(int64_t step) {
   }
 }
 
-void Session::pause() {
-  // The block's forward calls are recorded; their backward runs later, in loss.backward(), and is
-  // recorded too (msprobe's forward_backward_dump_end). New forward calls are not.
-  Collecting on = Collecting::On;
-  collecting_.compare_exchange_strong(on, Collecting::BackwardOnly);
-}
-
-void Session::set_module_dump(bool on) {
-  Collecting from = on ? Collecting::On : Collecting::ModuleDump;
-  collecting_.compare_exchange_strong(from, on ? Collecting::ModuleDump : Collecting::On);
-}
-
 void Session::stop() {
   deliver_said_lines();  // an earlier step's write thread's, before this step's
-  collecting_ = Collecting::Off;
+  gate_.close();
   write_step(/*at_stop=*/true, /*hand_over=*/config_.async_dump);
 }
 
@@ -177,7 +167,7 @@ void Session::drain_writes() {
 
 void Session::step() {
   deliver_said_lines();  // an earlier step's write thread's, before this step's
-  collecting_ = Collecting::Off;
+  gate_.close();
   const auto [raised, collected, step] = state_.with_lock([](StepState& s) {
     const bool raised = std::exchange(s.ended_by_raise, false);
     return std::make_tuple(raised, s.collected, s.step);
@@ -189,7 +179,7 @@ void Session::step() {
 }
 
 std::string Session::end_step_for_raise() {
-  collecting_ = Collecting::Off;
+  gate_.close();
   const std::string write_error = write_step();
   advance();
   state_.with_lock([](StepState& s) { s.ended_by_raise = true; });
@@ -282,7 +272,8 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
       const Verdict v = s.watch->judge(call.record, tensors, call.peer_rank);
       d = s.decisions->on_call(v, is_backward_name(call.record.name),
                                [&] { return facts_of(s, call, v); });
-      if (d.keep_tensors) keep.names = claim_tensor_files(call.record, tensors);
+      if (d.keep_tensors)
+        keep.names = FlaggedEvidence(capture_.file_names()).claim(call.record, tensors);
       if (d.wants_source || !keep.names.empty()) name = call.record.name;
       if (d.wants_source) stack = call.stack;
       rank = s.rank;
@@ -325,30 +316,10 @@ std::optional<OverflowEvent> Session::judge_model_output(StoredCall&& call,
   return std::move(d.event);
 }
 
-std::vector<std::pair<ArgPos, std::string>> Session::claim_tensor_files(CallRecord& rec,
-                                                                        const LiveTensors& live) {
-  std::vector<std::pair<ArgPos, std::string>> names;
-  for_each_arg(rec, [&](const ArgPos& pos, Entry& e) {
-    const at::Tensor* t = live.tensor(pos);
-    if (!t || !e.is_tensor() || t->is_meta() || t->layout() != at::kStrided) return;
-    const std::string stem =
-        pos.side == ArgPos::Side::Kwarg
-            ? kwarg_file_stem(rec.name, *pos.key)
-            : item_file_stem(
-                  file_stem(rec.name, pos.side == ArgPos::Side::Input ? "input" : "output"),
-                  pos.index);
-    e.data_name = capture_.file_names().claim(stem) + ".pt";
-    names.emplace_back(pos, e.data_name);
-  });
-  return names;
-}
-
 void Session::keep_tensors(const KeptTensors& keep, const std::string& call,
                            const LiveTensors& live) {
-  std::vector<std::pair<at::Tensor, std::string>> copies;
-  for (const auto& [pos, name] : keep.names) {
-    copies.emplace_back(live.tensor(pos)->detach().clone(), name);
-  }
+  std::vector<std::pair<at::Tensor, std::string>> copies =
+      FlaggedEvidence::copies(keep.names, live);
   state_.with_lock([&](StepState& s) {
     // The step may have been written and ended meanwhile (another thread's step()): then its
     // files are out, and the copies are dropped.

@@ -23,9 +23,12 @@
 #include "core/report.h"
 #include "core/selection.h"
 #include "live/capture/call_stack.h"
+#include "live/capture/flagged_evidence.h"
 #include "live/capture/live_tensors.h"
 #include "live/capture/tensor_capture.h"
 #include "live/session/backward_scope.h"
+#include "live/session/collection_gate.h"
+#include "live/session/deferred_calls.h"
 #include "live/session/step_state.h"
 #include "live/session/step_writer.h"
 #include "live/stats/device_stats.h"
@@ -65,28 +68,16 @@ class Session {
   bool modules_hooked() const { return config_.level != Level::L1; }
 
   // Lifecycle, called from Python with the GIL held.
-  void start(int rank);  // rank -1: torch.distributed not initialized
-  void stop();           // writes the step's files (everything collected in this step so far)
-  void drain_writes();   // async_dump: returns once every step handed over is written
-  void step();           // writes if stop() was not called, then moves to the next step
-  // forward_backward_dump_end: only the backward of the calls recorded so far is collected
-  // until the next start().
-  void pause();
+  void start(int rank);   // rank -1: torch.distributed not initialized
+  void stop();            // writes the step's files (everything collected in this step so far)
+  void drain_writes();    // async_dump: returns once every step handed over is written
+  void step();            // writes if stop() was not called, then moves to the next step
   bool finished() const;  // past the last configured step
   int64_t current_step() const;
 
   // Hot path.
-  bool collecting() const { return collecting_.load(std::memory_order_relaxed) == Collecting::On; }
-  // module_dump(): only the dumped module's own hooks record (its forward and backward).
-  void set_module_dump(bool on);
-  bool collecting_module_dump() const {
-    const Collecting c = collecting_.load(std::memory_order_relaxed);
-    return c == Collecting::On || c == Collecting::ModuleDump;
-  }
-  // Backward hooks of calls already recorded: also after pause().
-  bool collecting_backward() const {
-    return collecting_.load(std::memory_order_relaxed) != Collecting::Off;
-  }
+  // Whether the hooks record now (pause() and module_dump() turn it too).
+  CollectionGate& gate() { return gate_; }
   int64_t next_index(const std::string& key);  // n of `key` within the step
   // Unique among all sessions' steps: API hooks reset their own call counters when it changes.
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
@@ -131,20 +122,12 @@ class Session {
   // now. A stop to raise, or nothing.
   std::optional<OverflowEvent> judge_loss_scale(double before, double after);
 
-  // Batched sync (overflow_check.sync). Whether `call` must queue: behind calls already queued,
-  // or for statistics still on the device, or because every call is judged in batches.
-  bool must_defer(const StoredCall& call) const;
-  // Queues a call with its live tensors (and an API call's arguments, for a replay); true when it
-  // is time to flush (sync "call", or a full batch). Thread-safe.
-  bool defer(StoredCall&& call, LiveTensors&& live, std::shared_ptr<HeldArguments> held = nullptr);
-  bool has_deferred() const { return deferred_count_.load(std::memory_order_relaxed) != 0; }
+  // Batched sync (overflow_check.sync): the queue of calls waiting for their statistics.
+  DeferredCalls& deferred() { return deferred_; }
   // Reads every queued call's device statistics back at once, then stores and judges the calls
   // in the order they were made, as add() would have one by one. Returns what the hooks must do;
   // a raise carries how many calls ran after its call.
   std::vector<OverflowEvent> resolve_deferred();
-  // A backward pass queued calls under task overflow_check: their verdicts are wanted at its
-  // end, before an optimizer uses the gradients. True once per pass (the caller queues it).
-  bool claim_backward_flush();
   // Times this session's statistics waited for a device: the process's count since the session
   // began (the statistics code does not know its session; one session is live at a time).
   int64_t host_syncs() const { return msprobe::host_syncs() - host_syncs_at_start_; }
@@ -173,16 +156,13 @@ class Session {
   std::string dir_of(const StepState& s) const { return paths_.dump_root + "/" + s.folder(); }
   const std::string& staging_of(StepState& s) const;
   OverflowFacts facts_of(const StepState& s, const StoredCall& call, const Verdict& v) const;
-  // Task overflow_check: a call's evidence. The file names are the step's, claimed under the
-  // lock (and set as the entries' data_name); the copies are made after it and attached to the
-  // stored call, the `index`-th of the step whose epoch is `epoch`.
+  // Task overflow_check: a flagged call's evidence (flagged_evidence.h), attached after the lock
+  // to the stored call, the `index`-th of the step whose epoch is `epoch`.
   struct KeptTensors {
-    std::vector<std::pair<ArgPos, std::string>> names;
+    EvidenceNames names;
     size_t index = 0;
     uint64_t epoch = 0;
   };
-  std::vector<std::pair<ArgPos, std::string>> claim_tensor_files(CallRecord& rec,
-                                                                 const LiveTensors& live);
   void keep_tensors(const KeptTensors& keep, const std::string& call, const LiveTensors& live);
   void tell_source(const StackPtr& stack, const std::string& call, OverflowEvent* event);
   void say_headroom(const HeadroomRecord& r, const HeadroomSite& site,
@@ -190,14 +170,13 @@ class Session {
 
   const Config config_;
   const SessionPaths paths_;
-  enum class Collecting : uint8_t { Off, On, BackwardOnly, ModuleDump };
-  std::atomic<Collecting> collecting_{Collecting::Off};
+  CollectionGate gate_;
   std::atomic<uint64_t> epoch_;
   Guarded<StepState> state_;
-  std::atomic<size_t> deferred_count_{0};  // state_'s queue length, read without the lock
-  CodeRegistry codes_;                     // GIL
+  CodeRegistry codes_;  // GIL
   Selection selection_;
   TensorCapture capture_;
+  DeferredCalls deferred_;          // after capture_: it reads capture_'s pending statistics
   std::unique_ptr<PythonSide> py_;  // GIL
   StepWriter writer_;
   SaidOnce said_;

@@ -1,7 +1,7 @@
 // Everything a session knows about its current step: the records, the call counters, the overflow
-// guard's judgements and decisions, the calls queued under batched sync and the peer stop being
-// written. The session holds it in a Guarded: it is reached only under that one lock, from the
-// Python thread and from the autograd engine's threads alike.
+// guard's judgements and decisions, and the peer stop being written. The session holds it in a
+// Guarded: it is reached only under that one lock, from the Python thread and from the autograd
+// engine's threads alike.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -60,8 +60,6 @@ struct StepState {
   std::string staging, staging_for;
   bool published = false;  // a write of the step is in place: a later one carries its tensors
   std::optional<PeerOverflow> peer_stop;  // the step is being ended by a peer stop
-  std::vector<DeferredCall> deferred;
-  bool backward_flush_queued = false;
   // Task overflow_check: the started models' tensors (across steps), the calls' judge and what
   // the judgements lead to (both null otherwise).
   ModelTensors models;

@@ -1,0 +1,41 @@
+// Whether the hooks record now: the one switch that start(), stop(), step(), pause() and
+// module_dump() turn and every hook reads first. Lock-free: one atomic, read on the hot path with
+// relaxed order (a call racing a switch is recorded or not, never half).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace msprobe {
+
+class CollectionGate {
+ public:
+  void open(bool collect) { state_ = collect ? State::On : State::Off; }
+  void close() { state_ = State::Off; }
+  // forward_backward_dump_end: the backward of the calls recorded so far is still collected, new
+  // forward calls are not.
+  void pause() {
+    State on = State::On;
+    state_.compare_exchange_strong(on, State::BackwardOnly);
+  }
+  // module_dump(): only the dumped module's own hooks record (its forward and backward).
+  void set_module_dump(bool on) {
+    State from = on ? State::On : State::ModuleDump;
+    state_.compare_exchange_strong(from, on ? State::ModuleDump : State::On);
+  }
+
+  bool forward() const { return load() == State::On; }
+  bool module_dump() const {
+    const State s = load();
+    return s == State::On || s == State::ModuleDump;
+  }
+  // Backward hooks of calls already recorded: also after pause().
+  bool backward() const { return load() != State::Off; }
+
+ private:
+  enum class State : uint8_t { Off, On, BackwardOnly, ModuleDump };
+  State load() const { return state_.load(std::memory_order_relaxed); }
+  std::atomic<State> state_{State::Off};
+};
+
+}  // namespace msprobe
