@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Prints the data members and public methods of every class and struct in csrc/live's headers,
-and fails (exit 1) where one has more data members than the layout allows: Session 15, any other
-class in csrc/live 20. A reader of this project's headers (clang-formatted, one declaration per
-statement), not of C++ in general.
+and fails (exit 1) where one has more than the layout allows: data members, Session 15 and any
+other class 20; public methods (constructors included, not the destructor or deleted ones), 20
+for every class, Session included. A reader of this project's headers (clang-formatted, one
+declaration per statement), not of C++ in general.
 """
 import re
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 LIMITS = {"Session": 15}
 DEFAULT_LIMIT = 20
+METHOD_LIMIT = 20
 HEAD = re.compile(r"\n(class|struct) (\w+)\b[^;{(]*\{")
 
 
@@ -70,11 +72,15 @@ def main() -> int:
             name = head.group(2)
             members, methods = sizes(text, head)
             limit = LIMITS.get(name, DEFAULT_LIMIT)
-            over = members > limit
-            failed |= over
-            if "--quiet" not in sys.argv or over:
+            too_many = []
+            if members > limit:
+                too_many.append(f"more than {limit} data members")
+            if methods > METHOD_LIMIT:
+                too_many.append(f"more than {METHOD_LIMIT} public methods")
+            failed |= bool(too_many)
+            if "--quiet" not in sys.argv or too_many:
                 print(f"{name:22s} {members:3d} data members {methods:3d} public methods  "
-                      f"{header.relative_to(csrc)}" + (f"  (more than {limit})" if over else ""))
+                      f"{header.relative_to(csrc)}" + (f"  ({'; '.join(too_many)})" if too_many else ""))
     print("class sizes in csrc/live: " + ("too large" if failed else "within the limits"))
     return 1 if failed else 0
 

@@ -102,21 +102,24 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "set_module_dump", [](Session& s, bool on) { s.gate().set_module_dump(on); },
           py::arg("on"))
-      .def_property_readonly("finished", &Session::finished)
+      .def_property_readonly(
+          "finished", [](const Session& s) { return past_last_step(s.config(), s.current_step()); })
       .def_property_readonly("collecting", [](Session& s) { return s.gate().forward(); })
       .def_property_readonly("current_step", &Session::current_step)
-      .def_property_readonly("apis_hooked", &Session::apis_hooked)
-      .def_property_readonly("modules_hooked", &Session::modules_hooked)
+      .def_property_readonly("apis_hooked",
+                             [](const Session& s) { return s.config().level != Level::L0; })
+      .def_property_readonly("modules_hooked",
+                             [](const Session& s) { return s.config().level != Level::L1; })
       .def_property_readonly("level", [](const Session& s) { return to_string(s.config().level); })
       .def_property_readonly("dump_path", [](const Session& s) { return s.config().dump_path; })
       .def_property_readonly("extra_apis", [](const Session& s) { return s.config().extra_apis; })
       .def_property_readonly("config_warnings",
                              [](const Session& s) { return s.config().warnings; })
-      .def_property_readonly("watching", &Session::watching)
+      .def_property_readonly("watching", [](const Session& s) { return s.config().watching(); })
       .def_property_readonly("stats_cache_hits",
-                             [](const Session& s) { return s.stats_cache().hits(); })
+                             [](Session& s) { return s.capture().stats_cache().hits(); })
       .def_property_readonly("stats_cache_misses",
-                             [](const Session& s) { return s.stats_cache().misses(); })
+                             [](Session& s) { return s.capture().stats_cache().misses(); })
       // One call fills the whole PythonSide, by name (python_objects.h lists the names).
       .def("set_python_side",
            [](Session& s, py::kwargs given) {
@@ -137,13 +140,13 @@ PYBIND11_MODULE(_C, m) {
                    "set_python_side: overflow_type, error_type, on_flagged and queue_callback are "
                    "required");
              }
-             s.set_python_side(std::move(side));
+             s.guard().set_python_side(std::move(side));
            })
-      .def_property_readonly("host_syncs", &Session::host_syncs)
+      .def_property_readonly("host_syncs", [](Session& s) { return s.capture().host_syncs(); })
       .def_property_readonly("headroom",
-                             [](const Session& s) {
+                             [](Session& s) {
                                py::list out;
-                               for (const HeadroomRecord& r : s.headroom_warned()) {
+                               for (const HeadroomRecord& r : s.guard().headroom_warned()) {
                                  py::list history;
                                  for (const HeadroomPoint& p : r.history) {
                                    py::dict point;
@@ -160,7 +163,7 @@ PYBIND11_MODULE(_C, m) {
                                }
                                return out;
                              })
-      .def("set_peer_stopped", &Session::set_peer_stopped)
+      .def("set_peer_stopped", [](Session& s) { s.peer_stop().set(); })
       .def(
           "stop_for_peer",
           [](Session& s, int rank, int64_t step, const std::string& call,
@@ -172,30 +175,32 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "add_model_tensor",
           [](Session& s, const std::string& name, const at::Tensor& t, bool buffer) {
-            s.add_model_tensor(name, t, buffer);
+            s.guard().models().add(name, t, buffer);
           },
           py::arg("name"), py::arg("tensor"), py::arg("buffer"))
-      .def("set_loss_scaled", &Session::set_loss_scaled)
+      .def("set_loss_scaled", [](Session& s) { s.guard().loss_scale().set_scaled(); })
       .def(
           "mark_compiled_outputs",
           [](Session& s, py::handle output) {
-            if (!s.watching() || !s.gate().forward()) return;
+            if (!s.config().watching() || !s.gate().forward()) return;
             for (const LiveArg& arg : live_args_of(output.ptr())) {
-              if (arg.tensor.defined()) s.mark_compiled_output(arg.tensor);
-              for (const at::Tensor& t : arg.items) s.mark_compiled_output(t);
+              if (arg.tensor.defined()) s.guard().models().mark_compiled_output(arg.tensor);
+              for (const at::Tensor& t : arg.items) s.guard().models().mark_compiled_output(t);
             }
           },
           py::arg("output"))
       .def(
           "judge_loss_scale",
           [](Session& s, double before, double after) {
-            if (auto event = s.judge_loss_scale(before, after)) handle_overflow_event(s, *event);
+            if (auto event = s.guard().loss_scale().judge(before, after))
+              handle_overflow_event(s, *event);
           },
           py::arg("before"), py::arg("after"))
       .def(
           "judge_optimizer_gradients",
           [](Session& s, const std::string& optimizer, std::vector<std::string> bad, bool reduced) {
-            if (auto event = s.judge_optimizer_gradients(optimizer, std::move(bad), reduced)) {
+            if (auto event =
+                    s.guard().judge_optimizer_gradients(optimizer, std::move(bad), reduced)) {
               handle_overflow_event(s, *event);
             }
           },

@@ -89,7 +89,14 @@ struct Config {
 
   // The section that scope/list/data_mode come from for the chosen task.
   const CollectSection& collect() const { return task == Task::Tensor ? tensor : statistics; }
+  // Task overflow_check: every call is judged by the overflow guard as it completes.
+  bool watching() const { return task == Task::OverflowCheck; }
 };
+
+// Past the last step the config's `step` list names: collection is over for good.
+inline bool past_last_step(const Config& c, int64_t step) {
+  return !c.step.all() && step > c.step.last();
+}
 
 // Validates `doc` (the parsed config file, or an empty object when there is no file) with
 // `overrides` (keyword arguments of PrecisionDebugger: task, dump_path, level, step, rank, and

@@ -10,6 +10,7 @@
 #include "core/output_files.h"
 #include "live/capture/tensor_entry.h"
 #include "live/capture/tensor_saver.h"
+#include "live/stats/device_stats.h"
 #include "live/stats/pending_stats.h"
 #include "live/stats/stats_cache.h"
 
@@ -29,6 +30,9 @@ class TensorCapture {
   FileNames& file_names() { return file_names_; }
   TensorSaver* saver() { return saver_.get(); }  // null under task statistics
   void new_step();
+  // Times this session's statistics waited for a device: the process's count since the capture
+  // began (the statistics code does not know its session; one session is live at a time).
+  int64_t host_syncs() const { return msprobe::host_syncs() - host_syncs_at_start_; }
 
  private:
   std::unique_ptr<TensorSaver> saver_;
@@ -36,6 +40,7 @@ class TensorCapture {
   FileNames file_names_;
   PendingStats pending_;
   EntryOptions options_;
+  const int64_t host_syncs_at_start_ = msprobe::host_syncs();
 };
 
 }  // namespace msprobe

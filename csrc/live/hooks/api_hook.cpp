@@ -100,8 +100,8 @@ py::object ApiHook::call_original(PyObject* args, PyObject* kwargs) const {
   return py::reinterpret_steal<py::object>(result);
 }
 
-int64_t ApiHook::next_index(const Session& session) {
-  const uint64_t epoch = session.epoch();
+int64_t ApiHook::next_index(Session& session) {
+  const uint64_t epoch = session.numbering().epoch();
   if (epoch_.load(std::memory_order_acquire) != epoch) {
     std::lock_guard<std::mutex> lock(reset_mu_);
     if (epoch_.load(std::memory_order_relaxed) != epoch) {
@@ -117,11 +117,12 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   if (!session || !session->gate().forward() || ReentryGuard::inside()) {
     return call_original(args, kwargs);
   }
-  if (session->peer_stopped()) raise_peer_stop(*session);  // another rank stopped: so does this
+  if (session->peer_stop().stopped())
+    raise_peer_stop(*session);  // another rank stopped: so does this
   ReentryGuard guard;
   // Named first, so that scope, list and data_mode are decided before any statistics: a call
   // that is filtered out costs a counter and a few string compares.
-  const uint64_t epoch = session->epoch();
+  const uint64_t epoch = session->numbering().epoch();
   // One allocation for the name; "<api>.<n>." is its prefix.
   const std::string index = std::to_string(next_index(*session));
   std::string name;
@@ -148,10 +149,11 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   // other ranks before it runs.
   EntryOptions collective_options;
   if (written_.index >= 0) {
-    collective_options = session->entry_options();
+    collective_options = session->capture().options();
     collective_options.pending = nullptr;
   }
-  const EntryOptions& options = written_.index >= 0 ? collective_options : session->entry_options();
+  const EntryOptions& options =
+      written_.index >= 0 ? collective_options : session->capture().options();
   StoredCall call;
   call.epoch = epoch;
   call.record.name = name;
@@ -165,7 +167,7 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   }
   // The overflow guard traces anomalous entries back to their tensor objects.
   LiveTensors live;
-  const bool watching = session->watching();
+  const bool watching = session->config().watching();
   if (sel.forward && sel.inputs) {
     call.record.inputs =
         item_entries(args, options, options.stem(name, "input"), watching ? &live.inputs : nullptr);

@@ -27,7 +27,7 @@ class ApiHook {
   pybind11::object call(PyObject* args, PyObject* kwargs);
   // n of this API's next call within the session's step: a counter of the hook's own, reset when
   // the step changes, so naming a call takes no lock and no lookup.
-  int64_t next_index(const Session& session);
+  int64_t next_index(Session& session);
   pybind11::object call_original(PyObject* args, PyObject* kwargs) const;
   const pybind11::object& original() const { return original_; }
   const std::string& api() const { return api_; }

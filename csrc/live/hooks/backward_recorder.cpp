@@ -61,10 +61,10 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
 
 void record_backward(Session& s, StoredCall&& call, const variable_list& grads_in,
                      const variable_list& grads_out) {
-  const EntryOptions& options = s.entry_options();
+  const EntryOptions& options = s.capture().options();
   const std::string& name = call.record.name;
   LiveTensors live;
-  const bool watching = s.watching();
+  const bool watching = s.config().watching();
   if (call.record.has_inputs) {
     call.record.inputs = grad_entries(grads_in, options, options.stem(name, "input"),
                                       watching ? &live.inputs : nullptr);

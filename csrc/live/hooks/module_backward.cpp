@@ -123,8 +123,8 @@ struct Pending {
     std::shared_ptr<Session> s = session.lock();
     if (!s || !s->gate().backward()) return;
     Opened o;
-    o.epoch = s->epoch();
-    o.name = key + "." + std::to_string(s->next_index(key));
+    o.epoch = s->numbering().epoch();
+    o.name = key + "." + std::to_string(s->numbering().next_index(key));
     o.parent = s->backward_scope().open(o.name);
     call = std::move(o);
   }
@@ -152,8 +152,8 @@ struct Pending {
     if (opened_call) {
       o = std::move(*opened_call);
     } else {
-      o.epoch = s->epoch();
-      o.name = key + "." + std::to_string(s->next_index(key));
+      o.epoch = s->numbering().epoch();
+      o.name = key + "." + std::to_string(s->numbering().next_index(key));
     }
     const Selected sel = s->selection().module_backward(o.name, base);
     if (!sel.backward) return;

@@ -26,12 +26,12 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
   auto pre = [forward_key, record, on](py::handle module, py::handle inputs, py::handle kwargs) {
     std::shared_ptr<Session> s = current_session();
     if (!s || !on(*s)) return;
-    if (s->peer_stopped()) raise_peer_stop(*s);
+    if (s->peer_stop().stopped()) raise_peer_stop(*s);
     Selection& selection = s->selection();
     OpenModuleCall open;
     open.module = module.ptr();
-    open.epoch = s->epoch();
-    open.name = forward_key + "." + std::to_string(s->next_index(forward_key));
+    open.epoch = s->numbering().epoch();
+    open.name = forward_key + "." + std::to_string(s->numbering().next_index(forward_key));
     if (!record) {
       push_module_call(std::move(open));
       return;
@@ -40,9 +40,9 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     open.listed = selection.has_list() && selection.listed(open.name);
     open.parent = enclosing_module();
     if (open.selected.forward) {
-      const EntryOptions& options = s->entry_options();
+      const EntryOptions& options = s->capture().options();
       if (open.selected.inputs) {
-        const bool watching = s->watching();
+        const bool watching = s->config().watching();
         open.inputs = item_entries(inputs.ptr(), options, options.stem(open.name, "input"),
                                    watching ? &open.live.inputs : nullptr);
         if (PyDict_Check(kwargs.ptr())) {
@@ -73,7 +73,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
         attach_module_backward(s, backward_key, base, *open.backward, output.ptr(), open.stack);
       } catch (const std::exception& e) {
         // The model must train on: this module's backward records are skipped, said once.
-        if (s->warn_once("module backward " + base)) {
+        if (s->said().first("module backward " + base)) {
           say_warning("the backward records of " + base +
                       " are skipped: its autograd nodes could not be hooked (" + e.what() + ")");
         }
@@ -88,14 +88,14 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     call.record.inputs = std::move(open.inputs);
     call.record.kwargs = std::move(open.kwargs);
     if (open.selected.outputs) {
-      const EntryOptions& options = s->entry_options();
+      const EntryOptions& options = s->capture().options();
       call.record.outputs =
           item_entries(output.ptr(), options, options.stem(call.record.name, "output"),
-                       s->watching() ? &open.live.outputs : nullptr);
+                       s->config().watching() ? &open.live.outputs : nullptr);
     }
     call.stack = std::move(open.stack);
     call.parent = std::move(open.parent);
-    if (s->watching() && s->config().level == Level::L0) {
+    if (s->config().watching() && s->config().level == Level::L0) {
       open.live.enclosing = enclosing_arguments(open.live.maker);
     }
     submit(*s, std::move(call), std::move(open.live));
@@ -110,7 +110,7 @@ py::tuple make_model_hooks(const std::string& class_name) {
   const std::string key = "Module." + class_name + ".forward";
   auto pre = [class_name](py::handle module, py::handle inputs, py::handle kwargs) {
     std::shared_ptr<Session> s = current_session();
-    if (!s || !s->watching()) return;
+    if (!s || !s->config().watching()) return;
     StartedModelCall call{module.ptr(), class_name, {}};
     auto take = [&call](PyObject* values) {
       for (const LiveArg& a : live_args_of(values)) {
@@ -132,15 +132,15 @@ py::tuple make_model_hooks(const std::string& class_name) {
     StartedModelCall call = std::move(*mine);
     calls.erase(std::next(mine).base(), calls.end());  // with any left open inside it (raised)
     std::shared_ptr<Session> s = current_session();
-    if (!s || !s->watching() || !s->gate().forward()) return;
+    if (!s || !s->config().watching() || !s->gate().forward()) return;
     // What the calls before it made must be known first (batched sync).
     if (s->deferred().any()) flush_deferred(*s);
     StoredCall judged;
-    judged.record.name = key + "." + std::to_string(s->next_index(key));
+    judged.record.name = key + "." + std::to_string(s->numbering().next_index(key));
     judged.record.has_inputs = false;
     LiveTensors live;
     // Judged at once, whatever the sync mode: it is one call a step, and the last place to stop.
-    EntryOptions options = s->entry_options();
+    EntryOptions options = s->capture().options();
     options.pending = nullptr;
     options.saver = nullptr;
     judged.record.outputs = item_entries(output.ptr(), options, "", &live.outputs);
@@ -148,7 +148,7 @@ py::tuple make_model_hooks(const std::string& class_name) {
     live.maker = "the started model " + call.class_name;
     judged.stack = s->capture_stack();
     warn_statistics_failure(*s, judged.record.name);
-    if (auto event = s->judge_model_output(std::move(judged), live)) {
+    if (auto event = s->guard().judge_model_output(std::move(judged), live)) {
       handle_overflow_event(*s, *event);
     }
   };

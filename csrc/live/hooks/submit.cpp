@@ -12,7 +12,7 @@ namespace msprobe {
 
 void warn_statistics_failure(Session& session, const std::string& call) {
   const std::string why = take_statistics_failure();
-  if (why.empty() || !session.first_statistics_failure()) return;
+  if (why.empty() || !session.said().first(" statistics failure")) return;
   say_warning("statistics of a tensor of " + call +
               " could not be computed, recorded as null (said once): " + why);
 }
@@ -28,15 +28,15 @@ void submit(Session& session, StoredCall&& call, LiveTensors&& live, Caller call
     // An API call keeps its arguments until then: a stop replays it (python_side).
     std::shared_ptr<HeldArguments> held;
     const CallArguments* current = current_call_arguments();
-    if (caller == Caller::Python && current && session.watching() &&
+    if (caller == Caller::Python && current && session.config().watching() &&
         session.config().overflow_check.replay && *current->name == call.record.name) {
       held = std::make_shared<HeldArguments>(*current, live);
     }
     flush = deferred.defer(DeferredCall{std::move(call), std::move(live), std::move(held)});
-    queue_flush = !flush && caller == Caller::AutogradEngine && session.watching() &&
+    queue_flush = !flush && caller == Caller::AutogradEngine && session.config().watching() &&
                   deferred.claim_backward_flush();
     if (!flush && !queue_flush) return;
-  } else if (!session.watching()) {
+  } else if (!session.config().watching()) {
     session.add(std::move(call));
     return;
   } else {
@@ -82,10 +82,10 @@ StoredCall backward_call(const std::string& name, Selected parts, StackPtr stack
 void submit_backward(Session& session, const std::string& name, pybind11::handle grads_in,
                      pybind11::handle grads_out, Selected parts, StackPtr stack,
                      std::optional<std::string> module_hint) {
-  const EntryOptions& options = session.entry_options();
+  const EntryOptions& options = session.capture().options();
   StoredCall call = backward_call(name, parts, std::move(stack), std::move(module_hint));
   LiveTensors live;
-  const bool watching = session.watching();
+  const bool watching = session.config().watching();
   if (parts.inputs) {
     call.record.inputs = item_entries(grads_in.ptr(), options, options.stem(name, "input"),
                                       watching ? &live.inputs : nullptr);

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "live/overflow/call_arguments.h"
+#include "live/session/resolve_deferred.h"
 
 namespace py = pybind11;
 
@@ -37,13 +38,13 @@ py::dict tensor_dict(const ArgFacts& t) {
 // queue_callback wrapper takes it), and an exception raised here leaves loss.backward() with its
 // own type.
 void queue_end_of_backward(Session& session) {
-  PythonSide* side = session.python_side();
+  PythonSide* side = session.guard().python_side();
   if (!side || !side->queue_callback) return;
   std::weak_ptr<Session> weak = current_session();
   side->queue_callback(py::cpp_function([weak] {
     std::shared_ptr<Session> s = weak.lock();
     if (!s) return;
-    if (auto event = s->end_of_backward()) handle_overflow_event(*s, *event);
+    if (auto event = s->guard().end_of_backward()) handle_overflow_event(*s, *event);
   }));
 }
 
@@ -105,20 +106,20 @@ void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
   } catch (const std::exception& e) {
     facts.not_replayed = std::string("not replayed: ") + e.what();
   }
-  session.set_replay(facts);
+  session.guard().set_replay(facts);
 }
 
 }  // namespace
 
 void mark_anomalous_collective_input(Session& session, const std::string& call) {
-  PythonSide* side = session.python_side();
+  PythonSide* side = session.guard().python_side();
   if (side && side->mark_collective_input && !side->mark_collective_input.is_none()) {
     side->mark_collective_input(call);
   }
 }
 
 std::optional<int> anomalous_collective_input_rank(Session& session, const std::string& call) {
-  PythonSide* side = session.python_side();
+  PythonSide* side = session.guard().python_side();
   if (!side || !side->collective_input_rank || side->collective_input_rank.is_none()) return {};
   py::object rank = side->collective_input_rank(call);
   if (rank.is_none()) return {};
@@ -126,12 +127,12 @@ std::optional<int> anomalous_collective_input_rank(Session& session, const std::
 }
 
 void raise_peer_stop(Session& session) {
-  PythonSide* side = session.python_side();
+  PythonSide* side = session.guard().python_side();
   if (side && side->raise_peer_stop && !side->raise_peer_stop.is_none()) side->raise_peer_stop();
 }
 
 void queue_backward_flush(Session& session) {
-  PythonSide* side = session.python_side();
+  PythonSide* side = session.guard().python_side();
   if (!side || !side->queue_callback) return;
   std::weak_ptr<Session> weak = current_session();
   side->queue_callback(py::cpp_function([weak] {
@@ -196,7 +197,7 @@ void flush_deferred(Session& session) {
   struct Release {
     ~Release() { raising_call_arguments().reset(); }
   } release;
-  std::vector<OverflowEvent> events = session.resolve_deferred();
+  std::vector<OverflowEvent> events = resolve_deferred(session);
   const OverflowEvent* stop = nullptr;
   // An on_overflow that raises for a notice must not cost the batch's stop: the stop is raised
   // with that exception as its cause, or, without a stop, the exception goes on once every
@@ -220,7 +221,7 @@ void flush_deferred(Session& session) {
 }
 
 void handle_overflow_event(Session& session, const OverflowEvent& event, py::object cause) {
-  PythonSide* side = session.python_side();
+  PythonSide* side = session.guard().python_side();
   if (event.queue_end_of_backward) queue_end_of_backward(session);
   if (!side) return;
   if (event.notify && side->on_flagged) {

@@ -26,7 +26,7 @@ void raise_peer_stop(Session& session);
 void handle_overflow_event(Session& session, const OverflowEvent& event,
                            pybind11::object cause = pybind11::object());
 
-// Judges the queued calls (Session::resolve_deferred) and does what their verdicts say: notices
+// Judges the queued calls (resolve_deferred) and does what their verdicts say: notices
 // first, then the first stop, raised here. GIL required.
 void flush_deferred(Session& session);
 

@@ -2,8 +2,6 @@
 // stored and judged in the order they were made.
 #include "live/session/deferred_calls.h"
 
-#include "live/session/session.h"
-
 namespace msprobe {
 
 bool DeferredCalls::must_defer(const StoredCall& call) const {
@@ -37,35 +35,6 @@ std::vector<DeferredCall> DeferredCalls::take() {
     q.backward_flush_queued = false;
   });
   return out;
-}
-
-std::vector<OverflowEvent> Session::resolve_deferred() {
-  std::vector<DeferredCall> batch = deferred_.take();
-  std::vector<OverflowEvent> events;
-  if (batch.empty()) return events;
-  PendingStats* slots = capture_.pending();
-  if (slots) slots->resolve();  // the one host sync of the batch
-  bool raising = false;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (slots) {
-      for_each_entry(batch[i].call.record, [&](Entry& e) {
-        if (e.pending_stats >= 0) slots->fill(e);
-      });
-    }
-    std::optional<OverflowEvent> event = add(std::move(batch[i].call), &batch[i].live);
-    if (!event) continue;
-    if (event->raise && !raising) {
-      raising = true;
-      raising_call_arguments() = std::move(batch[i].held);  // for its replay (python_side)
-      const auto later = static_cast<int64_t>(batch.size() - 1 - i);
-      event->facts.raised_calls_later = later;
-      state_.with_lock([&](StepState& s) {
-        if (s.decisions) s.decisions->set_raised_calls_later(event->facts.finding.call, later);
-      });
-    }
-    events.push_back(std::move(*event));
-  }
-  return events;
 }
 
 }  // namespace msprobe

@@ -72,13 +72,14 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
                  std::string library_dir)
     : config_(std::move(config)),
       paths_(session_paths(config_, std::move(package_dir), std::move(library_dir), source)),
-      epoch_(++g_epochs),
+      numbering_(state_, ++g_epochs),
       selection_(config_.collect(), config_.level, section_name(config_, source)),
       capture_(config_, paths_.dump_root),
       deferred_(config_.overflow_check, capture_.pending()),
+      guard_(config_, paths_, state_, codes_),
       writer_(config_.dump_path, paths_.dump_root, to_string(config_.task),
               to_string(config_.level), capture_.saver()) {
-  if (!watching()) return;
+  if (!config_.watching()) return;
   state_.with_lock([&](StepState& s) {
     try {
       s.watch = std::make_unique<OverflowWatch>(config_, s.models);
@@ -95,25 +96,10 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
 
 Session::~Session() {
   gate_.close();
-  if (!py_) return;
-  if (!Py_IsInitialized()) {
-    py_->leak();
-    return;
-  }
-  pybind11::gil_scoped_acquire gil;
-  py_.reset();
-}
-
-void Session::set_python_side(std::unique_ptr<PythonSide> side) {
-  py_ = std::move(side);
 }
 
 int64_t Session::current_step() const {
   return state_.with_lock([](const StepState& s) { return s.step; });
-}
-
-bool Session::finished() const {
-  return !config_.step.all() && current_step() > config_.step.last();
 }
 
 void Session::start(int rank) {
@@ -135,7 +121,7 @@ void Session::start(int rank) {
   if (capture_.saver()) capture_.file_names().set_dir(staging + "/dump_tensor_data");
   const bool rank_ok =
       rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
-  const bool collect = rank_ok && config_.step.contains(step) && !finished();
+  const bool collect = rank_ok && config_.step.contains(step) && !past_last_step(config_, step);
   if (collect) state_.with_lock([](StepState& s) { s.collected = true; });
   gate_.open(collect);
 }
@@ -203,43 +189,8 @@ void Session::advance() {
     if (s.decisions) s.decisions->new_step();
     ++s.step;
     // Under the lock: add() compares a call's epoch with it.
-    epoch_ = ++g_epochs;
+    numbering_.set_epoch(++g_epochs);
   });
-}
-
-void Session::add_model_tensor(const std::string& name, const at::Tensor& t, bool buffer) {
-  state_.with_lock([&](StepState& s) { s.models.add(name, t, buffer); });
-}
-
-void Session::mark_compiled_output(const at::Tensor& t) {
-  state_.with_lock([&](StepState& s) {
-    if (s.watch) s.watch->mark_compiled_output(t);
-  });
-}
-
-int64_t Session::next_index(const std::string& key) {
-  return state_.with_lock([&](StepState& s) { return s.counters[key]++; });
-}
-
-OverflowFacts Session::facts_of(const StepState& s, const StoredCall& call,
-                                const Verdict& v) const {
-  OverflowFacts facts;
-  facts.finding = *v.finding;
-  facts.origin = v.origin;
-  facts.parameter = v.parameter;
-  facts.note = v.note;
-  facts.absorbed = v.judgement == Judgement::Absorbed;
-  // A backward call's forward module names it better than the module backward it ran inside.
-  facts.module = call.module_hint ? call.module_hint : call.parent;
-  if (!facts.module && !is_backward_name(call.record.name)) facts.module = started_model_forward();
-  facts.step = s.step;
-  facts.rank = s.rank < 0 ? 0 : s.rank;
-  if (s.decisions->budget_left()) facts.dump_dir = dir_of(s);
-  // The source line is added by add(), outside the lock (it needs the GIL).
-  facts.tensors = anomalous_args(call.record, facts.finding, config_.overflow_check.compat);
-  if (s.headroom)
-    facts.history = s.headroom->trend(call_site(call.record.name, call.stack), s.step);
-  return facts;
 }
 
 std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* live) {
@@ -255,7 +206,7 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
   std::optional<HeadroomRecord> crossed;  // a 16-bit call site that just reached the headroom
   std::optional<std::string> parent;
   state_.with_lock([&](StepState& s) {
-    if (call.epoch != 0 && call.epoch != epoch_.load(std::memory_order_relaxed)) {
+    if (call.epoch != 0 && call.epoch != numbering_.epoch()) {
       dropped = true;
       return;
     }
@@ -271,7 +222,7 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
     if (s.watch) {
       const Verdict v = s.watch->judge(call.record, tensors, call.peer_rank);
       d = s.decisions->on_call(v, is_backward_name(call.record.name),
-                               [&] { return facts_of(s, call, v); });
+                               [&] { return guard_.facts_of(s, call, v); });
       if (d.keep_tensors)
         keep.names = FlaggedEvidence(capture_.file_names()).claim(call.record, tensors);
       if (d.wants_source || !keep.names.empty()) name = call.record.name;
@@ -279,40 +230,22 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
       rank = s.rank;
     }
     keep.index = s.calls.size();
-    keep.epoch = epoch_.load(std::memory_order_relaxed);
+    keep.epoch = numbering_.epoch();
     s.calls.push_back(std::move(call));
     s.dirty = true;
   });
   if (dropped) return std::nullopt;
-  if (crossed) say_headroom(*crossed, call_site(name, stack), parent, stack, rank);
+  if (crossed) guard_.say_headroom(*crossed, call_site(name, stack), parent, stack, rank);
   if (!keep.names.empty()) keep_tensors(keep, name, tensors);
   // The source line needs the GIL, which must never be waited for while holding the step's lock:
   // a thread holding the GIL may be waiting for it (backward recorders run without the GIL).
-  if (d.wants_source) tell_source(stack, name, d.event ? &*d.event : nullptr);
+  if (d.wants_source) guard_.tell_source(stack, name, d.event ? &*d.event : nullptr);
   if (d.tell_absorbed) {
     const std::string line =
         state_.with_lock([](const StepState& s) { return s.decisions->absorbed_line(); });
     const std::string who = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
     if (!line.empty()) say(LogLevel::Info, who + line);
   }
-  return std::move(d.event);
-}
-
-std::optional<OverflowEvent> Session::judge_model_output(StoredCall&& call,
-                                                         const LiveTensors& live) {
-  CallDecision d;
-  state_.with_lock([&](StepState& s) {
-    if (!s.watch) return;
-    const Verdict v = s.watch->judge_model_output(call.record, live);
-    d = s.decisions->on_call(v, false, [&] {
-      OverflowFacts facts = facts_of(s, call, v);
-      facts.started_model = true;
-      return facts;
-    });
-    // A flagged step is written even when no call of it was recorded (a compiled model).
-    if (v.flagged) s.dirty = true;
-  });
-  if (d.wants_source) tell_source(call.stack, call.record.name, d.event ? &*d.event : nullptr);
   return std::move(d.event);
 }
 
@@ -323,50 +256,10 @@ void Session::keep_tensors(const KeptTensors& keep, const std::string& call,
   state_.with_lock([&](StepState& s) {
     // The step may have been written and ended meanwhile (another thread's step()): then its
     // files are out, and the copies are dropped.
-    if (epoch_.load(std::memory_order_relaxed) != keep.epoch || keep.index >= s.calls.size())
-      return;
+    if (numbering_.epoch() != keep.epoch || keep.index >= s.calls.size()) return;
     StoredCall& stored = s.calls[keep.index];
     if (stored.record.name == call) stored.tensors = std::move(copies);
   });
-}
-
-void Session::set_replay(const OverflowFacts& facts) {
-  state_.with_lock([&](StepState& s) {
-    if (s.decisions) s.decisions->set_replay(facts.finding.call, facts.replay, facts.not_replayed);
-  });
-}
-
-void Session::tell_source(const StackPtr& stack, const std::string& call, OverflowEvent* event) {
-  if (!stack) return;
-  std::optional<std::string> source;
-  {
-    pybind11::gil_scoped_acquire gil;
-    source = codes_.first_frame_outside(*stack, {paths_.package_dir, paths_.library_dir});
-  }
-  if (event) event->facts.source = source;
-  state_.with_lock([&](StepState& s) { s.decisions->set_source(call, source); });
-}
-
-void Session::set_loss_scaled() {
-  state_.with_lock([](StepState& s) {
-    if (s.decisions) s.decisions->set_loss_scaled();
-  });
-}
-
-std::optional<OverflowEvent> Session::judge_loss_scale(double before, double after) {
-  if (!watching()) return std::nullopt;
-  ScaleDecision d = state_.with_lock([&](StepState& s) {
-    return s.decisions->loss_scale(before, after, s.step, [&] {
-      OverflowFacts f;
-      f.finding.call = "(loss scaler)";
-      f.step = s.step;
-      f.rank = s.rank < 0 ? 0 : s.rank;
-      if (s.decisions->budget_left()) f.dump_dir = dir_of(s);
-      return f;
-    });
-  });
-  if (!d.say.empty()) say(LogLevel::Info, std::move(d.say));
-  return std::move(d.event);
 }
 
 }  // namespace msprobe

@@ -81,7 +81,7 @@ std::string Session::write_step(bool at_stop, bool hand_over) {
     f.emplace();
     f->step = s.step;
     f->rank = s.rank;
-    f->dir = dir_of(s);
+    f->dir = paths_.dir_of(s);
     f->folder = s.folder();
     // A later write of the step is built anew: this one's folder is renamed into place.
     f->staging = staging_of(s);
@@ -132,6 +132,20 @@ void Session::take_back_calls(FinishedStep& done) {
     for (StoredCall& c : s.calls) done.calls.push_back(std::move(c));
     s.calls = std::move(done.calls);
   });
+}
+
+// A peer rank stopped: this rank's records of the step are written as a flagged step whose report
+// names the peer, and the step ends.
+std::string Session::stop_for_peer(const PeerOverflow& peer) {
+  if (!config_.watching()) return "";
+  const std::string dir = state_.with_lock([&](StepState& s) {
+    s.peer_stop = peer;
+    s.dirty = true;  // written even when this rank collected nothing yet
+    return paths_.dir_of(s);
+  });
+  end_step_for_raise();
+  std::error_code ec;
+  return std::filesystem::exists(dir + "/dump.json", ec) ? dir : "";
 }
 
 }  // namespace msprobe

@@ -6,7 +6,7 @@
 
 #include "live/log/tool_log.h"
 #include "live/session/headroom_sites.h"
-#include "live/session/session.h"
+#include "live/session/overflow_guard.h"
 
 namespace msprobe {
 
@@ -38,9 +38,9 @@ std::optional<HeadroomRecord> observe_headroom(Headroom& headroom, const StoredC
   return crossed;
 }
 
-void Session::say_headroom(const HeadroomRecord& r, const HeadroomSite& site,
-                           const std::optional<std::string>& parent, const StackPtr& stack,
-                           int rank) {
+void OverflowGuard::say_headroom(const HeadroomRecord& r, const HeadroomSite& site,
+                                 const std::optional<std::string>& parent, const StackPtr& stack,
+                                 int rank) {
   std::string source;
   if (stack) {
     pybind11::gil_scoped_acquire gil;
@@ -62,7 +62,7 @@ void Session::say_headroom(const HeadroomRecord& r, const HeadroomSite& site,
   say(LogLevel::Warning, who + headroom_warning(where, r));
 }
 
-std::vector<HeadroomRecord> Session::headroom_warned() const {
+std::vector<HeadroomRecord> OverflowGuard::headroom_warned() const {
   return state_.with_lock([](const StepState& s) {
     std::vector<HeadroomRecord> out;
     if (s.headroom) {
