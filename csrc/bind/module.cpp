@@ -292,6 +292,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("_host_syncs", &host_syncs);
   m.def("load_wrap_ops", &load_wrap_ops, py::arg("path"));
   m.def(
+      "parse_call_name",
+      [](const std::string& name) -> py::object {
+        const std::optional<CallName> c = parse_call_name(name);
+        if (!c) return py::none();
+        py::dict d;
+        d["section"] = c->section;
+        d["api"] = c->api;
+        d["index"] = c->index;
+        d["backward"] = c->backward;
+        return d;
+      },
+      py::arg("name"),
+      "A call name's parts (core/record.h), or None: {section, api, index, backward}.");
+  m.def(
       "set_process_group_facts",
       [](py::object type, py::object facts) { set_process_group_facts(type.ptr(), facts.ptr()); },
       py::arg("type"), py::arg("facts"));

@@ -58,6 +58,54 @@ std::string torch_api_name(const std::string& call_name) {
   return out;
 }
 
+namespace {
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+std::vector<std::string> dotted_parts(const std::string& name) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t dot = name.find('.', start);
+    if (dot == std::string::npos) dot = name.size();
+    parts.push_back(name.substr(start, dot - start));
+    start = dot + 1;
+  }
+  return parts;
+}
+
+}  // namespace
+
+std::optional<CallName> parse_call_name(const std::string& call_name) {
+  const std::vector<std::string> parts = dotted_parts(call_name);
+  if (parts.size() < 4) return std::nullopt;
+  const std::string& last = parts[parts.size() - 1];
+  const std::string& before = parts[parts.size() - 2];
+  const bool counter_last = all_digits(last);  // a module call: "...forward.0"
+  const std::string& counter = counter_last ? last : before;
+  const std::string& direction = counter_last ? before : last;
+  if (!all_digits(counter) || counter.size() > 18 ||
+      (direction != "forward" && direction != "backward")) {
+    return std::nullopt;
+  }
+  CallName out;
+  out.section = parts[0];
+  for (size_t i = 1; i + 2 < parts.size(); ++i) out.api += (i > 1 ? "." : "") + parts[i];
+  out.index = std::stoll(counter);
+  out.backward = direction == "backward";
+  return out;
+}
+
+std::string call_site_name(const std::string& call_name) {
+  std::string site;
+  for (const std::string& part : dotted_parts(call_name)) {
+    if (!all_digits(part)) site += (site.empty() ? "" : ".") + part;
+  }
+  return site;
+}
+
 const char* inputs_key(bool uses_input_key) {
   return uses_input_key ? "input" : "input_args";
 }

@@ -236,6 +236,25 @@ std::string module_qualname(const std::string& call_name);
 // msprobe 1.1.1's torch API name: the first two dot-separated parts, lower-cased.
 std::string torch_api_name(const std::string& call_name);
 
+// A call name in its parts, the one parser of them (Python's replay reads it through _C):
+// "Tensor.__mul__.3.forward" -> {"Tensor", "__mul__", 3, false}; "Torch.linalg.norm.0.backward"
+// -> {"Torch", "linalg.norm", 0, true}; "Module.fc1.Linear.forward.0" -> {"Module",
+// "fc1.Linear", 0, false}. nullopt for a name of fewer than four parts or without a counter and
+// a direction at its end.
+struct CallName {
+  std::string section;  // Tensor, Torch, Functional, _VF, Distributed, Module, ...
+  std::string api;      // the API (or the module's qualified name and class)
+  int64_t index = 0;    // the call's counter within its step
+  bool backward = false;
+  std::string family() const { return section + "." + api; }  // "Tensor.__mul__"
+};
+std::optional<CallName> parse_call_name(const std::string& call_name);
+
+// A call's site for "said once" lines: the name without its counter, nor any index of a module's
+// qualified name ("Module.layers.0.fc.Linear.forward.0" -> "Module.layers.fc.Linear.forward"), so
+// the blocks of a repeated layer are one site.
+std::string call_site_name(const std::string& call_name);
+
 // dump.json's members besides "data".
 struct DumpHeader {
   std::string task;

@@ -13,6 +13,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from . import _C
+
 # What each dtype is replayed in, one step wider.
 WIDER = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.float32: torch.float64}
 
@@ -37,9 +39,10 @@ UNDEFINED_HINTS = {
 
 
 def api_of(call: str) -> Tuple[str, str]:
-    """("Tensor", "__mul__") of "Tensor.__mul__.0.forward"; ("Functional", "linear") ..."""
-    parts = call.split(".")
-    return parts[0], ".".join(parts[1:-2]) if len(parts) > 3 else parts[1]
+    """("Tensor", "__mul__") of "Tensor.__mul__.0.forward"; ("Functional", "linear") ...; the
+    core's parser (_C.parse_call_name), ("", "") for a name it does not parse."""
+    parsed = _C.parse_call_name(call)
+    return (parsed["section"], parsed["api"]) if parsed else ("", "")
 
 
 def in_place(api: str, kwargs: Dict[str, Any]) -> bool:
@@ -55,7 +58,10 @@ def why_not(call: str, kwargs: Dict[str, Any]) -> Optional[str]:
     section, api = api_of(call)
     if section == "Module":
         return "a module call (its API calls are replayed, not the module)"
-    if call.endswith(".backward") or ".backward." in call:
+    parsed = _C.parse_call_name(call)
+    if parsed is None:
+        return "not a call name this tool writes"
+    if parsed["backward"]:
         return "a backward call (the autograd engine's, not an API call)"
     if section == "Distributed":
         return "a collective (the other ranks would have to run it too)"

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from . import _C
 from .replay import replay_call
 
 USAGE = "msprobe-cpp replay DUMP_DIR [--format json|text]"
@@ -30,8 +31,9 @@ class CannotRebuild(Exception):
 def api_callable(call: str) -> Callable[..., Any]:
     """torch's function for a record name: Functional.x -> torch.nn.functional.x, Torch.x ->
     torch.x (a dotted name inside its submodule), Tensor.x -> torch.Tensor.x, _VF.x -> torch._VF.x."""
-    parts = call.split(".")
-    section, api = parts[0], parts[1:-2]
+    parsed = _C.parse_call_name(call)
+    section = parsed["section"] if parsed else call
+    api = parsed["api"].split(".") if parsed and parsed["api"] else []
     roots = {"Functional": torch.nn.functional, "Torch": torch, "Tensor": torch.Tensor, "_VF": torch._VF}
     if section not in roots or not api:
         raise CannotRebuild(f"no torch function for {section} records")

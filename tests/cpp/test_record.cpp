@@ -38,3 +38,40 @@ TEST(Record, BackwardNameOfAForwardCall) {
   EXPECT_EQ(backward_name_of("Torch.a.0.backward"), "");
   EXPECT_EQ(forward_name_of(backward_name_of("Module.a.B.forward.7")), "Module.a.B.forward.7");
 }
+
+namespace msprobe {
+namespace {
+
+TEST(CallNames, ParsedIntoTheirParts) {
+  auto c = parse_call_name("Tensor.__mul__.3.forward");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->section, "Tensor");
+  EXPECT_EQ(c->api, "__mul__");
+  EXPECT_EQ(c->index, 3);
+  EXPECT_FALSE(c->backward);
+  EXPECT_EQ(c->family(), "Tensor.__mul__");
+  c = parse_call_name("Torch.linalg.norm.12.backward");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->api, "linalg.norm");
+  EXPECT_EQ(c->index, 12);
+  EXPECT_TRUE(c->backward);
+  c = parse_call_name("Module.layers.0.fc.Linear.backward.4");  // a module call: counter last
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->section, "Module");
+  EXPECT_EQ(c->api, "layers.0.fc.Linear");
+  EXPECT_EQ(c->index, 4);
+  EXPECT_TRUE(c->backward);
+  EXPECT_FALSE(parse_call_name("Tensor.add.forward"));                       // three parts
+  EXPECT_FALSE(parse_call_name("Tensor.add.x.forward"));                     // no counter
+  EXPECT_FALSE(parse_call_name("Tensor.add.0.sideways"));                    // no direction
+  EXPECT_FALSE(parse_call_name("Tensor.add.99999999999999999999.forward"));  // out of range
+}
+
+TEST(CallNames, ASiteIsTheNameWithoutItsIndices) {
+  EXPECT_EQ(call_site_name("Torch.nan_to_num.0.forward"), "Torch.nan_to_num.forward");
+  EXPECT_EQ(call_site_name("Module.layers.0.fc.Linear.forward.1"),
+            "Module.layers.fc.Linear.forward");
+}
+
+}  // namespace
+}  // namespace msprobe

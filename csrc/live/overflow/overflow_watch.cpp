@@ -18,21 +18,6 @@ RuleSet rules_of(const Config& config) {
   return rules;
 }
 
-// "Torch.nan_to_num.0.forward" -> "Torch.nan_to_num.forward": the call without its counter.
-std::string call_site(const std::string& call) {
-  std::string site;
-  size_t start = 0;
-  while (start <= call.size()) {
-    size_t dot = call.find('.', start);
-    if (dot == std::string::npos) dot = call.size();
-    const std::string part = call.substr(start, dot - start);
-    const bool counter = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
-    if (!counter) site += (site.empty() ? "" : ".") + part;
-    start = dot + 1;
-  }
-  return site;
-}
-
 // Max finite and Min -inf: no NaN, no +inf, some -inf. What a mask holds, and no overflow makes.
 bool only_minus_inf(const Entry& e) {
   return e.max.is_number() && std::isfinite(e.max.as_double()) && e.min.is_number() &&
@@ -461,7 +446,7 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
   }
   if (v.hold || judgement == Judgement::Held) {
     // A hold is said once per call site if it is absorbed: it flags the step the first time.
-    if (v.hold) v.flagged = absorbing_sites_.insert(call_site(rec.name)).second;
+    if (v.hold) v.flagged = absorbing_sites_.insert(call_site_name(rec.name)).second;
     v.judgement = judgement;
     findings_.push_back(f);
     judgements_.push_back(judgement);
@@ -480,7 +465,7 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
   // reaches an output. It flags the step the first time its call site absorbs one, so that a
   // data set with NaN in every batch is dumped and told once, not at every step.
   const bool absorbed = judgement == Judgement::Absorbed;
-  if (absorbed) v.flagged = absorbing_sites_.insert(call_site(rec.name)).second;
+  if (absorbed) v.flagged = absorbing_sites_.insert(call_site_name(rec.name)).second;
   const bool level_stop = (!v.origin || absorbed) && judgement != Judgement::Explained &&
                           f.severity >= options_.stop_level;
   if (level_stop) v.flagged = true;

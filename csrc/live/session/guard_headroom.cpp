@@ -10,14 +10,9 @@
 
 namespace msprobe {
 
-HeadroomSite call_site(const std::string& name, const StackPtr& stack) {
-  // "Tensor.__mul__.3.forward" -> "Tensor.__mul__"
-  std::string family = name;
-  for (int dots = 0; dots < 2; ++dots) {
-    const size_t at = family.rfind('.');
-    if (at != std::string::npos) family.erase(at);
-  }
-  return HeadroomSite{std::move(family), reinterpret_cast<uintptr_t>(stack.get())};
+HeadroomSite headroom_site(const std::string& name, const StackPtr& stack) {
+  const std::optional<CallName> parsed = parse_call_name(name);  // "Tensor.__mul__"
+  return HeadroomSite{parsed ? parsed->family() : name, reinterpret_cast<uintptr_t>(stack.get())};
 }
 
 std::optional<HeadroomRecord> observe_headroom(Headroom& headroom, const StoredCall& call,
@@ -32,7 +27,7 @@ std::optional<HeadroomRecord> observe_headroom(Headroom& headroom, const StoredC
     if (!e.is_tensor() || largest_16bit(e.dtype) <= 0 || !e.max.is_number() || !e.min.is_number())
       continue;
     const double magnitude = std::max(std::fabs(e.max.as_double()), std::fabs(e.min.as_double()));
-    if (!site) site = call_site(name, call.stack);
+    if (!site) site = headroom_site(name, call.stack);
     if (auto r = headroom.observe(*site, step, e.dtype, magnitude)) crossed = std::move(r);
   }
   return crossed;

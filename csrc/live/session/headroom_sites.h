@@ -13,7 +13,7 @@
 namespace msprobe {
 
 // "Tensor.__mul__.3.forward" at `stack` -> the site {"Tensor.__mul__", the stack's identity}.
-HeadroomSite call_site(const std::string& name, const StackPtr& stack);
+HeadroomSite headroom_site(const std::string& name, const StackPtr& stack);
 
 // The float16/bfloat16 outputs of an API forward call, told to `headroom`; the site's record when
 // it just reached the threshold. Under the step lock.

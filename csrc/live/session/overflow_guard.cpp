@@ -60,7 +60,7 @@ OverflowFacts OverflowGuard::facts_of(const StepState& s, const StoredCall& call
   // The source line is added by add(), outside the lock (it needs the GIL).
   facts.tensors = anomalous_args(call.record, facts.finding, config_.overflow_check.compat);
   if (s.headroom)
-    facts.history = s.headroom->trend(call_site(call.record.name, call.stack), s.step);
+    facts.history = s.headroom->trend(headroom_site(call.record.name, call.stack), s.step);
   return facts;
 }
 

@@ -235,7 +235,7 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
     s.dirty = true;
   });
   if (dropped) return std::nullopt;
-  if (crossed) guard_.say_headroom(*crossed, call_site(name, stack), parent, stack, rank);
+  if (crossed) guard_.say_headroom(*crossed, headroom_site(name, stack), parent, stack, rank);
   if (!keep.names.empty()) keep_tensors(keep, name, tensors);
   // The source line needs the GIL, which must never be waited for while holding the step's lock:
   // a thread holding the GIL may be waiting for it (backward recorders run without the GIL).
