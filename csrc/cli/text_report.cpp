@@ -75,7 +75,7 @@ std::string source_text(const std::unordered_map<std::string, std::string>& sour
 }  // namespace
 
 void TextReport::add(const Finding& f) {
-  ++counts_[static_cast<int>(f.severity)];
+  counts_.add(f.severity);
   if (f.severity == Severity::Critical && !first_critical_) first_critical_ = f.call;
   if (f.severity == Severity::High && !first_high_) first_high_ = f.call;
   std::string line =
@@ -84,13 +84,6 @@ void TextReport::add(const Finding& f) {
       f.scene == Scene::NumericalMutation ? mutation_text(f) : indices_text(f);
   if (!where.empty()) line += "\t" + where;
   lines_.append(line + "\n");
-}
-
-bool TextReport::fails(Severity fail_on) const {
-  for (int s = static_cast<int>(fail_on); s < 3; ++s) {
-    if (counts_[s] > 0) return true;
-  }
-  return false;
 }
 
 void TextReport::write_batch(std::ostream& out,
@@ -113,7 +106,7 @@ void TextReport::write_batch(std::ostream& out,
 }
 
 void TextReport::write(std::ostream& out) {
-  if (counts_[0] + counts_[1] + counts_[2] == 0) {
+  if (counts_.total() == 0) {
     out << file_ << ": no anomaly\n";
     return;
   }

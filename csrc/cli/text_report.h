@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/detector.h"
+#include "core/report.h"
 #include "core/spill_file.h"
 
 namespace msprobe {
@@ -19,7 +20,7 @@ class TextReport {
   explicit TextReport(std::string dump_file) : file_(std::move(dump_file)) {}
 
   void add(const Finding& f);
-  bool fails(Severity fail_on) const;
+  bool fails(Severity fail_on) const { return counts_.fails(fail_on); }
   void write(std::ostream& out);
 
  private:
@@ -28,7 +29,7 @@ class TextReport {
 
   std::string file_;
   SpillFile lines_;  // "<call>\t<line>\n" per finding
-  std::array<size_t, 3> counts_ = {0, 0, 0};
+  SeverityCounts counts_;
   std::optional<std::string> first_critical_, first_high_;
 };
 

@@ -67,17 +67,24 @@ std::string Report::to_json(int indent) const {
   return w.take();
 }
 
+bool SeverityCounts::fails(Severity fail_on) const {
+  for (int s = static_cast<int>(fail_on); s < 3; ++s) {
+    if (by_level[s] > 0) return true;
+  }
+  return false;
+}
+
 std::string severity_summary(const std::vector<Finding>& findings) {
-  std::array<size_t, 3> counts = {0, 0, 0};
-  for (const Finding& f : findings) ++counts[static_cast<int>(f.severity)];
+  SeverityCounts counts;
+  for (const Finding& f : findings) counts.add(f.severity);
   return severity_summary(counts);
 }
 
-std::string severity_summary(const std::array<size_t, 3>& counts) {
-  const size_t n = counts[0] + counts[1] + counts[2];
-  return std::to_string(n) + " anomalous call" + (n == 1 ? "" : "s") + " (" +
-         std::to_string(counts[2]) + " critical, " + std::to_string(counts[1]) + " high, " +
-         std::to_string(counts[0]) + " medium)";
+std::string severity_summary(const SeverityCounts& counts) {
+  const size_t n = counts.total();
+  const auto& c = counts.by_level;
+  return std::to_string(n) + " anomalous call" + (n == 1 ? "" : "s") + " (" + std::to_string(c[2]) +
+         " critical, " + std::to_string(c[1]) + " high, " + std::to_string(c[0]) + " medium)";
 }
 
 namespace {

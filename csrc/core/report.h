@@ -34,9 +34,20 @@ struct Report {
   std::string to_json(int indent = 1) const;
 };
 
+// Findings counted by level: what a report's summary says and what check's --fail-on decides, for
+// the JSON and the text report alike.
+struct SeverityCounts {
+  std::array<size_t, 3> by_level = {0, 0, 0};  // by Severity
+
+  void add(Severity s) { ++by_level[static_cast<int>(s)]; }
+  size_t total() const { return by_level[0] + by_level[1] + by_level[2]; }
+  // A finding at or above `fail_on`.
+  bool fails(Severity fail_on) const;
+};
+
 // "5 anomalous calls (1 critical, 2 high, 2 medium)".
 std::string severity_summary(const std::vector<Finding>& findings);
-std::string severity_summary(const std::array<size_t, 3>& counts);  // by Severity
+std::string severity_summary(const SeverityCounts& counts);
 
 // The one-screen stderr summary of a flagged step, each line prefixed "[rank R] " when `rank` is
 // not -1: the first anomaly with its origin, source and counts, the flagged calls by level, the

@@ -6,6 +6,7 @@ namespace msprobe {
 
 void SpilledReport::add(const Finding& f) {
   // The report object's arrays are one level in, their members two.
+  counts_.add(f.severity);
   SpillFile& names = names_[static_cast<int>(f.severity)];
   JsonWriter name = JsonWriter::member_at(indent_, depth_ + 2, names.count == 0);
   name.value_string(f.call);
@@ -15,14 +16,6 @@ void SpilledReport::add(const Finding& f) {
   write_detail_fields(detail, f);
   detail.end_object();
   details_.append(detail.take());
-}
-
-bool SpilledReport::fails(Severity fail_on) const {
-  for (Severity s : {Severity::Critical, Severity::High, Severity::Medium}) {
-    if (static_cast<int>(s) >= static_cast<int>(fail_on) && names_[static_cast<int>(s)].count > 0)
-      return true;
-  }
-  return false;
 }
 
 void SpilledReport::write(JsonWriter& w, const std::function<void(const std::string&)>& sink) {

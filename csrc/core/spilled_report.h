@@ -9,6 +9,7 @@
 
 #include "core/detector.h"
 #include "core/json_writer.h"
+#include "core/report.h"
 #include "core/spill_file.h"
 
 namespace msprobe {
@@ -20,7 +21,7 @@ class SpilledReport {
   SpilledReport(int indent, size_t depth) : indent_(indent), depth_(depth) {}
 
   void add(const Finding& f);
-  bool fails(Severity fail_on) const;  // a finding at or above `fail_on`
+  bool fails(Severity fail_on) const { return counts_.fails(fail_on); }
   // Writes the report object where `w` stands, handing `w`'s text to `sink` chunk by chunk.
   void write(JsonWriter& w, const std::function<void(const std::string&)>& sink);
 
@@ -28,6 +29,7 @@ class SpilledReport {
   int indent_;
   size_t depth_;
   SpillFile names_[3];  // by Severity
+  SeverityCounts counts_;
   SpillFile details_;
 };
 

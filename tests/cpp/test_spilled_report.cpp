@@ -78,3 +78,24 @@ TEST(SpilledReport, FailsAtOrAboveTheLevel) {
 
 }  // namespace
 }  // namespace msprobe
+
+namespace msprobe {
+namespace {
+
+// --fail-on L fails on a finding at L or above, never below: one rule for the JSON and the text
+// report (both hold a SeverityCounts).
+TEST(SeverityCounts, FailOnCountsItsOwnLevelAndTheLevelsAbove) {
+  SeverityCounts counts;
+  EXPECT_FALSE(counts.fails(Severity::Medium));
+  counts.add(Severity::High);
+  EXPECT_TRUE(counts.fails(Severity::Medium));
+  EXPECT_TRUE(counts.fails(Severity::High));
+  EXPECT_FALSE(counts.fails(Severity::Critical));
+  counts.add(Severity::Critical);
+  EXPECT_TRUE(counts.fails(Severity::Critical));
+  EXPECT_EQ(counts.total(), 2u);
+  EXPECT_EQ(severity_summary(counts), "2 anomalous calls (1 critical, 1 high, 0 medium)");
+}
+
+}  // namespace
+}  // namespace msprobe
