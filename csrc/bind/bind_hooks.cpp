@@ -1,0 +1,76 @@
+// The hooks' side of _C: the API wrappers (api_hook_type), module hooks, and what the debugger's
+// Python asks of the hooks' world (the current session, unhooked calls, the optimizer-step gate).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "bind/api_hook_type.h"
+#include "bind/bindings.h"
+#include "live/capture/call_values.h"
+#include "live/capture/unwritten_memory.h"
+#include "live/hooks/hook_scope.h"
+#include "live/hooks/module_hooks.h"
+#include "live/overflow/model_tensors.h"
+#include "live/overflow/python_side.h"
+#include "live/session/session.h"
+
+namespace py = pybind11;
+
+namespace msprobe {
+
+void bind_hooks(py::module_& m) {
+  m.def("set_current_session", &set_current_session, py::arg("session").none(true),
+        "The session the hooks record into (None: none).");
+  m.def(
+      "overflow_fields",
+      [](int64_t step, int rank) {
+        OverflowFacts facts;
+        facts.step = step;
+        facts.rank = rank;
+        return overflow_fields(facts, false);
+      },
+      py::arg("step"), py::arg("rank"),
+      "Overflow's fields for a stop that names no call of this rank (a peer's stop).");
+  add_api_hook_type(m);
+  // Tensor methods need a descriptor to receive `self`; pybind11 callables are not descriptors.
+  m.def(
+      "as_method",
+      [](py::object f) { return py::reinterpret_steal<py::object>(PyInstanceMethod_New(f.ptr())); },
+      "`f` as an instance method, for a wrapper set on torch.Tensor.");
+  m.def("module_hooks", &make_module_hooks, py::arg("qualname"), py::arg("class_name"),
+        py::arg("record") = true, py::arg("dumped") = false,
+        "The forward pre and post hooks of one module (module_hooks.h).");
+  m.def("model_hooks", &make_model_hooks, py::arg("class_name"),
+        "The hooks that judge what a started model returns.");
+  // The debugger's own torch calls (a loss scaler's get_scale()) must not land in the dump.
+  m.def(
+      "call_unhooked",
+      [](py::function fn) {
+        ReentryGuard guard;
+        return fn();
+      },
+      "fn(), with the hooks recording nothing.");
+  m.def(
+      "nonfinite_gradients",
+      [](const std::vector<std::pair<std::string, at::Tensor>>& gradients) {
+        ReentryGuard unhooked;
+        return non_finite_gradients(gradients);
+      },
+      py::arg("gradients"),
+      "The optimizer-step gate (gradient_guard.py): the names whose tensors hold NaN/inf.");
+  m.def(
+      "mark_unwritten",
+      [](py::handle t) {
+        if (THPVariable_Check(t.ptr())) unwritten_memory().mark(THPVariable_Unpack(t.ptr()));
+      },
+      py::arg("tensor"),
+      "torch.empty and its kin, under task overflow_check: the tensor's memory is unwritten.");
+  m.def(
+      "set_process_group_facts",
+      [](py::object type, py::object facts) { set_process_group_facts(type.ptr(), facts.ptr()); },
+      py::arg("type"), py::arg("facts"),
+      "How a collective's process group is recorded (call_values.h).");
+}
+
+}  // namespace msprobe

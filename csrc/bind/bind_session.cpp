@@ -1,0 +1,216 @@
+// _C.Session: what PrecisionDebugger (debugger.py) asks of one debugger's engine.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <nlohmann/json.hpp>
+
+#include "bind/bindings.h"
+#include "core/config.h"
+#include "live/capture/call_values.h"
+#include "live/overflow/python_objects.h"
+#include "live/overflow/python_side.h"
+#include "live/session/session.h"
+
+namespace py = pybind11;
+
+namespace msprobe {
+namespace {
+
+std::shared_ptr<Session> make_session(const std::string& config_path,
+                                      const std::string& overrides_json,
+                                      const std::string& package_dir,
+                                      const std::string& library_dir) {
+  nlohmann::json overrides;
+  try {
+    overrides = nlohmann::json::parse(overrides_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(std::string("PrecisionDebugger: keyword arguments are not valid JSON: ") +
+                      e.what());
+  }
+  const std::string source = config_path.empty() ? "PrecisionDebugger" : config_path;
+  Config config = config_path.empty() ? parse_config(nlohmann::json::object(), source, overrides)
+                                      : load_config_file(config_path, overrides);
+  return std::make_shared<Session>(std::move(config), package_dir, source, library_dir);
+}
+
+// One call fills the whole PythonSide, by name (python_objects.h lists the names).
+void set_python_side(Session& s, py::kwargs given) {
+  auto side = std::make_unique<PythonSide>();
+  size_t taken = 0;
+  side->each([&](const char* name, py::object& member) {
+    if (!given.contains(name)) return;
+    member = given[name];
+    ++taken;
+  });
+  if (taken != given.size()) {
+    throw py::type_error("set_python_side: an unknown keyword among " +
+                         py::str(given.attr("keys")()).cast<std::string>());
+  }
+  if (!side->overflow_type || !side->error_type || !side->on_flagged || !side->queue_callback) {
+    throw py::type_error(
+        "set_python_side: overflow_type, error_type, on_flagged and queue_callback are required");
+  }
+  s.guard().set_python_side(std::move(side));
+}
+
+py::list headroom_sites(Session& s) {
+  py::list out;
+  for (const HeadroomRecord& r : s.guard().headroom_warned()) {
+    py::list history;
+    for (const HeadroomPoint& p : r.history) {
+      py::dict point;
+      point["step"] = p.step;
+      point["max"] = p.magnitude;
+      point["fraction"] = p.fraction;
+      history.append(point);
+    }
+    py::dict site;
+    site["site"] = r.where;
+    site["dtype"] = r.dtype;
+    site["history"] = history;
+    out.append(site);
+  }
+  return out;
+}
+
+void bind_lifecycle(py::class_<Session, std::shared_ptr<Session>>& c) {
+  c.def(py::init(&make_session), py::arg("config_path"), py::arg("overrides_json"),
+        py::arg("package_dir"), py::arg("library_dir") = "",
+        "Validates the config (ConfigError) and makes the engine; nothing is hooked yet.")
+      .def("start", &Session::start, py::arg("rank"),
+           "Begins or resumes collection of the current step (rank -1: not distributed).")
+      // Calls still waiting for their device statistics are judged first: a stop they hold is
+      // raised here, with the step's files written.
+      .def(
+          "stop",
+          [](Session& s) {
+            flush_deferred(s);
+            s.stop();
+          },
+          "Ends collection for now and writes the step's files.")
+      .def(
+          "step",
+          [](Session& s) {
+            flush_deferred(s);
+            s.step();
+          },
+          "Writes the step if stop() did not, and moves to the next one.")
+      .def(
+          "pause", [](Session& s) { s.gate().pause(); },
+          "forward_backward_dump_end: only the backward of the calls recorded so far.")
+      .def("drain_writes", &Session::drain_writes,
+           "async_dump: returns once every step handed over is on disk.")
+      .def(
+          "set_module_dump", [](Session& s, bool on) { s.gate().set_module_dump(on); },
+          py::arg("on"), "module_dump(): only the dumped module's own hooks record.")
+      .def_property_readonly(
+          "finished", [](const Session& s) { return past_last_step(s.config(), s.current_step()); },
+          "Past the last step the config lists.")
+      .def_property_readonly(
+          "collecting", [](Session& s) { return s.gate().forward(); },
+          "Whether the hooks record forward calls now.")
+      .def_property_readonly("current_step", &Session::current_step, "The step being collected.");
+}
+
+void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
+  c.def_property_readonly(
+       "apis_hooked", [](const Session& s) { return s.config().level != Level::L0; },
+       "Whether the level records API calls (L1, mix).")
+      .def_property_readonly(
+          "modules_hooked", [](const Session& s) { return s.config().level != Level::L1; },
+          "Whether the level records module calls (L0, mix).")
+      .def_property_readonly(
+          "level", [](const Session& s) { return to_string(s.config().level); }, "L0, L1 or mix.")
+      .def_property_readonly(
+          "dump_path", [](const Session& s) { return s.config().dump_path; },
+          "The dump folder, as configured.")
+      .def_property_readonly(
+          "extra_apis", [](const Session& s) { return s.config().extra_apis; },
+          "APIs recorded besides the wrap list.")
+      .def_property_readonly(
+          "config_warnings", [](const Session& s) { return s.config().warnings; },
+          "Accepted keys worth a word (deprecated ones), for the debugger to say.")
+      .def_property_readonly(
+          "watching", [](const Session& s) { return s.config().watching(); },
+          "Task overflow_check.")
+      .def_property_readonly(
+          "stats_cache_hits", [](Session& s) { return s.capture().stats_cache().hits(); },
+          "Statistics reused for a tensor version already seen in the step.")
+      .def_property_readonly(
+          "stats_cache_misses", [](Session& s) { return s.capture().stats_cache().misses(); },
+          "Statistics computed.")
+      .def_property_readonly(
+          "host_syncs", [](Session& s) { return s.capture().host_syncs(); },
+          "Times this session's statistics waited for a device.");
+}
+
+void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
+  c.def("set_python_side", &set_python_side,
+        "The objects the guard hands findings to, by name (python_objects.h).")
+      .def_property_readonly("headroom", &headroom_sites,
+                             "The 16-bit call sites said to near their dtype's range.")
+      .def(
+          "add_model_tensor",
+          [](Session& s, const std::string& name, const at::Tensor& t, bool buffer) {
+            s.guard().models().add(name, t, buffer);
+          },
+          py::arg("name"), py::arg("tensor"), py::arg("buffer"),
+          "A parameter (or buffer) of a started model, by its qualified name.")
+      .def(
+          "set_loss_scaled", [](Session& s) { s.guard().loss_scale().set_scaled(); },
+          "A loss scaler scaled this step's loss: its backward findings wait for step().")
+      .def(
+          "mark_compiled_outputs",
+          [](Session& s, py::handle output) {
+            if (!s.config().watching() || !s.gate().forward()) return;
+            for (const LiveArg& arg : live_args_of(output.ptr())) {
+              if (arg.tensor.defined()) s.guard().models().mark_compiled_output(arg.tensor);
+              for (const at::Tensor& t : arg.items) s.guard().models().mark_compiled_output(t);
+            }
+          },
+          py::arg("output"), "The tensors a torch.compile'd model returned.")
+      .def(
+          "judge_loss_scale",
+          [](Session& s, double before, double after) {
+            if (auto event = s.guard().loss_scale().judge(before, after))
+              handle_overflow_event(s, *event);
+          },
+          py::arg("before"), py::arg("after"),
+          "At step(): the scale at start() and now; a scale that fell too low stops.")
+      .def(
+          "judge_optimizer_gradients",
+          [](Session& s, const std::string& optimizer, std::vector<std::string> bad, bool reduced) {
+            if (auto event =
+                    s.guard().judge_optimizer_gradients(optimizer, std::move(bad), reduced)) {
+              handle_overflow_event(s, *event);
+            }
+          },
+          py::arg("optimizer"), py::arg("bad"), py::arg("reduced"),
+          "Before an optimizer step: the parameters whose gradients hold NaN/inf.")
+      .def(
+          "set_peer_stopped", [](Session& s) { s.peer_stop().set(); },
+          "Another rank stopped (the watcher thread): the hooks raise its stop.")
+      .def(
+          "stop_for_peer",
+          [](Session& s, int rank, int64_t step, const std::string& call,
+             const std::string& origin) {
+            flush_deferred(s);
+            return s.stop_for_peer(PeerOverflow{rank, step, call, origin});
+          },
+          py::arg("rank"), py::arg("step"), py::arg("call"), py::arg("origin"),
+          "Writes this rank's step for a peer's stop and ends it; the folder, or \"\".");
+}
+
+}  // namespace
+
+void bind_session(py::module_& m) {
+  py::class_<Session, std::shared_ptr<Session>> c(
+      m, "Session",
+      "One debugger's engine: the config, the step's records, the guard, the writer.");
+  bind_lifecycle(c);
+  bind_config(c);
+  bind_guard(c);
+}
+
+}  // namespace msprobe
