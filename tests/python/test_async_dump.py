@@ -16,6 +16,7 @@ import msprobe_cpp
 from msprobe_cpp import _C
 from models import fp16_overflow_at, make_batches, make_model, make_optimizer, run_steps, train, train_step
 from testenv import PACKAGE_ROOT, TESTS
+from dumps import load as read_dump_file
 
 
 def config(tmp_path: pathlib.Path, name: str, **fields) -> str:
@@ -148,7 +149,7 @@ def test_a_stop_that_raises_leaves_its_step_on_disk(tmp_path):
         run_steps(model, 4, dbg, fp16_overflow_at([2], block=1, model=model))
     # No drain, no release: the raise wrote the flagged step before the exception left stop().
     step = pathlib.Path(info.value.dump_dir)
-    data = json.loads((step / "dump.json").read_text())["data"]
+    data = read_dump_file(step)["data"]
     assert list(data)[-1] == info.value.call
 
 

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 import msprobe_cpp
 from models import make_model, train
 from testenv import devices
+from dumps import load as read_dump_file
 
 
 def run_mlp(tmp_path: pathlib.Path, level: str = "L1", steps: int = 1, **section: Any) -> pathlib.Path:
@@ -26,7 +27,7 @@ def run_mlp(tmp_path: pathlib.Path, level: str = "L1", steps: int = 1, **section
 
 
 def data(dump: pathlib.Path, step: int = 0) -> Dict[str, Any]:
-    return json.loads((dump / f"step{step}" / "rank" / "dump.json").read_text())["data"]
+    return read_dump_file(dump / f"step{step}" / "rank")["data"]
 
 
 def test_scope_at_L1_is_an_inclusive_window_of_api_calls(tmp_path):
@@ -130,7 +131,7 @@ def test_md5_is_crc32_of_the_tensor_bytes(tmp_path, device):
     for t in tensors:
         torch.clone(t)
     dbg.stop()
-    records = list(json.loads((tmp_path / "d" / "step0" / "rank" / "dump.json").read_text())["data"].values())
+    records = list(read_dump_file(tmp_path / "d" / "step0" / "rank")["data"].values())
     assert [r["input_args"][0]["md5"] for r in records] == [crc(t) for t in tensors]
     assert all(r["input_args"][0]["Max"] is not None for r in records)  # statistics too
 
@@ -157,7 +158,7 @@ def test_tensor_task_round_trip(tmp_path, device):
     x.add_(5.0)  # the saved input must be x before the update
     dbg.stop()
     step = tmp_path / "d" / "step0" / "rank"
-    doc = json.loads((step / "dump.json").read_text())
+    doc = read_dump_file(step)
     assert doc["dump_data_dir"] == str(step / "dump_tensor_data")
     records = list(doc["data"].items())
     for (kind, t), (name, record) in zip(tensors.items(), records):
@@ -182,7 +183,7 @@ def test_tensor_task_on_a_training_step(tmp_path):
     dbg = msprobe_cpp.PrecisionDebugger(config_path=tensor_config(tmp_path, level="mix", step=[0]))
     train(make_model("gpt"), 1, debugger=dbg)
     step = tmp_path / "d" / "step0" / "rank"
-    doc = json.loads((step / "dump.json").read_text())
+    doc = read_dump_file(step)
 
     def entries(value):
         if isinstance(value, list):

@@ -2,7 +2,6 @@
 regions are left alone (one warning, no graph break for the hooked calls, none of their own calls
 recorded), what runs uncompiled around it is recorded as usual, and NaN/inf made inside a
 compiled region stops at the first recorded call that meets it, named as made there."""
-import json
 import math
 import pathlib
 from typing import List, Tuple
@@ -13,6 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import msprobe_cpp
+from dumps import load as read_dump_file
 
 pytestmark = pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile arrived in PyTorch 2.0")
 
@@ -81,7 +81,7 @@ def test_a_compiled_model_trains_and_its_regions_are_left_alone(tmp_path, capfd,
     if task == "overflow_check":
         assert not (tmp_path / "dump").exists()
         return
-    data = json.loads((tmp_path / "dump" / "step1" / "rank" / "dump.json").read_text())["data"]
+    data = read_dump_file(tmp_path / "dump" / "step1" / "rank")["data"]
     names = list(data)
     # The uncompiled part is recorded; nothing from inside the compiled region (its tanh, its
     # linears, the buffers its generated code allocates, its backward's own calls).

@@ -6,7 +6,6 @@ absorbed before that, it is told once per call site and training is untouched. A
 model names, nn.Parameters of modules not given to start(), and what an ignore-rule snippet says
 it silences."""
 import copy
-import json
 import pathlib
 from typing import List, Optional
 
@@ -16,6 +15,7 @@ import torch.nn as nn
 
 import msprobe_cpp
 from testenv import devices
+from dumps import load as read_dump_file
 
 ABSORBED = "no stop (said once per call site)"
 
@@ -87,7 +87,7 @@ def test_nan_inf_that_needs_no_gradient_and_is_cast_away_is_told_once_not_a_stop
     told = [line for line in capfd.readouterr().err.splitlines() if ABSORBED in line]
     assert len(told) == 1 and "Torch.log.0.forward" in told[0] and "need no gradient" in told[0], told
     assert steps_on_disk(tmp_path / "d") == ["step0"]  # flagged once, within overflow_nums
-    report = json.loads((tmp_path / "d" / "step0" / "rank" / "overflow_report.json").read_text())
+    report = read_dump_file(tmp_path / "d" / "step0" / "rank", "overflow_report.json")
     first = report["first_anomaly"]
     assert (first["api_name"], first["origin"], first["held"], first["absorbed"], first["caught"]) == (
         "Torch.log.0.forward", "op", True, True, None)
@@ -110,7 +110,7 @@ def test_held_nan_inf_stops_where_it_does_damage_naming_where_it_was_made(tmp_pa
     assert e.caught == want and e.caught_how == how, str(e)
     assert f"caught: at {want}, where the NaN/inf {how}" in str(e)
     assert "module: the started model Buckets's own forward" in str(e)
-    report = json.loads((pathlib.Path(e.dump_dir) / "overflow_report.json").read_text())
+    report = read_dump_file(pathlib.Path(e.dump_dir), "overflow_report.json")
     assert report["first_anomaly"]["caught"] == {"call": want, "how": how}
     if poison == "buffer":
         assert not model.acc.isfinite().all()  # the write happened: the stop comes right after it
@@ -275,7 +275,7 @@ def test_mappings_are_recorded_as_msprobe_records_them(tmp_path):
     Net.forward(dbg._models[0], torch.ones(2))
     dbg.stop()
     rank = tmp_path / "d" / "step0" / "rank"
-    out = json.loads((rank / "dump.json").read_text())["data"]["Module.m.Mappings.forward.0"]["output"]
+    out = read_dump_file(rank)["data"]["Module.m.Mappings.forward.0"]["output"]
     assert [sorted(o) for o in out] == [["n", "x"], ["logits", "loss"], ["a", "b"]]
     assert out[0]["n"] is None and out[1]["loss"] is None and out[2]["b"] == {"type": "int", "value": 3}
     assert out[1]["logits"]["type"] == "torch.Tensor" and out[1]["logits"]["Max"] == 2.0

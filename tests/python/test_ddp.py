@@ -18,6 +18,7 @@ from dist_runs import (assert_finite_state, assert_states_equal, clean_bare_run,
 from gloo import needs_gloo  # noqa: E402
 
 import msprobe_cpp  # noqa: E402
+from dumps import load as read_dump_file
 
 pytestmark = needs_gloo
 
@@ -112,7 +113,7 @@ def assert_step_folders(run, mode: str, bad_rank: int) -> None:
         folder = run.folder(BAD_STEP, r)
         assert (folder / "dump.json").exists() and (folder / "overflow_report.json").exists(), \
             f"rank {r}: {run.step_folders()}"
-        report = json.loads((folder / "overflow_report.json").read_text())
+        report = read_dump_file(folder, "overflow_report.json")
         if r == bad_rank:
             assert report["first_anomaly"]["origin"] == ORIGIN[mode], report["first_anomaly"]
         else:

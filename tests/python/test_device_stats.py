@@ -12,6 +12,7 @@ import torch
 
 import msprobe_cpp
 from testenv import devices
+from dumps import load as read_dump_file
 
 GENERIC = [d for d in devices() if d != "cpu"]
 
@@ -22,7 +23,7 @@ def stats_of(tmp_path, t: torch.Tensor) -> Dict:
     torch.clone(t)
     dbg.stop()
     dbg.step()
-    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    data = read_dump_file(tmp_path / "step0" / "rank")["data"]
     return data["Torch.clone.0.forward"]["input_args"][0]
 
 
@@ -97,7 +98,7 @@ def test_anomalous_tensors_are_counted_by_kind(tmp_path, device, dtype, n):
     xc = x.detach().cpu()
     assert (t["nan"], t["posinf"], t["neginf"]) == (int(xc.isnan().sum()), int(xc.isposinf().sum()),
                                                    int(xc.isneginf().sum()))
-    rec = json.loads((tmp_path / "d" / "step0" / "rank" / "dump.json").read_text())["data"]
+    rec = read_dump_file(tmp_path / "d" / "step0" / "rank")["data"]
     entry = rec["Torch.neg.0.forward"]["input_args"][0]
     finite = xc[xc.isfinite()].double()
     assert entry["Max_except_inf_nan"] == finite.max().item()

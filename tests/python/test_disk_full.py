@@ -14,7 +14,7 @@ import torch
 
 import msprobe_cpp
 from msprobe_cpp import _C
-from dumps import data_names
+from dumps import data_names, load as read_dump_file
 from models import make_batches, make_model, make_optimizer, train, train_step
 
 
@@ -50,7 +50,7 @@ def assert_no_partial_evidence(root: pathlib.Path) -> None:
     for f in all_files(root):
         assert ".tmp." not in f.name, f"temporary left: {f}"
         if f.suffix == ".pt":
-            dump = json.loads((f.parent.parent / "dump.json").read_text())
+            dump = read_dump_file(f.parent.parent)
             names = json.dumps(dump["data"])
             assert f'"{f.name}"' in names, f"{f} is named by no dump.json"
         elif f.name != "filler":
@@ -89,7 +89,7 @@ def test_tensor_saving_stops_and_the_failing_step_keeps_its_statistics(tmp_path,
     for step in range(3):
         rank = tmp_path / f"step{step}" / "rank"
         assert sorted(p.name for p in rank.iterdir()) == ["construct.json", "dump.json", "stack.json"], step
-        dump = json.loads((rank / "dump.json").read_text())
+        dump = read_dump_file(rank)
         assert dump["task"] == "tensor" and dump["dump_data_dir"] is None
         assert names_in(rank / "dump.json") == []
         assert dump["data"]["Functional.linear.0.forward"]["input_args"][0]["shape"] == [100_000, 16]

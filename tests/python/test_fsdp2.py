@@ -3,7 +3,6 @@ CPU) under the tool: clean training is bit-identical to the run without it, and 
 uninitialized all-gather buffers (torch.empty, then Tensor.narrow of them) are never an anomaly,
 so a clean overflow_check run writes no step folder; a NaN in one rank's batch stops both ranks
 in that step, with no NaN in any rank's local shards."""
-import json
 
 import pytest
 
@@ -16,6 +15,7 @@ except Exception as e:  # noqa: BLE001 - ImportError, or torch 1.13's fsdp faili
 from dist_runs import (assert_finite_state, assert_states_equal, clean_bare_run, error_name,  # noqa: E402
                        run_ranks)
 from gloo import needs_gloo  # noqa: E402
+from dumps import load as read_dump_file
 
 pytestmark = needs_gloo
 
@@ -83,7 +83,7 @@ def test_a_nan_batch_on_one_rank_stops_both_in_that_step(tmp_path):
         assert_finite_state(run.state(r), f"rank {r}'s local shards after the stop")
         folder = run.folder(BAD_STEP, r)
         assert (folder / "dump.json").exists() and (folder / "overflow_report.json").exists(), run.step_folders()
-        report = json.loads((folder / "overflow_report.json").read_text())
+        report = read_dump_file(folder, "overflow_report.json")
         if r == bad_rank:
             assert report["first_anomaly"]["origin"] == "input", report["first_anomaly"]
         else:

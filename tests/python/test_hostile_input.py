@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import msprobe_cpp
+from dumps import load as read_dump_file
 
 
 @pytest.mark.parametrize("name, value", [
@@ -58,7 +59,7 @@ def test_huge_python_ints_are_recorded_without_leaving_an_error_set(tmp_path):
     head = x[1:10 ** 400]  # Python clamps the slice; the hook describes 10**400 first
     z = torch.add(x, 1.0)  # the next call runs with no Python error left set
     dbg.stop()
-    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    data = read_dump_file(tmp_path / "step0" / "rank")["data"]
     index = data["Tensor.__getitem__.0.forward"]["input_args"][1]
     assert index == {"type": "slice", "value": [1, math.inf, None]}
     assert "Torch.add.0.forward" in data and torch.equal(z, x + 1) and torch.equal(head, x[1:])
@@ -91,7 +92,7 @@ def test_the_tools_own_failure_never_reaches_the_training_script(tmp_path, capfd
     z = torch.tanh(torch.ones(2))
     dbg.stop()
     assert torch.allclose(y, torch.tanh(torch.tensor([1.0, -2.0, 3.0])))
-    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    data = read_dump_file(tmp_path / "step0" / "rank")["data"]
     entry = data["Torch.tanh.0.forward"]["input_args"][0]
     assert entry["type"] == "torch.Tensor" and entry["shape"] == [3] and entry["Max"] is None
     assert data["Torch.tanh.1.forward"]["output"][0]["Max"] == pytest.approx(torch.tanh(torch.ones(1)).item())
@@ -112,7 +113,7 @@ def test_a_scope_that_ends_at_a_call_that_raises_closes(tmp_path):
         torch.reshape(x, (3,))  # the scope's last call raises
     torch.sigmoid(x)  # after the scope: not collected
     dbg.stop()
-    data = json.loads((tmp_path / "d" / "step0" / "rank" / "dump.json").read_text())["data"]
+    data = read_dump_file(tmp_path / "d" / "step0" / "rank")["data"]
     assert list(data) == ["Torch.tanh.0.forward"]
 
 
@@ -147,7 +148,7 @@ def test_a_module_whose_forward_raised_is_no_longer_the_parent(tmp_path):
     dbg.start(model)
     model(torch.ones(2))
     dbg.stop()
-    construct = json.loads((tmp_path / "step0" / "rank" / "construct.json").read_text())
+    construct = read_dump_file(tmp_path / "step0" / "rank", "construct.json")
     assert construct["Torch.relu.0.forward"] == "Module.0.inner.Raises.forward.0"
     assert construct["Torch.tanh.0.forward"] == "Module.0.Net.forward.0"
 
@@ -169,7 +170,7 @@ def test_an_exception_out_of_the_root_model_closes_every_module_call(tmp_path):
         model(torch.ones(2))
     torch.tanh(torch.ones(2))  # the training script's own call, outside every module
     dbg.stop()
-    construct = json.loads((tmp_path / "step0" / "rank" / "construct.json").read_text())
+    construct = read_dump_file(tmp_path / "step0" / "rank", "construct.json")
     assert construct["Torch.relu.0.forward"] == "Module.0.Net.forward.0"
     assert construct["Torch.tanh.0.forward"] is None
 
@@ -198,7 +199,7 @@ def test_complex_and_sparse_overflows_are_judged(tmp_path):
     with pytest.raises(msprobe_cpp.OverflowError) as info:
         torch.mul(s, 1e38 * 1e1)
     assert info.value.call == "Torch.mul.0.forward"
-    data = json.loads((tmp_path / "s" / "step0" / "rank" / "dump.json").read_text())["data"]
+    data = read_dump_file(tmp_path / "s" / "step0" / "rank")["data"]
     entry = data["Torch.mul.0.forward"]["input_args"][0]
     assert (entry["Max"], entry["Min"], entry["Mean"]) == (3.0, 2.0, 2.5)  # over the stored values
 
@@ -218,7 +219,7 @@ def test_module_names_cannot_escape_the_dump_folder(tmp_path):
     outside = [p for p in tmp_path.rglob("*.pt") if "dump_tensor_data" not in p.parts]
     assert outside == []
     folder = dump / "step0" / "rank"
-    data = json.loads((folder / "dump.json").read_text())["data"]
+    data = read_dump_file(folder)["data"]
     named = []
     for record in data.values():
         for side in ("input_args", "output", "input"):

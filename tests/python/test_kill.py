@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import msprobe_cpp
+from dumps import load as read_dump_file
 from testenv import PACKAGE_ROOT, TESTS
 
 TRAIN = """
@@ -42,7 +43,7 @@ for i in range(10 ** 6):
 
 def assert_complete(folder: pathlib.Path) -> None:
     assert (folder / "stack.json").exists() and (folder / "construct.json").exists(), folder
-    data = json.loads((folder / "dump.json").read_text())["data"]
+    data = read_dump_file(folder)["data"]
     for record in data.values():
         for side in ("input_args", "output", "input"):
             for entry in record.get(side, []):

@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import msprobe_cpp
-from dumps import assert_stats, load
+from dumps import assert_stats, load, load as read_dump_file
 from models import make_model, train
 from testenv import devices
 
@@ -111,7 +111,7 @@ def shape_of(value):
 @pytest.mark.parametrize("level, fixture", [("L1", "mlp_statistics_L1"), ("mix", "mlp_statistics_mix")])
 def test_records_match_msprobe_field_by_field(tmp_path, fixtures, level, fixture):
     ours = run_fixture_model(tmp_path, level)
-    theirs = json.loads((fixtures / fixture / "dump.json").read_text())
+    theirs = read_dump_file(fixtures / fixture)
     assert list(ours) == list(theirs) == ["task", "level", "dump_data_dir", "data"]
     assert (ours["task"], ours["level"], ours["dump_data_dir"]) == ("statistics", level, None)
     assert list(ours["data"]) == list(theirs["data"])
@@ -123,8 +123,8 @@ def test_records_match_msprobe_field_by_field(tmp_path, fixtures, level, fixture
             assert statistics(record["input_args"][0]) == statistics(record["output"][0]), name
             assert statistics(mine["input_args"][0]) != statistics(mine["output"][0]), name
         assert shape_of(mine) == shape_of(record), name
-    construct = json.loads((tmp_path / "step0" / "rank" / "construct.json").read_text())
-    expected = json.loads((fixtures / fixture / "construct.json").read_text())
+    construct = read_dump_file(tmp_path / "step0" / "rank", "construct.json")
+    expected = read_dump_file(fixtures / fixture, "construct.json")
     if level == "mix" and int(torch.__version__.split(".")[0]) >= 2:
         # The fixture is msprobe's on torch 1.13. On 2.x msprobe gives an API backward record the
         # module backward open around it (README, construct.json); fc1's closes at once (its input,

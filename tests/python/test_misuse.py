@@ -10,6 +10,7 @@ import torch.nn as nn
 
 import msprobe_cpp
 from models import make_batches, make_model, make_optimizer, train_step
+from dumps import load as read_dump_file
 
 
 def warnings_in(err: str) -> List[str]:
@@ -21,7 +22,7 @@ def dumped_steps(dump: pathlib.Path) -> List[str]:
 
 
 def names(dump: pathlib.Path, step: int) -> List[str]:
-    return list(json.loads((dump / f"step{step}" / "rank" / "dump.json").read_text())["data"])
+    return list(read_dump_file(dump / f"step{step}" / "rank")["data"])
 
 
 def train(model, steps, dbg) -> None:

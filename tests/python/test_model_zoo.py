@@ -6,7 +6,6 @@ In-place activations (ReLU/ReLU6/Hardswish/SiLU/Dropout with inplace=True), in-p
 adds on a module's output, modules returning views, tuples with None, dicts and None, modules
 called with keywords only, twice in one forward, or with no tensor input, RNNs through _VF,
 activation checkpointing both ways, and a module with a full backward hook of the user's own."""
-import json
 import pathlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -17,6 +16,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 import msprobe_cpp
+from dumps import load as read_dump_file
 
 LEVELS = ["L0", "mix", "L1"]
 TASKS = ["statistics", "tensor", "overflow_check"]
@@ -334,7 +334,7 @@ def test_the_zoo_trains_bit_identically_under_the_tool(tmp_path, name, level, ta
 def mix_records(tmp_path: pathlib.Path, name: str) -> List[str]:
     dbg = msprobe_cpp.PrecisionDebugger(task="statistics", dump_path=str(tmp_path / "dump"), level="mix", step=[0])
     train(name, dbg)
-    data = json.loads((tmp_path / "dump" / "step0" / "rank" / "dump.json").read_text())["data"]
+    data = read_dump_file(tmp_path / "dump" / "step0" / "rank")["data"]
     return list(data)
 
 
@@ -377,7 +377,7 @@ def test_module_gradients_are_what_the_modules_send(tmp_path):
     dbg.start(holder)
     holder(x).pow(2).sum().backward()
     dbg.stop()
-    data = json.loads((tmp_path / "d" / "step0" / "rank" / "dump.json").read_text())["data"]
+    data = read_dump_file(tmp_path / "d" / "step0" / "rank")["data"]
     rec = data["Module.0.MLPBlock.backward.0"]
     for entry, ref in ((rec["input"][0], seen["go"]), (rec["output"][0], seen["gi"])):
         ref = ref.double()

@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import msprobe_cpp
-from dumps import debugger, report, steps_on_disk
+from dumps import debugger, report, steps_on_disk, load as read_dump_file
 from models import fp16_overflow_at, make_model, run_steps
 
 
@@ -47,7 +47,7 @@ def test_fp16_overflow_stops_training_at_its_step(tmp_path, capfd):
     # Only the flagged step is on disk, with everything of it up to the stop.
     assert steps_on_disk(tmp_path) == ["step3"]
     step = tmp_path / "dump" / "step3" / "rank"
-    data = json.loads((step / "dump.json").read_text())["data"]
+    data = read_dump_file(step)["data"]
     assert list(data)[-1] == e.call
     assert data[e.call]["output"][0]["data_name"] == f"{e.call}.output.0.pt"
     saved = torch.load(step / "dump_tensor_data" / f"{e.call}.output.0.pt")
@@ -190,7 +190,7 @@ def test_action_continue_dumps_exactly_the_overflowing_steps(tmp_path, cli):
         del live["first_anomaly"]
         assert json.loads(checked.stdout) == live
         # The flagged calls' tensors are saved; calls without a finding are not.
-        data = json.loads((step / "dump.json").read_text())["data"]
+        data = read_dump_file(step)["data"]
         saved = {p.name for p in (step / "dump_tensor_data").iterdir()}
         for name in r["critical_apis"]:
             assert f"{name}.output.0.pt" in saved
@@ -210,7 +210,7 @@ def test_overflow_nums_limits_the_flagged_steps_written(tmp_path, capfd, nums, e
     assert steps_on_disk(tmp_path) == expected
     assert flagged == [1, 3, 4]  # detection goes on after the last dump
     # A written step holds the whole step, up to the optimizer.
-    data = json.loads((tmp_path / "dump" / "step1" / "rank" / "dump.json").read_text())["data"]
+    data = read_dump_file(tmp_path / "dump" / "step1" / "rank")["data"]
     assert list(data)[-1].startswith("Tensor.add")
     said = "overflow_nums (%d) reached: no more dumps are written" % nums
     assert (said in capfd.readouterr().err) == (nums != -1 and nums < 3)
@@ -222,7 +222,7 @@ def test_mix_level_stop_names_the_module(tmp_path):
     with pytest.raises(msprobe_cpp.OverflowError) as info:
         run_steps(model, 3, debugger(tmp_path, level="mix"), on_step)
     assert info.value.step == 1 and "blocks.3." in info.value.module
-    construct = json.loads((tmp_path / "dump" / "step1" / "rank" / "construct.json").read_text())
+    construct = read_dump_file(tmp_path / "dump" / "step1" / "rank", "construct.json")
     assert construct[info.value.call] == info.value.module
 
 

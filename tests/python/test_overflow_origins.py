@@ -1,7 +1,6 @@
 """Live overflow detection, second round: each unexplained NaN/inf stops at its origin (an op, the
 batch, a parameter), backward anomalies stop only when they reach a parameter gradient, and the
 guard keeps guarding after a caught stop."""
-import json
 import math
 from typing import List
 
@@ -11,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import msprobe_cpp
-from dumps import debugger, report, steps_on_disk
+from dumps import debugger, report, steps_on_disk, load as read_dump_file
 from models import SqrtParamNet, fp16_overflow_at, make_batches, make_model, make_optimizer, run_steps, train_step
 
 
@@ -193,7 +192,7 @@ def test_the_report_alone_tells_the_story(tmp_path, level):
         run_steps(model, 3, debugger(tmp_path, level=level), on_step)
     e = info.value
     step = tmp_path / "dump" / "step1" / "rank"
-    first = json.loads((step / "overflow_report.json").read_text())["first_anomaly"]
+    first = read_dump_file(step, "overflow_report.json")["first_anomaly"]
     assert first["api_name"] == e.call and first["origin"] == "op" and first["step"] == 1
     assert first["module"].startswith("Module.blocks.2.attn.CausalSelfAttention.forward.")
     assert first["source"].endswith("return (scores.half() * 1e5).float()")
@@ -201,7 +200,7 @@ def test_the_report_alone_tells_the_story(tmp_path, level):
     assert out["position"] == "output[0]" and out["dtype"] == "torch.float16" and out["shape"] == [8, 4, 32, 32]
     assert out["nan"] == 0 and out["posinf"] > 0 and out["posinf"] + out["neginf"] == e.tensors[0]["posinf"] + e.tensors[0]["neginf"]
     # construct.json names each call's enclosing module, at L1 too (from the module stack).
-    construct = json.loads((step / "construct.json").read_text())
+    construct = read_dump_file(step, "construct.json")
     assert construct[e.call] == first["module"]
     assert construct["Functional.embedding.0.forward"] == "Module.tok_emb.Embedding.forward.0"
     assert construct["Torch.arange.0.forward"] is None  # outside every module

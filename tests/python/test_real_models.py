@@ -3,7 +3,6 @@ torch 2.x), tiny random-init configs (tests/python/real_models.py), trained 3 st
 (dropout and stochastic depth on) under statistics and overflow_check at L1, mix and L0: no error,
 the same losses and the same state_dict, bit for bit, as the same run without the tool; and a
 clean run under the guard stops nothing and writes nothing."""
-import json
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: nothing is downloaded
@@ -16,6 +15,7 @@ import torch
 import msprobe_cpp
 import real_models
 from real_models import MODELS, STEPS
+from dumps import load as read_dump_file
 
 TASKS = ["statistics", "overflow_check"]
 # Clean models whose own code makes NaN/inf on purpose in tensors that need no gradient, and
@@ -57,7 +57,7 @@ def test_a_real_model_trains_bit_identically_under_the_tool(tmp_path, capfd, nam
             assert steps == [] and told == []
         else:
             assert steps == ["step0"] and len(told) == 1 and absorbed in told[0], told
-            report = json.loads((dump / "step0" / "rank" / "overflow_report.json").read_text())
+            report = read_dump_file(dump / "step0" / "rank", "overflow_report.json")
             first = report["first_anomaly"]
             assert (first["api_name"], first["origin"], first["absorbed"], first["held"]) == (absorbed, "op", True, True)
     else:

@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import msprobe_cpp
-from dumps import guard, report
+from dumps import guard, report, load as read_dump_file
 from testenv import devices
 
 
@@ -131,7 +131,7 @@ def test_a_replay_that_raises_costs_one_line_not_the_stop(tmp_path, monkeypatch)
     assert e.replay == [] and "not replayed: RuntimeError: the replayed op failed" in e.not_replayed
     folder = tmp_path / "dump" / "step2" / "rank"
     assert {p.name for p in folder.iterdir()} >= {"dump.json", "overflow_report.json", "dump_tensor_data"}
-    assert e.call in json.loads((folder / "dump.json").read_text())["data"]
+    assert e.call in read_dump_file(folder)["data"]
 
     monkeypatch.undo()
     monkeypatch.setattr(replay, "_run", fails)  # the op raises when replayed
@@ -145,7 +145,7 @@ def test_replay_false_replays_nothing_and_records_the_same(tmp_path):
     assert off.replay == [] and off.not_replayed is None and "replay in" not in str(off)
     assert "replay" not in report(tmp_path / "off", 2)["first_anomaly"]
     # The replay runs unhooked and under no_grad: the same records, the same values.
-    dumps = [json.loads((t / "dump" / "step2" / "rank" / "dump.json").read_text())["data"] for t in
+    dumps = [read_dump_file(t / "dump" / "step2" / "rank")["data"] for t in
              (tmp_path / "on", tmp_path / "off")]
     assert dumps[0] == dumps[1]
     def lines(e: msprobe_cpp.OverflowError, folder: str) -> List[str]:

@@ -3,7 +3,6 @@ copy.deepcopy (an EMA made after start()) give a plain model, without any of our
 original stays hooked. At every level and under both tasks."""
 import copy
 import io
-import json
 import pickle
 
 import pytest
@@ -11,6 +10,7 @@ import torch
 import torch.nn as nn
 
 import msprobe_cpp
+from dumps import load as read_dump_file
 
 HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_pre_hooks_with_kwargs",
               "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_backward_hooks",
@@ -71,12 +71,12 @@ def test_a_started_model_saved_or_copied_is_plain_and_the_original_stays_hooked(
     debugger._release()
     assert hooks_of(model) == plain_hooks
     if task == "statistics":
-        names = list(json.loads((tmp_path / "dump" / "step0" / "rank" / "dump.json").read_text())["data"])
+        names = list(read_dump_file(tmp_path / "dump" / "step0" / "rank")["data"])
         modules = [n for n in names if n.startswith("Module.") and n.endswith(".forward.0")]
         if level != "L1":
             assert sorted(modules) == ["Module.0.Linear.forward.0", "Module.1.ReLU.forward.0",
                                        "Module.2.Linear.forward.0"], names
-        second = json.loads((tmp_path / "dump" / "step1" / "rank" / "dump.json").read_text())["data"]
+        second = read_dump_file(tmp_path / "dump" / "step1" / "rank")["data"]
         assert second  # the original is still recorded in the next step
 
 

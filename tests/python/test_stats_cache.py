@@ -1,5 +1,4 @@
 """Statistics computed once per tensor version within a step: what is reused, and what never is."""
-import json
 import pathlib
 from typing import Callable, Dict, Tuple
 
@@ -7,7 +6,7 @@ import pytest
 import torch
 
 import msprobe_cpp
-from dumps import assert_stats
+from dumps import assert_stats, load as read_dump_file
 from testenv import devices
 
 DEVICES = devices()
@@ -21,7 +20,7 @@ def collect(tmp_path: pathlib.Path, fn: Callable[[], None]) -> Tuple[Dict, int, 
     hits, misses = dbg._session.stats_cache_hits, dbg._session.stats_cache_misses
     dbg.stop()
     dbg.step()
-    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    data = read_dump_file(tmp_path / "step0" / "rank")["data"]
     return data, hits, misses
 
 

@@ -9,6 +9,7 @@ import torch
 
 import msprobe_cpp
 from msprobe_cpp import _C
+from dumps import load as read_dump_file
 
 
 @pytest.fixture
@@ -92,9 +93,9 @@ def test_a_batched_stop_names_the_call_that_overflowed(tmp_path, generic, batch,
     assert e.call == "Torch.mul.0.forward" and e.origin == "op"
     assert f"raised {later} calls later" in str(e)
     rank = tmp_path / "step0" / "rank"
-    data = json.loads((rank / "dump.json").read_text())["data"]
+    data = read_dump_file(rank)["data"]
     assert len(data) == (40 if raised_at == "stop" else raised_at)  # the whole step up to the raise
-    report = json.loads((rank / "overflow_report.json").read_text())
+    report = read_dump_file(rank, "overflow_report.json")
     assert report["first_anomaly"]["api_name"] == "Torch.mul.0.forward"
     assert report["first_anomaly"]["raised_calls_later"] == later
 

@@ -1,10 +1,10 @@
 """Hooked ops called from several Python threads at once."""
-import json
 import threading
 
 import torch
 
 import msprobe_cpp
+from dumps import load as read_dump_file
 
 
 def test_four_threads_lose_and_mix_nothing(tmp_path):
@@ -31,7 +31,7 @@ def test_four_threads_lose_and_mix_nothing(tmp_path):
         th.join()
     dbg.stop()
     assert not errors
-    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    data = read_dump_file(tmp_path / "step0" / "rank")["data"]
     assert sorted(data) == sorted(f"Torch.mul.{n}.forward" for n in range(4 * calls_per_thread))
     per_thread = {}
     for record in data.values():

@@ -9,6 +9,7 @@ import torch
 
 import msprobe_cpp
 from testenv import FIXTURES, ROOT
+from dumps import load as read_dump_file
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def test_calls_traced_by_torch_compile_go_to_the_original(tmp_path, fake_compile
     dbg.stop()
     dbg.step()
     assert torch.equal(eager, traced) and torch.equal(traced_method, expected_exp)
-    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    data = read_dump_file(tmp_path / "step0" / "rank")["data"]
     assert list(data) == ["Torch.tanh.0.forward"]
     assert torch.tanh is original  # removed after the last step, as always
 
@@ -80,7 +81,7 @@ def test_module_keyword_arguments_are_recorded_where_torch_passes_them(tmp_path)
     dbg.start(holder)
     holder.m(torch.ones(2, 4), scale=0.5, bias=torch.zeros(4))
     dbg.stop()
-    rec = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]["Module.m.Scaled.forward.0"]
+    rec = read_dump_file(tmp_path / "step0" / "rank")["data"]["Module.m.Scaled.forward.0"]
     if int(torch.__version__.split(".")[0]) < 2:
         assert rec["input_kwargs"] == {}
         return

@@ -112,6 +112,22 @@ int64_t ApiHook::next_index(Session& session) {
   return count_.fetch_add(1, std::memory_order_relaxed);
 }
 
+namespace {
+
+// The call ends for the selection also when it raises: a scope that ends at it must close.
+struct EndOnExit {
+  Selection& selection;
+  const std::string& name;
+  ~EndOnExit() { selection.end(name); }
+};
+
+// "<api>.<n>.forward" -> "<api>.<n>.backward"
+std::string backward_of(const std::string& forward) {
+  return forward.substr(0, forward.size() - 7) + "backward";
+}
+
+}  // namespace
+
 py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   std::shared_ptr<Session> session = current_session();
   if (!session || !session->gate().forward() || ReentryGuard::inside()) {
@@ -128,32 +144,44 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   std::string name;
   name.reserve(api_.size() + index.size() + 10);
   name.append(api_).append(1, '.').append(index).append(".forward");
-  const std::string_view prefix(name.data(), name.size() - 7);
-  auto backward_name = [&] { return std::string(prefix).append("backward"); };
   Selection& selection = session->selection();
   // The backward name matters to the selection only through `list`.
-  const Selected sel = selection.begin(name, selection.has_list() ? backward_name() : std::string(),
-                                       inside_listed_module());
-  // The call ends for the selection also when it raises: a scope that ends at it must close.
-  struct EndOnExit {
-    Selection& selection;
-    const std::string& name;
-    ~EndOnExit() { selection.end(name); }
-  };
+  const Selected sel = selection.begin(
+      name, selection.has_list() ? backward_of(name) : std::string(), inside_listed_module());
   if (!sel.any()) {
     EndOnExit end{selection, name};
     return call_original(args, kwargs);
   }
+  return record(session, name, sel, epoch, args, kwargs);
+}
 
+void ApiHook::describe_inputs(StoredCall& call, LiveTensors* live, PyObject* args, PyObject* kwargs,
+                              const EntryOptions& options) const {
+  const std::string& name = call.record.name;
+  call.record.inputs =
+      item_entries(args, options, options.stem(name, "input"), live ? &live->inputs : nullptr);
+  PyObject *key_object = nullptr, *value = nullptr;
+  for (Py_ssize_t at = 0; kwargs && PyDict_Next(kwargs, &at, &key_object, &value);) {
+    const std::string key = py::str(key_object);
+    call.record.kwargs.emplace_back(key,
+                                    kwarg_entry(value, key, options, options.kwarg_stem(name, key),
+                                                live ? &live->kwargs.emplace_back() : nullptr));
+  }
+  mark_write_only_buffer(written_, call.record);
+}
+
+py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::string& name,
+                           const Selected& sel, uint64_t epoch, PyObject* args, PyObject* kwargs) {
+  Session& session = *owner;
   // A collective's statistics are needed at once: whether its input was anomalous is told to the
   // other ranks before it runs.
   EntryOptions collective_options;
   if (written_.index >= 0) {
-    collective_options = session->capture().options();
+    collective_options = session.capture().options();
     collective_options.pending = nullptr;
   }
   const EntryOptions& options =
-      written_.index >= 0 ? collective_options : session->capture().options();
+      written_.index >= 0 ? collective_options : session.capture().options();
   StoredCall call;
   call.epoch = epoch;
   call.record.name = name;
@@ -167,28 +195,18 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   }
   // The overflow guard traces anomalous entries back to their tensor objects.
   LiveTensors live;
-  const bool watching = session->config().watching();
-  if (sel.forward && sel.inputs) {
-    call.record.inputs =
-        item_entries(args, options, options.stem(name, "input"), watching ? &live.inputs : nullptr);
-    PyObject *key_object = nullptr, *value = nullptr;
-    for (Py_ssize_t at = 0; kwargs && PyDict_Next(kwargs, &at, &key_object, &value);) {
-      const std::string key = py::str(key_object);
-      call.record.kwargs.emplace_back(
-          key, kwarg_entry(value, key, options, options.kwarg_stem(name, key),
-                           watching ? &live.kwargs.emplace_back() : nullptr));
-    }
-  }
-  if (sel.forward && sel.inputs) mark_write_only_buffer(written_, call.record);
-  call.stack = session->capture_stack();
+  const bool watching = session.config().watching();
+  if (sel.forward && sel.inputs)
+    describe_inputs(call, watching ? &live : nullptr, args, kwargs, options);
+  call.stack = session.capture_stack();
   call.parent = enclosing_module();
   const bool collective_input_anomaly =
       written_.index >= 0 && watching && holds_any_anomaly(call.record);
-  if (collective_input_anomaly) mark_anomalous_collective_input(*session, name);
+  if (collective_input_anomaly) mark_anomalous_collective_input(session, name);
 
   py::object result;
   {
-    EndOnExit end{selection, name};
+    EndOnExit end{session.selection(), name};
     result = call_original(args, kwargs);
   }
   // Its buffer holds values now (an async one's, once its work is waited for).
@@ -196,25 +214,24 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
 
   if (sel.backward) {
     if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {
-      add_backward_recorder(fn, session, backward_name(), call.stack, sel, call.parent, epoch);
+      add_backward_recorder(fn, owner, backward_of(name), call.stack, sel, call.parent, epoch);
     }
   }
-  if (sel.forward) {
-    // An in-place collective's result is in its buffer (when it ran synchronously: an async
-    // one's buffer is not ready until its work is waited for).
-    py::handle written = result.is_none() ? written_buffer(written_, args, kwargs) : py::handle();
-    py::object outputs = written ? py::object(py::make_tuple(written)) : result;
-    if (sel.outputs) {
-      call.record.outputs = item_entries(outputs.ptr(), options, options.stem(name, "output"),
-                                         watching ? &live.outputs : nullptr);
-    }
-    if (written && watching && !collective_input_anomaly && holds_any_anomaly(call.record)) {
-      call.peer_rank = anomalous_collective_input_rank(*session, name);
-    }
-    const CallArguments arguments{&name, original_.ptr(), args, kwargs};
-    CallArgumentsScope current(watching ? &arguments : current_call_arguments());
-    submit(*session, std::move(call), std::move(live));
+  if (!sel.forward) return result;
+  // An in-place collective's result is in its buffer (when it ran synchronously: an async one's
+  // buffer is not ready until its work is waited for).
+  py::handle written = result.is_none() ? written_buffer(written_, args, kwargs) : py::handle();
+  py::object outputs = written ? py::object(py::make_tuple(written)) : result;
+  if (sel.outputs) {
+    call.record.outputs = item_entries(outputs.ptr(), options, options.stem(name, "output"),
+                                       watching ? &live.outputs : nullptr);
   }
+  if (written && watching && !collective_input_anomaly && holds_any_anomaly(call.record)) {
+    call.peer_rank = anomalous_collective_input_rank(session, name);
+  }
+  const CallArguments arguments{&name, original_.ptr(), args, kwargs};
+  CallArgumentsScope current(watching ? &arguments : current_call_arguments());
+  submit(session, std::move(call), std::move(live));
   return result;
 }
 

@@ -7,10 +7,15 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
+#include "core/selection.h"
+#include "live/capture/live_tensors.h"
+#include "live/capture/tensor_entry.h"
 #include "live/hooks/collectives.h"
+#include "live/session/step_state.h"
 
 namespace msprobe {
 
@@ -33,6 +38,13 @@ class ApiHook {
   const std::string& api() const { return api_; }
 
  private:
+  // A selected call: its inputs described, the original called, its outputs described, and the
+  // call submitted (and its backward hooked).
+  pybind11::object record(const std::shared_ptr<Session>& owner, const std::string& name,
+                          const Selected& sel, uint64_t epoch, PyObject* args, PyObject* kwargs);
+  void describe_inputs(StoredCall& call, LiveTensors* live, PyObject* args, PyObject* kwargs,
+                       const EntryOptions& options) const;
+
   std::string api_;  // "Functional.linear"
   pybind11::object original_;
   WrittenArgument written_;         // in-place collectives: the argument that holds the result
