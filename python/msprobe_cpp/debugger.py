@@ -65,6 +65,44 @@ def _keyword_value(name: str, value: Any) -> Any:
     return value
 
 
+def _python_side(me: Any) -> Dict[str, Any]:
+    """What the overflow guard hands its findings to (python_objects.h), by name. The callbacks
+    reach the debugger through the weak reference `me`: the session must not keep it alive."""
+    def peer() -> Optional[PeerStop]:
+        debugger = me()
+        return debugger._peer if debugger is not None else None
+
+    def on_flagged(overflow: Overflow) -> None:
+        debugger = me()
+        if debugger is not None:
+            debugger._flagged(overflow)
+
+    def on_stop(overflow: Overflow) -> None:
+        coordinator = peer()
+        if coordinator is not None:
+            coordinator.publish(overflow)
+
+    def raise_peer_stop() -> None:
+        coordinator = peer()
+        if coordinator is not None:
+            coordinator.check()
+
+    def mark_collective_input(call: str) -> None:
+        coordinator = peer()
+        if coordinator is not None:
+            coordinator.mark_collective_input(call)
+
+    def collective_input_rank(call: str) -> Optional[int]:
+        coordinator = peer()
+        return coordinator.collective_input_rank(call) if coordinator is not None else None
+
+    engine = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
+    return dict(overflow_type=Overflow, error_type=OverflowError, on_flagged=on_flagged,
+                queue_callback=engine.queue_callback, on_stop=on_stop, raise_peer_stop=raise_peer_stop,
+                mark_collective_input=mark_collective_input, collective_input_rank=collective_input_rank,
+                replay=live_replay)
+
+
 def _models_of(model: Any) -> List[torch.nn.Module]:
     if model is None:
         return []
@@ -152,40 +190,7 @@ class PrecisionDebugger:
         self._collects_step = False
         self._plain_copies = PlainCopies()  # saved and copied models carry none of our hooks
         if self._session.watching:
-            me = weakref.ref(self)  # the session must not keep the debugger alive
-
-            def on_flagged(overflow: Overflow) -> None:
-                debugger = me()
-                if debugger is not None:
-                    debugger._flagged(overflow)
-
-            def on_stop(overflow: Overflow) -> None:
-                debugger = me()
-                if debugger is not None and debugger._peer is not None:
-                    debugger._peer.publish(overflow)
-
-            def raise_peer_stop() -> None:
-                debugger = me()
-                if debugger is not None and debugger._peer is not None:
-                    debugger._peer.check()
-
-            def mark_collective_input(call: str) -> None:
-                debugger = me()
-                if debugger is not None and debugger._peer is not None:
-                    debugger._peer.mark_collective_input(call)
-
-            def collective_input_rank(call: str) -> Optional[int]:
-                debugger = me()
-                if debugger is not None and debugger._peer is not None:
-                    return debugger._peer.collective_input_rank(call)
-                return None
-
-            engine = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
-            self._session.set_python_side(
-                overflow_type=Overflow, error_type=OverflowError, on_flagged=on_flagged,
-                queue_callback=engine.queue_callback, on_stop=on_stop, raise_peer_stop=raise_peer_stop,
-                mark_collective_input=mark_collective_input, collective_input_rank=collective_input_rank,
-                replay=live_replay)
+            self._session.set_python_side(**_python_side(weakref.ref(self)))
 
         for warning in self._session.config_warnings:
             log.warn(warning)
