@@ -272,48 +272,61 @@ std::shared_ptr<ModuleBackwardStart> module_backward_start(PyObject* args) {
   return start;
 }
 
-void attach_module_backward(const std::shared_ptr<Session>& session,
-                            const std::string& backward_key, const std::string& base,
-                            const ModuleBackwardStart& start, PyObject* output, StackPtr stack) {
-  const uint64_t end = at::sequence_number::peek();
-  auto inside = [&](const Node* n) {
+namespace {
+
+// The autograd nodes a module's forward made (sequence numbers from its start to now), and the
+// edges of its inputs.
+struct ModuleSpan {
+  const ModuleBackwardStart& start;
+  uint64_t end;
+  bool inside(const Node* n) const {
     const uint64_t seq = n->sequence_nr();
     return seq != kNoSequence && seq >= start.sequence_nr && seq < end;
-  };
-  auto arg_of = [&](const Edge& e) -> std::optional<size_t> {
+  }
+  std::optional<size_t> arg_of(const Edge& e) const {  // which input `e` is, if any
     for (size_t j = 0; j < start.inputs.size(); ++j) {
       if (same_edge(e, start.inputs[j])) return j;
     }
     return std::nullopt;
-  };
+  }
+};
 
-  // The outputs' nodes, each with the output items it carries.
-  const std::vector<PyObject*> items = output_items(output);
-  std::vector<NodePtr> out_nodes;
-  std::vector<std::vector<OutputHook::Use>> out_items, out_through;
+// The outputs' nodes, each with the output items it carries, and those it hands back as they are
+// (an output that is an input).
+struct OutputNodes {
+  std::vector<NodePtr> nodes;
+  std::vector<std::vector<OutputHook::Use>> items, through;
+};
+
+OutputNodes output_nodes(const ModuleSpan& span, const std::vector<PyObject*>& items) {
+  OutputNodes out;
   for (size_t k = 0; k < items.size(); ++k) {
     if (!THPVariable_Check(items[k])) continue;
     const at::Tensor& t = THPVariable_Unpack(items[k]);
     if (!t.requires_grad() || !t.grad_fn()) continue;
     const Edge e = torch::autograd::impl::gradient_edge(t);
     size_t n = 0;
-    while (n < out_nodes.size() && out_nodes[n].get() != e.function.get()) ++n;
-    if (n == out_nodes.size()) {
-      out_nodes.push_back(e.function);
-      out_items.emplace_back();
-      out_through.emplace_back();
+    while (n < out.nodes.size() && out.nodes[n].get() != e.function.get()) ++n;
+    if (n == out.nodes.size()) {
+      out.nodes.push_back(e.function);
+      out.items.emplace_back();
+      out.through.emplace_back();
     }
-    out_items[n].push_back({e.input_nr, k});
-    if (auto j = arg_of(e)) out_through[n].push_back({e.input_nr, *j});  // handed back as is
+    out.items[n].push_back({e.input_nr, k});
+    if (auto j = span.arg_of(e)) out.through[n].push_back({e.input_nr, *j});
   }
-  if (out_nodes.empty()) return;  // nothing of it takes a gradient: no backward, as in PyTorch
+  return out;
+}
 
-  // The module's own nodes, from its outputs back to its inputs' edges.
+// The module's own nodes that feed its inputs' gradients, walked from its outputs back to its
+// inputs' edges.
+std::vector<std::pair<NodePtr, std::vector<InputHook::Use>>> input_feeders(
+    const ModuleSpan& span, const std::vector<NodePtr>& out_nodes) {
   std::vector<std::pair<NodePtr, std::vector<InputHook::Use>>> feeders;
   std::unordered_set<const Node*> seen;
   std::vector<Node*> todo;
   for (const auto& n : out_nodes) {
-    if (inside(n.get()) && seen.insert(n.get()).second) todo.push_back(n.get());
+    if (span.inside(n.get()) && seen.insert(n.get()).second) todo.push_back(n.get());
   }
   while (!todo.empty()) {
     Node* n = todo.back();
@@ -322,14 +335,27 @@ void attach_module_backward(const std::shared_ptr<Session>& session,
     for (size_t i = 0; i < n->num_outputs(); ++i) {
       const Edge& e = n->next_edge(i);
       if (!e.is_valid()) continue;
-      if (auto j = arg_of(e)) {
+      if (auto j = span.arg_of(e)) {
         uses.push_back({i, *j});
-      } else if (inside(e.function.get()) && seen.insert(e.function.get()).second) {
+      } else if (span.inside(e.function.get()) && seen.insert(e.function.get()).second) {
         todo.push_back(e.function.get());
       }
     }
     if (!uses.empty()) feeders.emplace_back(node_ptr(n), std::move(uses));
   }
+  return feeders;
+}
+
+}  // namespace
+
+void attach_module_backward(const std::shared_ptr<Session>& session,
+                            const std::string& backward_key, const std::string& base,
+                            const ModuleBackwardStart& start, PyObject* output, StackPtr stack) {
+  const ModuleSpan span{start, at::sequence_number::peek()};
+  const std::vector<PyObject*> items = output_items(output);
+  OutputNodes out = output_nodes(span, items);
+  if (out.nodes.empty()) return;  // nothing of it takes a gradient: no backward, as in PyTorch
+  auto feeders = input_feeders(span, out.nodes);
 
   auto p = std::make_shared<Pending>();
   p->session = session;
@@ -341,17 +367,17 @@ void attach_module_backward(const std::shared_ptr<Session>& session,
   // Without an input that takes a gradient, the record is made when the outputs' nodes have run
   // (PyTorch's hook fires with None for every input then).
   const bool through_inputs = !feeders.empty();
-  for (size_t n = 0; n < out_nodes.size(); ++n) {
-    const bool counted = through_inputs ? !out_through[n].empty() : true;
+  for (size_t n = 0; n < out.nodes.size(); ++n) {
+    const bool counted = through_inputs ? !out.through[n].empty() : true;
     if (counted) ++p->counted;
     // Before the hooks of the modules inside this one that share the node (a Sequential's last
     // layer): PyTorch's hook node of the enclosing module runs first, being downstream.
-    auto& hooks = out_nodes[n]->pre_hooks();
+    auto& hooks = out.nodes[n]->pre_hooks();
     auto inner = std::find_if(hooks.begin(), hooks.end(), [](const auto& h) {
       return dynamic_cast<const OutputHook*>(h.get()) != nullptr;
     });
-    hooks.insert(inner, std::make_unique<OutputHook>(p, std::move(out_items[n]),
-                                                     std::move(out_through[n]), counted));
+    hooks.insert(inner, std::make_unique<OutputHook>(p, std::move(out.items[n]),
+                                                     std::move(out.through[n]), counted));
   }
   for (auto& [node, uses] : feeders) {
     ++p->counted;
