@@ -176,3 +176,18 @@ def test_the_real_grad_scaler_on_cuda(tmp_path, capfd):
     assert scales[-1] < 2.0 ** 40 and math.isfinite(losses[-1])
     assert len(skip_lines(capfd.readouterr().err)) >= len(skipped) >= 1
     assert steps_on_disk(tmp_path) == []
+
+
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_a_loss_scaler_under_another_task_is_only_read(tmp_path, task):
+    # start(loss_scaler=...) is accepted under every task; only overflow_check judges the scale.
+    scaler = DynamicLossScaler(1024.0)
+    model = nn.Linear(2, 2)
+    dbg = msprobe_cpp.PrecisionDebugger(task=task, dump_path=str(tmp_path / "dump"), level="L1", step=[0, 1])
+    for _ in range(2):
+        dbg.start(model, loss_scaler=scaler)
+        model(torch.ones(1, 2)).sum().backward()
+        scaler.scale /= 2  # as after a skipped step: no stop, no line, no crash
+        dbg.stop()
+        dbg.step()
+    assert steps_on_disk(tmp_path) == ["step0", "step1"]

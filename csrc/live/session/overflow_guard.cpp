@@ -114,6 +114,8 @@ void LossScaleWatch::set_scaled() {
 
 std::optional<OverflowEvent> LossScaleWatch::judge(double before, double after) {
   ScaleDecision d = state_.with_lock([&](StepState& s) {
+    // A loss scaler given to start() under another task: nothing to judge.
+    if (!s.decisions) return ScaleDecision{};
     return s.decisions->loss_scale(before, after, s.step, [&] {
       OverflowFacts f;
       f.finding.call = "(loss scaler)";
