@@ -11,15 +11,15 @@
 #include <mutex>
 #include <string>
 
-#include "core/selection.h"
-#include "live/capture/live_tensors.h"
-#include "live/capture/tensor_entry.h"
 #include "live/hooks/collectives.h"
-#include "live/session/step_state.h"
 
 namespace msprobe {
 
 class Session;
+struct EntryOptions;
+struct LiveTensors;
+struct Selected;
+struct StoredCall;
 
 // One wrapped torch API. Called with the GIL; its counter is atomics, reset under reset_mu_ when
 // the session's step changes.

@@ -27,14 +27,4 @@ class CallNumbering {
   std::atomic<uint64_t> epoch_;
 };
 
-// torch.distributed: another rank stopped. Set from the watcher thread; the hooks read it.
-class PeerStopFlag {
- public:
-  void set() { stopped_.store(true, std::memory_order_release); }
-  bool stopped() const { return stopped_.load(std::memory_order_acquire); }
-
- private:
-  std::atomic<bool> stopped_{false};
-};
-
 }  // namespace msprobe

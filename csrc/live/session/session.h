@@ -31,6 +31,7 @@
 #include "live/session/collection_gate.h"
 #include "live/session/deferred_calls.h"
 #include "live/session/overflow_guard.h"
+#include "live/session/peer_stop_flag.h"
 #include "live/session/session_paths.h"
 #include "live/session/step_state.h"
 #include "live/session/step_writer.h"
