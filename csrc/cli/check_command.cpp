@@ -10,8 +10,9 @@
 #include "core/detector.h"
 #include "core/dump_reader.h"
 #include "core/json_writer.h"
+#include "core/report.h"
 #include "core/rules.h"
-#include "core/spilled_report.h"
+#include "core/spill_file.h"
 #include "core/step_folders.h"
 
 namespace fs = std::filesystem;
@@ -75,16 +76,18 @@ int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err)
     const bool single = !fs::is_directory(options.path, ec);
     const std::vector<std::string> files = dump_files(options.path);
     bool any = false;
+    // Each file's findings are spilled as they are found (Findings::spilled), then rendered.
+    auto findings_of = [&](const std::string& file) {
+      Findings findings = Findings::spilled();
+      for_each_finding(file, detector, [&](const Finding& f) { findings.add(f); });
+      any = any || findings.counts().fails(options.fail_on);
+      return findings;
+    };
     if (options.text) {
-      for (const std::string& file : files) {
-        TextReport report(file);
-        for_each_finding(file, detector, [&](const Finding& f) { report.add(f); });
-        any = any || report.fails(options.fail_on);
-        report.write(out);
-      }
+      for (const std::string& file : files) write_text_report(out, file, findings_of(file));
       return any ? 1 : 0;
     }
-    // JSON, streamed: each file's findings spilled as they are found (SpilledReport). A folder's
+    // JSON, streamed into `sink` as it is rendered. A folder's
     // document goes through one more temporary file, so that an unreadable file among them leaves
     // stdout empty, as a single file's error does.
     std::optional<SpillFile> document;
@@ -99,9 +102,7 @@ int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err)
     JsonWriter json(1);
     if (!single) json.begin_object();
     for (const std::string& file : files) {
-      SpilledReport report(1, single ? 0 : 1);
-      for_each_finding(file, detector, [&](const Finding& f) { report.add(f); });
-      any = any || report.fails(options.fail_on);
+      Report report{findings_of(file), std::nullopt, std::nullopt};
       if (!single) json.key(file);
       report.write(json, sink);
     }

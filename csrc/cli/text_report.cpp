@@ -2,10 +2,10 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
-#include <utility>
 #include <vector>
 
 #include "cli/stop_replays.h"
@@ -72,73 +72,64 @@ std::string source_text(const std::unordered_map<std::string, std::string>& sour
   return "";
 }
 
-}  // namespace
-
-void TextReport::add(const Finding& f) {
-  counts_.add(f.severity);
-  if (f.severity == Severity::Critical && !first_critical_) first_critical_ = f.call;
-  if (f.severity == Severity::High && !first_high_) first_high_ = f.call;
+// The finding's line after its call: level, call, scene and where.
+std::string finding_line(const Finding& f) {
   std::string line =
-      f.call + "\t  " + to_string(f.severity) + "\t" + f.call + "\t" + scene_name(f.scene);
+      std::string("  ") + to_string(f.severity) + "\t" + f.call + "\t" + scene_name(f.scene);
   const std::string where =
       f.scene == Scene::NumericalMutation ? mutation_text(f) : indices_text(f);
   if (!where.empty()) line += "\t" + where;
-  lines_.append(line + "\n");
+  return line;
 }
 
-void TextReport::write_batch(std::ostream& out,
-                             const std::vector<std::pair<std::string, std::string>>& batch,
-                             const std::string* origin, std::string& origin_source) {
+// Writes a batch of findings' lines, each followed by its source line. `origin_source` gets the
+// source of the call named `origin`.
+void write_batch(std::ostream& out, const std::string& dump_file, const std::vector<Finding>& batch,
+                 const std::string* origin, std::string& origin_source) {
   // A backward call has no stack of its own (the engine ran it): its forward's line stands in.
   std::unordered_set<std::string> calls;
-  for (const auto& [call, line] : batch) {
-    calls.insert(call);
-    if (is_backward_name(call)) calls.insert(forward_name_of(call));
+  for (const Finding& f : batch) {
+    calls.insert(f.call);
+    if (is_backward_name(f.call)) calls.insert(forward_name_of(f.call));
   }
   const auto sources =
-      read_stack_sources((fs::path(file_).parent_path() / "stack.json").string(), calls);
-  for (const auto& [call, line] : batch) {
-    out << line << "\n";
-    const std::string source = source_text(sources, call);
+      read_stack_sources((fs::path(dump_file).parent_path() / "stack.json").string(), calls);
+  for (const Finding& f : batch) {
+    out << finding_line(f) << "\n";
+    const std::string source = source_text(sources, f.call);
     if (!source.empty()) out << "    at " << source << "\n";
-    if (origin && call == *origin) origin_source = source;
+    if (origin && f.call == *origin) origin_source = source;
   }
 }
 
-void TextReport::write(std::ostream& out) {
-  if (counts_.total() == 0) {
-    out << file_ << ": no anomaly\n";
+}  // namespace
+
+void write_text_report(std::ostream& out, const std::string& dump_file, const Findings& findings) {
+  if (findings.empty()) {
+    out << dump_file << ": no anomaly\n";
     return;
   }
-  out << file_ << ": " << severity_summary(counts_) << "\n";
-  const std::optional<std::string>& origin = first_critical_ ? first_critical_ : first_high_;
+  out << dump_file << ": " << severity_summary(findings.counts()) << "\n";
+  const std::optional<std::string>& critical = findings.first(Severity::Critical);
+  const std::optional<std::string>& origin = critical ? critical : findings.first(Severity::High);
   std::string origin_source;
-  std::vector<std::pair<std::string, std::string>> batch;
-  std::string pending;
-  lines_.replay([&](const std::string& chunk) {
-    pending += chunk;
-    size_t start = 0;
-    for (size_t end; (end = pending.find('\n', start)) != std::string::npos; start = end + 1) {
-      const size_t tab = pending.find('\t', start);
-      batch.emplace_back(pending.substr(start, tab - start),
-                         pending.substr(tab + 1, end - tab - 1));
-      if (batch.size() == kBatch) {
-        write_batch(out, batch, origin ? &*origin : nullptr, origin_source);
-        batch.clear();
-      }
-    }
-    pending.erase(0, start);
+  std::vector<Finding> batch;
+  findings.for_each([&](const Finding& f) {
+    batch.push_back(f);
+    if (batch.size() < kBatch) return;
+    write_batch(out, dump_file, batch, origin ? &*origin : nullptr, origin_source);
+    batch.clear();
   });
-  write_batch(out, batch, origin ? &*origin : nullptr, origin_source);
+  write_batch(out, dump_file, batch, origin ? &*origin : nullptr, origin_source);
   if (origin) {
     out << "  probable origin: " << *origin << " ("
-        << (first_critical_ ? "critical" : "high; no call is critical") << ")"
+        << (critical ? "critical" : "high; no call is critical") << ")"
         << (origin_source.empty() ? "" : " at " + origin_source) << "\n";
   } else {
     out << "  probable origin: none named (medium findings only: anomalies that entered calls "
            "and left them clean)\n";
   }
-  const std::vector<std::string> replays = stop_replay_lines(file_);
+  const std::vector<std::string> replays = stop_replay_lines(dump_file);
   if (!replays.empty()) out << "  at the stop (overflow_report.json):\n";
   for (const std::string& line : replays) out << "    " << line << "\n";
 }

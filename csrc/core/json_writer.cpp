@@ -218,19 +218,6 @@ void JsonWriter::value_null() {
   out_ += "null";
 }
 
-JsonWriter JsonWriter::member_at(int indent, size_t depth, bool first) {
-  JsonWriter w(indent);
-  w.has_members_.assign(depth, true);
-  if (depth > 0) w.has_members_.back() = !first;
-  return w;
-}
-
-void JsonWriter::raw_members(std::string_view text) {
-  if (text.empty() || has_members_.empty()) return;
-  out_ += text;
-  has_members_.back() = true;
-}
-
 void JsonWriter::value_raw(std::string_view json) {
   before_value();
   out_ += json;

@@ -46,12 +46,6 @@ class JsonWriter {
     return chunk;
   }
 
-  // A writer for one member of a container `depth` levels deep, its bytes exactly those the
-  // enclosing document's writer would write there (`first`: the container's first member).
-  static JsonWriter member_at(int indent, size_t depth, bool first);
-  // Members rendered by member_at() writers, appended to the innermost open container.
-  void raw_members(std::string_view text);
-
  private:
   void before_value();
   void newline();

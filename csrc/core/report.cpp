@@ -1,41 +1,59 @@
 #include "core/report.h"
 
-#include <array>
-
 namespace msprobe {
 
 namespace {
 
-void write_calls(JsonWriter& w, const char* key, const std::vector<Finding>& findings,
-                 Severity severity) {
-  w.key(key);
-  w.begin_array();
-  for (const Finding& f : findings) {
-    if (f.severity == severity) w.value_string(f.call);
-  }
-  w.end_array();
-}
+// Bytes of JSON that build up before a sink is handed them.
+constexpr size_t kChunkBytes = 1 << 16;
 
-}  // namespace
-
-namespace {
-
-void write_detail(JsonWriter& w, const Finding& f) {
+void write_peer_stop(JsonWriter& w, const PeerOverflow& peer) {
   w.begin_object();
-  write_detail_fields(w, f);
+  w.key("rank");
+  w.value_int(peer.rank);
+  w.key("step");
+  w.value_int(peer.step);
+  w.key("call");
+  w.value_string(peer.call);
+  w.key("origin");
+  if (peer.origin.empty()) {
+    w.value_null();
+  } else {
+    w.value_string(peer.origin);
+  }
   w.end_object();
 }
 
 }  // namespace
 
-void Report::write(JsonWriter& w) const {
+void Report::write(JsonWriter& w, const std::function<void(const std::string&)>& sink) const {
+  auto grew = [&] {
+    if (sink && w.str().size() >= kChunkBytes) sink(w.take_chunk());
+  };
   w.begin_object();
-  write_calls(w, "critical_apis", findings, Severity::Critical);
-  write_calls(w, "high_priority_apis", findings, Severity::High);
-  write_calls(w, "medium_priority_apis", findings, Severity::Medium);
+  const std::pair<const char*, Severity> lists[] = {{"critical_apis", Severity::Critical},
+                                                    {"high_priority_apis", Severity::High},
+                                                    {"medium_priority_apis", Severity::Medium}};
+  for (const auto& [key, severity] : lists) {
+    w.key(key);
+    w.begin_array();
+    if (findings.counts().by_level[static_cast<int>(severity)] > 0) {
+      findings.for_each([&, level = severity](const Finding& f) {
+        if (f.severity != level) return;
+        w.value_string(f.call);
+        grew();
+      });
+    }
+    w.end_array();
+  }
   w.key("anomaly_details");
   w.begin_array();
-  for (const Finding& f : findings) write_detail(w, f);
+  findings.for_each([&](const Finding& f) {
+    w.begin_object();
+    write_detail_fields(w, f);
+    w.end_object();
+    grew();
+  });
   w.end_array();
   if (first_anomaly) {
     w.key("first_anomaly");
@@ -43,41 +61,16 @@ void Report::write(JsonWriter& w) const {
   }
   if (peer_stop) {
     w.key("peer_stop");
-    w.begin_object();
-    w.key("rank");
-    w.value_int(peer_stop->rank);
-    w.key("step");
-    w.value_int(peer_stop->step);
-    w.key("call");
-    w.value_string(peer_stop->call);
-    w.key("origin");
-    if (peer_stop->origin.empty()) {
-      w.value_null();
-    } else {
-      w.value_string(peer_stop->origin);
-    }
-    w.end_object();
+    write_peer_stop(w, *peer_stop);
   }
   w.end_object();
+  if (sink) sink(w.take_chunk());
 }
 
 std::string Report::to_json(int indent) const {
   JsonWriter w(indent);
   write(w);
   return w.take();
-}
-
-bool SeverityCounts::fails(Severity fail_on) const {
-  for (int s = static_cast<int>(fail_on); s < 3; ++s) {
-    if (by_level[s] > 0) return true;
-  }
-  return false;
-}
-
-std::string severity_summary(const std::vector<Finding>& findings) {
-  SeverityCounts counts;
-  for (const Finding& f : findings) counts.add(f.severity);
-  return severity_summary(counts);
 }
 
 std::string severity_summary(const SeverityCounts& counts) {
@@ -90,15 +83,17 @@ std::string severity_summary(const SeverityCounts& counts) {
 namespace {
 
 // "a, b, c (and 4 more)": the calls of `findings` whose judgement is `which`.
-std::string join_calls(const std::vector<Finding>& findings, const std::vector<Judgement>& j,
-                       Judgement which, std::optional<Severity> level = std::nullopt) {
+std::string join_calls(const Findings& findings, const std::vector<Judgement>& j, Judgement which,
+                       std::optional<Severity> level = std::nullopt) {
   std::string s;
   size_t n = 0;
-  for (size_t i = 0; i < findings.size() && i < j.size(); ++i) {
-    if (j[i] != which || (level && findings[i].severity != *level)) continue;
-    if (n < 3) s += (n ? ", " : "") + findings[i].call;
+  size_t i = 0;
+  findings.for_each([&](const Finding& f) {
+    const size_t at = i++;
+    if (at >= j.size() || j[at] != which || (level && f.severity != *level)) return;
+    if (n < 3) s += (n ? ", " : "") + f.call;
     ++n;
-  }
+  });
   if (n > 3) s += " (and " + std::to_string(n - 3) + " more)";
   return s;
 }
@@ -107,14 +102,14 @@ std::string join_calls(const std::vector<Finding>& findings, const std::vector<J
 
 std::string step_summary(const Report& report, const std::vector<Judgement>& judgements,
                          int64_t step, int rank, const std::string& dump) {
-  const std::vector<Finding>& findings = report.findings;
+  const Findings& findings = report.findings;
   const std::string who = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
   std::string text =
       who + "msprobe_cpp: step " + std::to_string(step) +
       (report.peer_stop ? " written for a peer stop (rank " +
                               std::to_string(report.peer_stop->rank) + " overflowed): "
                         : " flagged: ") +
-      severity_summary(findings) + (rank >= 0 ? " on this rank\n" : "\n");
+      severity_summary(findings.counts()) + (rank >= 0 ? " on this rank\n" : "\n");
   if (const auto& first = report.first_anomaly) {
     text += who + "  first anomaly: " + first->finding.call + " (" +
             to_string(first->finding.severity) + ", " + scene_name(first->finding.scene);

@@ -1,13 +1,14 @@
 // The overflow report (docs/formats.md, docs/check.md): the check command's JSON and
-// overflow_report.json.
+// overflow_report.json, rendered from one model (Findings) that the text report renders too.
 #pragma once
 
-#include <array>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/detector.h"
+#include "core/findings.h"
 #include "core/json_writer.h"
 #include "core/overflow_facts.h"
 
@@ -22,7 +23,7 @@ struct PeerOverflow {
 };
 
 struct Report {
-  std::vector<Finding> findings;  // in record order
+  Findings findings;
   // overflow_report.json only: the finding that flagged the step, whatever its level, so the
   // call where NaN or inf entered is named even when it came in with the data, with its origin,
   // module, source line and counts.
@@ -30,23 +31,13 @@ struct Report {
   std::optional<PeerOverflow> peer_stop;  // overflow_report.json of a rank stopped by a peer
 
   bool empty() const { return findings.empty(); }
-  void write(JsonWriter& w) const;
+  // Writes the report object where `w` stands. With a `sink`, `w`'s text is handed to it as it
+  // grows (check's document of any size), the last of it included.
+  void write(JsonWriter& w, const std::function<void(const std::string&)>& sink = {}) const;
   std::string to_json(int indent = 1) const;
 };
 
-// Findings counted by level: what a report's summary says and what check's --fail-on decides, for
-// the JSON and the text report alike.
-struct SeverityCounts {
-  std::array<size_t, 3> by_level = {0, 0, 0};  // by Severity
-
-  void add(Severity s) { ++by_level[static_cast<int>(s)]; }
-  size_t total() const { return by_level[0] + by_level[1] + by_level[2]; }
-  // A finding at or above `fail_on`.
-  bool fails(Severity fail_on) const;
-};
-
 // "5 anomalous calls (1 critical, 2 high, 2 medium)".
-std::string severity_summary(const std::vector<Finding>& findings);
 std::string severity_summary(const SeverityCounts& counts);
 
 // The one-screen stderr summary of a flagged step, each line prefixed "[rank R] " when `rank` is

@@ -80,7 +80,7 @@ TEST(Report, ListsAndDetailsInRecordOrder) {
             fwd("Torch.m.0.forward", norm_t("1.0"), norm_t("1e+9")),
             fwd("Torch.b.0.forward", clean(), nan_t()),
             fwd("Torch.h.0.forward", nan_t(), nan_t(), "\"k\": " + nan_t())})) {
-    if (auto f = d.judge(r)) report.findings.push_back(*f);
+    if (auto f = d.judge(r)) report.findings.add(*f);
   }
   EXPECT_EQ(report.to_json(1), expected.dump(1));
 }

@@ -78,7 +78,7 @@ Report report_with_every_field() {
   facts.step = 8;
 
   Report r;
-  r.findings = {f};
+  r.findings.add(f);
   r.first_anomaly = facts;
   r.peer_stop = PeerOverflow{1, 8, "Functional.linear.0.forward", "input"};
   return r;
