@@ -410,6 +410,32 @@ Judgement OverflowWatch::classify(const CallRecord& rec, const LiveTensors& live
   return judgement;
 }
 
+Judgement OverflowWatch::settle(const std::string& call, bool backward, Verdict& v,
+                                Judgement judgement) {
+  if (judgement == Judgement::Flagged) {
+    v.flagged = true;
+    if (backward) {
+      backward_anomaly_ = true;
+    } else {
+      unexplained_forwards_.insert(call);
+    }
+  }
+  // An absorbed anomaly has no origin of its own: the origin comes where the foreign NaN/inf
+  // reaches an output. It flags the step the first time its call site absorbs one, so that a
+  // data set with NaN in every batch is dumped and told once, not at every step.
+  const bool absorbed = judgement == Judgement::Absorbed;
+  if (absorbed) v.flagged = absorbing_sites_.insert(call_site_name(call)).second;
+  const bool level_stop = (!v.origin || absorbed) && judgement != Judgement::Explained &&
+                          v.finding->severity >= options_.stop_level;
+  if (level_stop) v.flagged = true;
+  if (v.origin && backward) {
+    v.end_of_backward = true;  // whether it matters is known when the backward pass ends
+  } else if (options_.action == Action::Raise) {
+    v.stop = v.origin && !absorbed ? options_.stops_on(*v.origin) : level_stop;
+  }
+  return v.flagged && judgement == Judgement::Lead ? Judgement::Flagged : judgement;
+}
+
 Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
                              std::optional<int> peer_rank) {
   Verdict v;
@@ -431,8 +457,6 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
   if (stat_write && (!v.finding || v.finding->scene == Scene::InputNormalOutputAnomaly)) {
     return judge_running_stat_write(rec, live, std::move(v), *stat_write);
   }
-  const Finding& f = *v.finding;
-  const bool raise = options_.action == Action::Raise;
   int held_in = -1;  // downstream of a held NaN/inf
   Judgement judgement = classify(rec, live, peer_rank, v, held_in);
 
@@ -447,36 +471,11 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
   if (v.hold || judgement == Judgement::Held) {
     // A hold is said once per call site if it is absorbed: it flags the step the first time.
     if (v.hold) v.flagged = absorbing_sites_.insert(call_site_name(rec.name)).second;
-    v.judgement = judgement;
-    findings_.push_back(f);
-    judgements_.push_back(judgement);
-    if (v.flagged) step_flagged_ = true;
-    return v;
+  } else {
+    judgement = settle(rec.name, backward, v, judgement);
   }
-  if (judgement == Judgement::Flagged) {
-    v.flagged = true;
-    if (backward) {
-      backward_anomaly_ = true;
-    } else {
-      unexplained_forwards_.insert(rec.name);
-    }
-  }
-  // An absorbed anomaly has no origin of its own: the origin comes where the foreign NaN/inf
-  // reaches an output. It flags the step the first time its call site absorbs one, so that a
-  // data set with NaN in every batch is dumped and told once, not at every step.
-  const bool absorbed = judgement == Judgement::Absorbed;
-  if (absorbed) v.flagged = absorbing_sites_.insert(call_site_name(rec.name)).second;
-  const bool level_stop = (!v.origin || absorbed) && judgement != Judgement::Explained &&
-                          f.severity >= options_.stop_level;
-  if (level_stop) v.flagged = true;
-  if (v.origin && backward) {
-    v.end_of_backward = true;  // whether it matters is known when the backward pass ends
-  } else if (raise) {
-    v.stop = v.origin && !absorbed ? options_.stops_on(*v.origin) : level_stop;
-  }
-  if (v.flagged && judgement == Judgement::Lead) judgement = Judgement::Flagged;
   v.judgement = judgement;
-  findings_.push_back(f);
+  findings_.push_back(*v.finding);
   judgements_.push_back(judgement);
   if (v.flagged) step_flagged_ = true;
   return v;

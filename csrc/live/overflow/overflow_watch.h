@@ -84,6 +84,9 @@ class OverflowWatch {
                                                         const LiveTensors& live) const;
   Verdict judge_running_stat_write(const CallRecord& rec, const LiveTensors& live, Verdict v,
                                    const RunningStatWrite& w);
+  // A judged finding that holds nothing: whether it flags the step and stops now, at the end of
+  // the backward pass, or never. Returns its final judgement (a flagged lead is flagged).
+  Judgement settle(const std::string& call, bool backward, Verdict& v, Judgement judgement);
   Traced trace_forward_inputs(const CallRecord& rec, const Finding& f,
                               const LiveTensors& live) const;
   void trace_tensor(const Entry& e, const at::Tensor& t, const LiveTensors& live,
