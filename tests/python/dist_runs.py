@@ -1,8 +1,17 @@
-"""What test_ddp.py and test_fsdp2.py share: starting the ranks of ddp_worker.py / fsdp_worker.py
-(one process per rank with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, one torchrun, or one launcher
-that starts them with torch.multiprocessing.spawn: ddp_spawn.py), a hard
-timeout after which every process is killed and the test fails, and reading back each rank's
-result_rank<r>.json, state_rank<r>.pt and dump folders."""
+"""How every multi-process test and bench starts the ranks of rank_worker.py, and reads them back.
+
+    run = run_ranks(out, world, ["--mode", "nan_batch", "--bad-rank", "1"], timeout=60.0)
+    assert run.returncodes == [0] * world, run.context()
+    run.results[r], run.state(r), run.folder(step, r), run.step_folders(), run.logs
+
+The ranks are one process each (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT), one torchrun
+(torchrun=True), or one rank_worker.py --spawn WORLD (spawn=True). run_ranks gives them a hard
+timeout after which every process is killed and the test fails; once one process exits with an
+error, it kills the others (they would wait for it in a collective until the timeout), and it
+starts them again, at most twice, when a rank lost the race for the free port. A bench that times
+the processes itself starts a Launch and waits on it. Results: OUT/result_rank<r>.json,
+OUT/state_rank<r>.pt, the dump under OUT/dump; each process's output in OUT/process<i>.log.
+"""
 import json
 import os
 import pathlib
@@ -18,6 +27,16 @@ import torch
 
 from gloo import free_port
 from testenv import PACKAGE_ROOT, TESTS
+
+WORKER = TESTS / "rank_worker.py"
+# test_peer_stop.py's and bench/peer_stop_overhead.py's run: the small model with its gradients
+# averaged by hand, plain SGD, every flagged step written.
+PEER_RUN = ["--model", "small", "--wrap", "all_reduce", "--momentum", "0", "--overflow-nums", "-1", "--no-save"]
+PORT_TAKEN = "Address already in use"
+# Each started process leads a process group of its own (killing the group kills torchrun's workers
+# with it) but stays in our session: a session of its own is a scheduler autogroup of its own,
+# which a loaded machine starves (bench/peer_stop_overhead.py's steps ran 1.4x slower).
+OWN_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
 @dataclass
@@ -53,9 +72,9 @@ class Run:
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
-               MSPROBE_CPP_PACKAGE_ROOT=str(PACKAGE_ROOT),
-               PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), str(TESTS)]))
+    package = PACKAGE_ROOT.resolve()  # the processes run in OUT: no path may be relative
+    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", MSPROBE_CPP_PACKAGE_ROOT=str(package),
+               PYTHONPATH=os.pathsep.join([str(package), str(TESTS)]))
     return env
 
 
@@ -70,21 +89,6 @@ def _torchrun_workaround(out: pathlib.Path) -> List[str]:
     except Exception:  # noqa: BLE001 - a torch without it: nothing to work around
         return []
     return ["--redirects", "2", "--tee", "2", "--log_dir", str(out / "torchrun_logs")] if broken else []
-
-
-def _kill(procs: Sequence[subprocess.Popen], out: pathlib.Path) -> None:
-    """Every process of the run: each started one's process group (torchrun's workers with it),
-    and every worker by the pid it wrote at its start (a worker in a group of its own)."""
-    for p in procs:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for pid_file in out.glob("pid_rank*"):
-        try:
-            os.kill(int(pid_file.read_text()), signal.SIGKILL)
-        except (ValueError, ProcessLookupError, PermissionError):
-            pass
 
 
 def _alive(pid: int) -> bool:
@@ -102,67 +106,134 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def run_ranks(out: pathlib.Path, world: int, args: Sequence[str], *, worker: str = "ddp_worker.py",
-              timeout: float = 60.0, torchrun: bool = False, read_results: bool = True,
-              spawn: bool = False) -> Run:
-    """Starts `world` ranks of `worker` on OUT with `args`; waits at most `timeout` seconds for
-    every process to end, else kills them all and fails the test (a hang). spawn: one ddp_spawn.py
-    launcher that runs `world` ranks of ddp_worker.py under torch.multiprocessing.spawn."""
-    out.mkdir(parents=True, exist_ok=True)
-    env = _env()
-    script = str(TESTS / worker)
-    if torchrun:
-        cmds = [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
-                 *_torchrun_workaround(out), script, str(out), *args]]
-        envs = [env]
-    elif spawn:
-        assert worker == "ddp_worker.py", "ddp_spawn.py runs ddp_worker.py's ranks"
-        cmds = [[sys.executable, str(TESTS / "ddp_spawn.py"), str(out), str(world), *args]]
-        envs = [dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))]
-    else:
-        port = str(free_port())
-        cmds = [[sys.executable, script, str(out), *args] for _ in range(world)]
-        envs = [dict(env, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-                for r in range(world)]
-    started = time.monotonic()
-    procs = [subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True) for cmd, e in zip(cmds, envs)]
-    deadline = started + timeout
-    logs: List[str] = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=max(0.5, deadline - time.monotonic()))[0])
-    except subprocess.TimeoutExpired:
-        _kill(procs, out)
-        shown = []
-        for i, p in enumerate(procs):
+class Launch:
+    """The started processes of one run. Each one's output goes to a file: a pipe that nobody reads
+    while the launcher waits on another process fills up and blocks its rank inside a collective."""
+
+    def __init__(self, out: pathlib.Path, world: int, args: Sequence[str], *, torchrun: bool = False,
+                 spawn: bool = False) -> None:
+        self.out = pathlib.Path(out).absolute()
+        self.out.mkdir(parents=True, exist_ok=True)
+        # An earlier launch's pid file in this folder may name a process that is not ours now.
+        for stale in self.out.glob("pid_rank*"):
+            stale.unlink()
+        env, script = _env(), [str(WORKER), str(self.out)]
+        if torchrun:
+            cmds = [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                     str(world), *_torchrun_workaround(self.out), *script, *args]]
+            envs = [env]
+        elif spawn:
+            cmds = [[sys.executable, *script, "--spawn", str(world), *args]]
+            envs = [dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))]
+        else:
+            port = str(free_port())
+            cmds = [[sys.executable, *script, *args] for _ in range(world)]
+            envs = [dict(env, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+                    for r in range(world)]
+        self.log_paths = [self.out / f"process{i}.log" for i in range(len(cmds))]
+        self.started = time.time()
+        self.procs: List[subprocess.Popen] = []
+        for cmd, e, log in zip(cmds, envs, self.log_paths):
+            with open(log, "w") as f:
+                # In OUT: a file a rank writes by a relative path lands in the run's folder.
+                self.procs.append(subprocess.Popen(cmd, env=e, stdout=f, stderr=subprocess.STDOUT, cwd=self.out,
+                                                   **OWN_GROUP))
+        self.exits: List[Optional[float]] = [None] * len(self.procs)  # time.time() of each exit
+
+    def poll(self) -> bool:
+        """Notes the time of every exit since the last poll; whether every process has ended."""
+        for i, p in enumerate(self.procs):
+            if self.exits[i] is None and p.poll() is not None:
+                self.exits[i] = time.time()
+        return all(e is not None for e in self.exits)
+
+    def wait(self, timeout: float, *, poll_s: float = 0.05, stop_at_failure: bool = False) -> bool:
+        """Waits at most `timeout` seconds for every process to end; past it kills them all (their
+        exits stay None) and returns False. stop_at_failure: the first exit with an error status
+        kills the others (False if one outlives SIGKILL)."""
+        deadline = time.monotonic() + timeout
+        while not self.poll():
+            if stop_at_failure and any(p.returncode not in (None, 0) for p in self.procs):
+                self.kill()
+                return self.poll()
+            if time.monotonic() > deadline:
+                self.kill()
+                return False
+            time.sleep(poll_s)
+        return True
+
+    def kill(self) -> None:
+        """Every process of the run: each started one's process group, and every worker by the pid
+        it wrote at its start (a worker in a group of its own); then reaps them."""
+        for p in self.procs:
             try:
-                text = p.communicate(timeout=10)[0] or ""
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in self.worker_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                text = "(no output: it did not end after SIGKILL)"
-            shown.append(f"--- process {i}:\n{text[-4000:]}")
-        pytest.fail(f"hung: not every process had ended after {timeout:.0f} s (all killed)\n" + "\n".join(shown))
-    ended_at = time.time()
-    seconds = time.monotonic() - started
+                pass
+
+    def worker_pids(self) -> List[int]:
+        pids = []
+        for f in self.out.glob("pid_rank*"):
+            try:
+                pids.append(int(f.read_text()))
+            except ValueError:  # a rank between creating its file and writing its pid
+                pass
+        return pids
+
+    def log(self, i: int) -> str:
+        return self.log_paths[i].read_text(errors="replace")
+
+
+def load_results(out: pathlib.Path, world: int) -> List[Optional[dict]]:
+    """Each rank's result_rank<r>.json, None for a rank that left none."""
+    paths = [pathlib.Path(out) / f"result_rank{r}.json" for r in range(world)]
+    return [json.loads(p.read_text()) if p.exists() else None for p in paths]
+
+
+def run_ranks(out: pathlib.Path, world: int, args: Sequence[str], *, timeout: float = 60.0,
+              torchrun: bool = False, read_results: bool = True, spawn: bool = False) -> Run:
+    """Runs `world` ranks of rank_worker.py on OUT with `args` and waits at most `timeout` seconds
+    (each try) for every process to end, else kills them all and fails the test (a hang)."""
+    for attempt in range(3):
+        launch = Launch(out, world, args, torchrun=torchrun, spawn=spawn)
+        ended = launch.wait(timeout, stop_at_failure=True)
+        logs = [launch.log(i) for i in range(len(launch.procs))]
+        if not ended:
+            shown = "\n".join(f"--- process {i}:\n{text[-4000:]}" for i, text in enumerate(logs))
+            pytest.fail(f"hung: not every process had ended after {timeout:.0f} s (all killed)\n{shown}")
+        # The free port can be taken between our probe and the master binding it: only then is
+        # another try worth it (torchrun --standalone picks its own).
+        failed = any(p.returncode != 0 for p in launch.procs)
+        if torchrun or not (failed and any(PORT_TAKEN in text for text in logs)):
+            break
     # Nothing of the run may outlive it (torchrun's workers, a worker's leftover children).
-    leftovers = [int(f.read_text()) for f in out.glob("pid_rank*") if f.read_text().strip()]
-    leftovers = [pid for pid in leftovers if _alive(pid)]
+    leftovers = [pid for pid in launch.worker_pids() if _alive(pid)]
     if leftovers:
-        _kill(procs, out)
+        launch.kill()
         pytest.fail(f"worker processes {leftovers} outlived the run (killed)")
-    run = Run(out, world, [p.returncode for p in procs], logs, ended_at=ended_at, seconds=seconds)
+    run = Run(pathlib.Path(out), world, [p.returncode for p in launch.procs], logs, ended_at=max(launch.exits),
+              seconds=max(launch.exits) - launch.started)
     if read_results:
-        for r in range(world):
-            path = out / f"result_rank{r}.json"
-            assert path.exists(), f"rank {r} left no result:\n{run.context()}"
-            run.results.append(json.loads(path.read_text()))
+        for r, result in enumerate(load_results(out, world)):
+            assert result is not None, f"rank {r} left no result:\n{run.context()}"
+            run.results.append(result)
     return run
 
 
-def clean_bare_run(out: pathlib.Path, world: int, args: Sequence[str], timeout: float, **kw) -> Run:
+def clean_bare_run(out: pathlib.Path, world: int, args: Sequence[str], timeout: float) -> Run:
     """The run without the tool (--bare): the reference of a clean run. It must finish on every
     rank, raising nothing."""
-    run = run_ranks(out, world, ["--bare", *args], timeout=timeout, **kw)
+    run = run_ranks(out, world, ["--bare", *args], timeout=timeout)
     assert run.returncodes == [0] * world, run.context()
     assert all(r["raised"] is None and r["finished"] for r in run.results), run.context()
     return run

@@ -178,7 +178,7 @@ def test_catching_the_overflow_error_and_going_on_is_refused(tmp_path, world, ba
 
 def test_under_torchrun_the_job_ends_soon_after_the_stop(tmp_path):
     args = ["--mode", "nan_batch", "--bad-rank", "1", "--bad-step", str(BAD_STEP), "--task", "overflow_check",
-            "--level", "L1", "--steps", "50", "--no-catch-all"]
+            "--level", "L1", "--steps", "50", "--reraise", "all"]
     run = run_ranks(tmp_path, 2, args, torchrun=True, timeout=90.0, read_results=False)
     # Once rank 1 fails, torchrun's agent ends rank 0 (SIGTERM): rank 0 may be gone before its own
     # result file is written. Its evidence is on disk before that: rank 1 leaves only once rank 0

@@ -1,28 +1,23 @@
 """A real 2-process torch.distributed run (gloo, localhost) under the debugger.
 
-The test starts both ranks itself (dist_worker.py), bounded in time, and reads their dumps:
-each rank writes its own step0/rank<R> folder with its own statistics, the all_reduce of the
-gradients is recorded by both, and config "rank": [1] leaves rank 0 without any output although it
-takes part in the collectives.
+Both ranks run rank_worker.py --job linear_step (started by dist_runs.run_ranks, bounded in time)
+and the test reads their dumps: each rank writes its own step0/rank<R> folder with its own
+statistics, the all_reduce of the gradients is recorded by both, and config "rank": [1] leaves
+rank 0 without any output although it takes part in the collectives.
 """
 import hashlib
 import json
-import os
 import pathlib
-import subprocess
-import sys
-import time
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed  # noqa: E402
+from dist_runs import run_ranks  # noqa: E402
 from dumps import load  # noqa: E402
-from gloo import free_port, needs_gloo  # noqa: E402
-from testenv import PACKAGE_ROOT, TESTS  # noqa: E402
+from gloo import needs_gloo  # noqa: E402
 
-WORKER = TESTS / "dist_worker.py"
 WORLD_SIZE = 2
 TIMEOUT_S = 120.0
 
@@ -37,70 +32,12 @@ def write_config(tmp_path: pathlib.Path, rank: List) -> pathlib.Path:
     return path
 
 
-def _start_and_wait(tmp_path: pathlib.Path, config: pathlib.Path, port: int,
-                    attempt: int) -> Optional[str]:
-    """Starts both ranks and waits for them (TIMEOUT_S in all). Returns None when both exited
-    with 0, else their exit codes and output. On timeout kills both and fails the test."""
-    env = dict(os.environ)
-    env.update({
-        "WORLD_SIZE": str(WORLD_SIZE), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-        "GLOO_SOCKET_IFNAME": "lo",  # loopback only
-        "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), str(TESTS)]
-                                      + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
-        "OMP_NUM_THREADS": "1",
-    })
-    procs: List[subprocess.Popen] = []
-    logs = []
-    timed_out = False
-    try:
-        for rank in range(WORLD_SIZE):
-            # Output goes to files, not pipes: a rank blocked on a full pipe would hang the other
-            # in the collective.
-            out = open(tmp_path / f"worker{rank}.try{attempt}.log", "w+")
-            logs.append(out)
-            procs.append(subprocess.Popen(
-                [sys.executable, str(WORKER), str(config), str(tmp_path)],
-                env=dict(env, RANK=str(rank)), stdout=out, stderr=subprocess.STDOUT,
-                cwd=str(tmp_path)))
-        # Poll rather than wait on each in turn: when one rank dies, the other would wait for
-        # it in a collective until the timeout, so it is killed at once instead.
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
-            codes = [p.poll() for p in procs]
-            if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
-                break
-            if time.monotonic() > deadline:
-                timed_out = True
-                break
-            time.sleep(0.05)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        texts = []
-        for f in logs:
-            f.seek(0)
-            texts.append(f.read())
-            f.close()
-    report = "\n".join(f"--- rank {r} (exit {p.returncode}) ---\n{t}"
-                       for r, (p, t) in enumerate(zip(procs, texts)))
-    if timed_out:
-        pytest.fail(f"the 2-process run did not finish within {TIMEOUT_S:.0f} s; killed\n{report}")
-    return report if any(p.returncode != 0 for p in procs) else None
-
-
 def run_two_ranks(tmp_path: pathlib.Path, config: pathlib.Path) -> Dict[int, dict]:
     """Runs the two ranks; returns what each worker computed itself, by rank."""
-    for attempt in range(3):
-        failure = _start_and_wait(tmp_path, config, free_port(), attempt)
-        # The free port can be taken between our probe and the master binding it: only then
-        # is another try worth it.
-        if failure is None or "Address already in use" not in failure:
-            break
-    if failure is not None:
-        pytest.fail(f"the 2-process run failed\n{failure}")
-    return {r: json.loads((tmp_path / f"expected_rank{r}.json").read_text()) for r in range(WORLD_SIZE)}
+    run = run_ranks(tmp_path, WORLD_SIZE, ["--job", "linear_step", "--config", str(config), "--reraise", "all"],
+                    timeout=TIMEOUT_S)
+    assert run.returncodes == [0] * WORLD_SIZE, f"the 2-process run failed\n{run.context()}"
+    return {r: run.results[r]["expected"] for r in range(WORLD_SIZE)}
 
 
 def test_each_rank_dumps_its_own_folder_with_its_own_statistics(tmp_path):

@@ -23,7 +23,7 @@ WORLD = 2
 STEPS = 5
 BAD_STEP = 2
 TIMEOUT_S = 90.0
-WORKER = "fsdp_worker.py"
+FSDP2 = ["--wrap", "fsdp2"]
 
 _bare_runs = {}
 
@@ -33,8 +33,8 @@ def bare(tmp_path_factory):
     def get(optim: str):
         if optim not in _bare_runs:
             out = tmp_path_factory.mktemp(f"bare_fsdp2_{optim}")
-            _bare_runs[optim] = clean_bare_run(out, WORLD, ["--optim", optim, "--steps", str(STEPS)], TIMEOUT_S,
-                                               worker=WORKER)
+            _bare_runs[optim] = clean_bare_run(out, WORLD, FSDP2 + ["--optim", optim, "--steps", str(STEPS)],
+                                               TIMEOUT_S)
         return _bare_runs[optim]
     yield get
     _bare_runs.clear()
@@ -47,8 +47,8 @@ CLEAN += [pytest.param("overflow_check", "L1", "adamw", id="overflow_check-L1-ad
 
 @pytest.mark.parametrize("task,level,optim", CLEAN)
 def test_clean_fsdp2_training_is_bit_identical_to_the_bare_run(tmp_path, bare, task, level, optim):
-    run = run_ranks(tmp_path, WORLD, ["--task", task, "--level", level, "--optim", optim, "--steps", str(STEPS)],
-                    worker=WORKER, timeout=TIMEOUT_S)
+    run = run_ranks(tmp_path, WORLD, FSDP2 + ["--task", task, "--level", level, "--optim", optim,
+                                              "--steps", str(STEPS)], timeout=TIMEOUT_S)
     ref = bare(optim)
     assert run.returncodes == [0] * WORLD, run.context()
     for r, res in enumerate(run.results):
@@ -66,9 +66,9 @@ def test_clean_fsdp2_training_is_bit_identical_to_the_bare_run(tmp_path, bare, t
 
 def test_a_nan_batch_on_one_rank_stops_both_in_that_step(tmp_path):
     bad_rank = 1
-    run = run_ranks(tmp_path, WORLD, ["--mode", "nan_batch", "--bad-rank", str(bad_rank), "--bad-step", str(BAD_STEP),
-                                      "--task", "overflow_check", "--level", "L1", "--steps", str(STEPS)],
-                    worker=WORKER, timeout=TIMEOUT_S)
+    run = run_ranks(tmp_path, WORLD, FSDP2 + ["--mode", "nan_batch", "--bad-rank", str(bad_rank), "--bad-step",
+                                              str(BAD_STEP), "--task", "overflow_check", "--level", "L1",
+                                              "--steps", str(STEPS)], timeout=TIMEOUT_S)
     assert run.returncodes == [0] * WORLD, run.context()
     for r, res in enumerate(run.results):
         exc = res["raised"]

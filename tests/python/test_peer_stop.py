@@ -1,18 +1,13 @@
 """One rank overflows, every rank stops (3 gloo processes on 127.0.0.1): each ends with an
 OverflowError naming the overflowing rank and its call, and keeps its records of that step."""
-import json
-import os
 import pathlib
-import subprocess
-import sys
-import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed  # noqa: E402
-from gloo import free_port, needs_gloo  # noqa: E402
-from testenv import PACKAGE_ROOT, TESTS  # noqa: E402
+from dist_runs import PEER_RUN, run_ranks  # noqa: E402
+from gloo import needs_gloo  # noqa: E402
 from dumps import load as read_dump_file
 
 WORLD = 3
@@ -20,70 +15,63 @@ TIMEOUT_S = 90.0
 
 pytestmark = needs_gloo
 
+MODES = {"nan": ["--mode", "nan_batch", "--action", "raise"],
+         "continue": ["--mode", "nan_batch", "--action", "continue"],
+         "fp16": ["--job", "fp16_all_reduce", "--action", "continue"]}
 
-def run_ranks(out: pathlib.Path, bad_rank: int, bad_step: int, mode: str = "nan", steps: int = 5) -> list:
-    env = dict(os.environ, WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), str(TESTS)]))
-    procs = [subprocess.Popen([sys.executable, str(TESTS / "peer_worker.py"), str(out), str(bad_rank), str(bad_step), mode,
-                               str(steps)],
-                              env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(WORLD)]
-    deadline = time.monotonic() + TIMEOUT_S
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            p.kill()
-        pytest.fail("a rank hung: " + "\n".join(p.communicate()[0] or "" for p in procs))
+
+def run_peers(out: pathlib.Path, bad_rank: int, bad_step: int, mode: str = "nan", steps: int = 5) -> tuple:
+    """rank_worker.py's small model on WORLD ranks, gradients averaged by all_reduce, under
+    overflow_check; rank BAD_RANK's batch holds a NaN at step BAD_STEP. Mode "nan": action raise;
+    "continue": action continue (nobody stops); "fp16": no training, one float16 all_reduce whose
+    sum overflows. Returns each rank's result and output."""
+    # --reraise non-overflow: any other error a rank meets fails its exit status below.
+    run = run_ranks(out, WORLD, PEER_RUN + MODES[mode] + ["--reraise", "non-overflow", "--bad-rank", str(bad_rank),
+                                                          "--bad-step", str(bad_step), "--steps", str(steps)],
+                    timeout=TIMEOUT_S)
     # Every process ends on its own, with status 0: the watcher threads end with them cleanly.
-    assert [p.returncode for p in procs] == [0] * WORLD, "\n".join(logs)
-    results = []
-    for r in range(WORLD):
-        path = out / f"result_rank{r}.json"
-        assert path.exists(), f"rank {r} left no result:\n{logs[r]}"
-        results.append(json.loads(path.read_text()))
-    return results, logs
+    assert run.returncodes == [0] * WORLD, run.context()
+    return run.results, run.logs
 
 
 @pytest.mark.parametrize("bad_rank", [1, 0])  # 0 hosts the store
 def test_every_rank_stops_with_the_one_that_overflowed(tmp_path, bad_rank):
-    results, logs = run_ranks(tmp_path, bad_rank, 2)
+    results, logs = run_peers(tmp_path, bad_rank, 2)
     assert all(r["raised"] for r in results), logs
-    raised_at = results[bad_rank]["at"]
-    call = results[bad_rank]["call"]
-    assert call.startswith("Functional.linear.") and not results[bad_rank]["peer_stop"]
-    assert f"rank {bad_rank}" in results[bad_rank]["message"] and call in results[bad_rank]["message"]
-    assert results[bad_rank]["step"] == 2
+    stopped = results[bad_rank]["raised"]
+    raised_at = stopped["at"]
+    call = stopped["call"]
+    assert call.startswith("Functional.linear.") and not stopped["peer_stop"]
+    assert f"rank {bad_rank}" in stopped["message"] and call in stopped["message"]
+    assert stopped["step"] == 2
     for r in results:
+        e = r["raised"]
         # A peer meets the stop in the step it is in: step 2 at its first hooked call, or still in
         # step 1 when it gets to that step's stop()/step() only after the bad rank has stopped (a
         # loaded machine). Its folder is that step's.
-        assert r["step"] in (1, 2), r
-        folder = tmp_path / "dump" / f"step{r['step']}" / f"rank{r['rank']}"
+        assert e["step"] in (1, 2), r
+        folder = tmp_path / "dump" / f"step{e['step']}" / f"rank{r['rank']}"
         assert (folder / "dump.json").exists() and (folder / "overflow_report.json").exists(), r
         report = read_dump_file(folder, "overflow_report.json")
         # Order, not speed: each rank's evidence is on disk before it raises, and a peer in the
         # stopping rank's step writes it before it acknowledges, so before that rank raises (a
         # file's time may trail the clock by a tick; none of this is a timing budget).
         written = (folder / "overflow_report.json").stat().st_mtime
-        assert written <= r["at"] + 0.05, (written, r)
-        if r["rank"] != bad_rank and r["step"] == 2:
+        assert written <= e["at"] + 0.05, (written, r)
+        if r["rank"] != bad_rank and e["step"] == 2:
             assert written <= raised_at + 0.05, (written, raised_at, r)
         if r["rank"] == bad_rank:
             assert "peer_stop" not in report and report["first_anomaly"]["origin"] == "input"
             continue
-        assert r["peer_stop"] and r["peer_rank"] == bad_rank and r["call"] == call, r
-        assert r["message"].startswith(f"[rank {r['rank']}] stopping: rank {bad_rank} overflowed at step 2 "
-                                       f"({call}, origin input)"), r["message"]
+        assert e["peer_stop"] and e["peer_rank"] == bad_rank and e["call"] == call, r
+        assert e["message"].startswith(f"[rank {r['rank']}] stopping: rank {bad_rank} overflowed at step 2 "
+                                       f"({call}, origin input)"), e["message"]
         assert report["peer_stop"] == {"rank": bad_rank, "step": 2, "call": call, "origin": "input"}
         # The records it had of the step, from its first call on: how far it got before its watcher
         # saw the stop depends on timing (it stops at its next hooked call, before recording it, so
         # a peer that reaches step 2 after the stop has none of it).
         data = read_dump_file(folder)["data"]
-        if r["step"] == 1 or data:
+        if e["step"] == 1 or data:
             assert list(data)[:1] == ["Functional.linear.0.forward"], list(data)
 
 
@@ -92,7 +80,7 @@ def report(out: pathlib.Path, step: int, rank: int) -> dict:
 
 
 def test_nan_arriving_through_all_reduce_is_judged_there_with_origin_peer(tmp_path):
-    results, logs = run_ranks(tmp_path, 1, 2, "continue")
+    results, logs = run_peers(tmp_path, 1, 2, "continue")
     assert not any(r["raised"] for r in results), logs
     assert report(tmp_path, 2, 1)["first_anomaly"]["origin"] == "input"
     for rank in (0, 2):
@@ -107,7 +95,7 @@ def test_nan_arriving_through_all_reduce_is_judged_there_with_origin_peer(tmp_pa
 
 
 def test_an_fp16_all_reduce_that_overflows_is_an_op_origin_on_every_rank(tmp_path):
-    results, logs = run_ranks(tmp_path, -1, -1, "fp16")
+    results, logs = run_peers(tmp_path, -1, -1, "fp16")
     for rank in range(WORLD):
         first = report(tmp_path, 0, rank)["first_anomaly"]
         assert (first["api_name"], first["rank"], first["origin"]) == \
@@ -115,7 +103,7 @@ def test_an_fp16_all_reduce_that_overflows_is_an_op_origin_on_every_rank(tmp_pat
 
 
 def test_a_clean_run_writes_nothing_and_ends_cleanly(tmp_path):
-    results, logs = run_ranks(tmp_path, -1, -1, "continue", steps=20)
+    results, logs = run_peers(tmp_path, -1, -1, "continue", steps=20)
     assert not any(r["raised"] for r in results), logs
     assert not (tmp_path / "dump").exists() or not any((tmp_path / "dump").iterdir())
     # Quiet (issue 32): nothing at all on either rank's output. The watcher's renewed store wait
