@@ -59,7 +59,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
@@ -216,6 +216,22 @@ def import_debugger() -> Any:
         return None
 
 
+def configs_of(ap: argparse.ArgumentParser, text: str, allowed: Sequence[str]) -> List[str]:
+    """--configs' names, each one of `allowed` (else the parser's error)."""
+    configs = [c.strip() for c in text.split(",") if c.strip()]
+    for c in configs:
+        if c not in allowed:
+            ap.error(f"--configs: unknown configuration {c!r}: expected some of {', '.join(allowed)}")
+    return configs
+
+
+def segment_order(configs: List[str], r: int) -> List[str]:
+    """Round r's segments: the baseline first, then the configurations rotated by r, so that slow
+    drift of the machine falls on all of them alike."""
+    k = r % len(configs) if configs else 0
+    return ["baseline"] + configs[k:] + configs[:k]
+
+
 def measure_model(model_name: str, configs: List[str], args: argparse.Namespace, extra: Dict[str, Any],
                   Debugger: Any, rounds: int, seg_steps: List[int]) -> Tuple[Dict[str, Any], bool]:
     base = build_model(model_name)
@@ -234,8 +250,7 @@ def measure_model(model_name: str, configs: List[str], args: argparse.Namespace,
 
     print(f"\n== model {model_name}")
     for r in range(rounds):
-        k = r % len(configs) if configs else 0
-        for name in ["baseline"] + configs[k:] + configs[:k]:
+        for name in segment_order(configs, r):
             run = runs[name]
             if run.error:
                 continue
@@ -369,10 +384,7 @@ def main() -> int:
     ap.add_argument("--json", type=pathlib.Path, help="also write the results to this file")
     args = ap.parse_args()
 
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    for c in configs:
-        if c not in CONFIGS:
-            ap.error(f"--configs: unknown configuration {c!r}: expected some of {', '.join(CONFIGS)}")
+    configs = configs_of(ap, args.configs, list(CONFIGS))
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     for m in models:
         if m not in MODELS:
