@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/detector.h"
+#include "core/function_ref.h"
 #include "core/overflow_facts.h"
 
 namespace msprobe {
@@ -68,7 +69,7 @@ class OverflowDecisions {
 
   // The facts of the call being decided, made only where they are kept (with step, rank and
   // dump_dir filled in by the caller).
-  using MakeFacts = std::function<OverflowFacts()>;
+  using MakeFacts = FunctionRef<OverflowFacts()>;
   // `backward`: the call is a backward record.
   CallDecision on_call(const Verdict& v, bool backward, const MakeFacts& facts);
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,25 +18,37 @@ namespace msprobe {
 
 // A JSON scalar as msprobe writes it: statistics fields and the `value` of non-tensor arguments.
 // Int and Float are kept apart because Python writes 3 and 3.0 differently. Strings and lists are
-// rare (a tensor entry holds six scalars, all numbers), so they live behind a pointer and a
-// scalar stays 32 bytes.
+// rare (a tensor entry holds six scalars, all numbers), so they live behind a pointer. An Int
+// never needs its `number` nor a Float its `integer`: they share their bytes, and a scalar stays
+// 24 bytes (an entry holds eight; see Entry).
 struct Scalar {
   enum class Kind : uint8_t { Absent, Null, Bool, Int, Float, String, Raw, List };
   Kind kind = Kind::Absent;
   bool boolean = false;
-  int64_t integer = 0;
-  double number = 0.0;
+  union {
+    int64_t integer = 0;  // Int
+    double number;        // Float
+  };
 
   Scalar() = default;
-  Scalar(const Scalar& o) : kind(o.kind), boolean(o.boolean), integer(o.integer), number(o.number) {
+  Scalar(const Scalar& o) : kind(o.kind), boolean(o.boolean) {
+    copy_number(o);
     if (o.extra_) extra_ = std::make_unique<Extra>(*o.extra_);
   }
-  Scalar(Scalar&&) noexcept = default;
+  Scalar(Scalar&& o) noexcept : kind(o.kind), boolean(o.boolean), extra_(std::move(o.extra_)) {
+    copy_number(o);
+  }
   Scalar& operator=(const Scalar& o) {
     if (this != &o) *this = Scalar(o);
     return *this;
   }
-  Scalar& operator=(Scalar&&) noexcept = default;
+  Scalar& operator=(Scalar&& o) noexcept {
+    kind = o.kind;
+    boolean = o.boolean;
+    copy_number(o);
+    extra_ = std::move(o.extra_);
+    return *this;
+  }
 
   static Scalar null() { return make(Kind::Null); }
   static Scalar of_bool(bool b) {
@@ -92,6 +105,8 @@ struct Scalar {
     s.kind = k;
     return s;
   }
+  // The eight bytes as they are, whichever of the two they hold.
+  void copy_number(const Scalar& o) { std::memcpy(&integer, &o.integer, sizeof integer); }
   std::unique_ptr<Extra> extra_;
 };
 
@@ -108,31 +123,34 @@ struct NonFiniteCounts {
 // object of its fields).
 struct Entry {
   enum class Kind : uint8_t { Null, Object, List, Other, Map };
+  // The small fields first, packed together: every call makes an entry per argument, and the
+  // entries of a call of two arguments then fit in one block of malloc's per-thread cache (up to
+  // 1032 bytes), which a larger entry misses, costing a slow allocation on every hooked call.
   Kind kind = Kind::Null;
+  bool has_shape = false;
+  // Its bytes are no value the program made: memory torch.empty and its kin left unwritten, or
+  // the buffer a collective writes before it writes it. Written to files as it is; never an
+  // anomaly. Never written to a file.
+  bool unwritten = false;
+  // Statistics still on the device (batched sync): the slot they will come back in; -1 when the
+  // fields below are final. Never written to a file.
+  int32_t pending_stats = -1;
 
   // Object
   std::string type;  // "torch.Tensor", "int", "float", "torch.dtype", ...
   std::string dtype;
   Shape shape;
-  bool has_shape = false;
   Scalar max, min, mean, norm;
   // msprobe's Max_except_inf_nan / Min_except_inf_nan: the extreme over the finite elements (NaN
   // when there is none), present only where Max / Min itself is NaN or ±inf.
   Scalar max_except, min_except;
   NonFiniteCounts nonfinite;  // anomalous tensors of the live guard
-  // Its bytes are no value the program made: memory torch.empty and its kin left unwritten, or
-  // the buffer a collective writes before it writes it. Written to files as it is; never an
-  // anomaly. Never written to a file.
-  bool unwritten = false;
   Scalar requires_grad;
   Scalar value;  // non-tensor objects
   std::string md5;
   std::string data_name;
   // torch.ProcessGroup: md5 of str(group_ranks) (the ranks are in `value`), as msprobe writes it.
   std::string group_id;
-  // Statistics still on the device (batched sync): the slot they will come back in; -1 when the
-  // fields above are final. Never written to a file.
-  int32_t pending_stats = -1;
 
   // List and Map: the items; a Map's keys, one per item.
   std::vector<Entry> items;

@@ -18,7 +18,7 @@ std::optional<OverflowEvent> judge(OverflowDecisions& d, std::vector<std::string
   OverflowDecisions::GradientSource source;
   source.reduced = reduced;
   source.compiled = compiled;
-  return d.optimizer_gradients(std::move(bad), source, optimizer_step_facts);
+  return d.optimizer_gradients(std::move(bad), source, [] { return optimizer_step_facts(); });
 }
 
 TEST(OptimizerGradients, AveragedAcrossRanksTheyAreAPeersAndStop) {

@@ -2,6 +2,8 @@
 // the end of a backward pass, the loss scaler and the dump budget lead to.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "core/overflow_decisions.h"
 
 namespace msprobe {
@@ -36,7 +38,8 @@ class Decisions : public ::testing::Test {
   OverflowSection options;
   int facts_made = 0;
 
-  OverflowDecisions::MakeFacts facts_for(const Verdict& v) {
+  // Owned: the decisions take a reference, which must not outlive the call it is passed to.
+  std::function<OverflowFacts()> facts_for(const Verdict& v) {
     return [this, v] {
       ++facts_made;
       OverflowFacts f;

@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
 #include "core/record.h"
 
 using namespace msprobe;
@@ -75,3 +79,62 @@ TEST(CallNames, ASiteIsTheNameWithoutItsIndices) {
 
 }  // namespace
 }  // namespace msprobe
+
+// Int and Float share their bytes: copies and moves keep each as it was written, with -0.0, NaN
+// and the largest int64 bit for bit.
+TEST(Scalars, CopiedAndMovedKeepTheirKindAndValue) {
+  const std::vector<Scalar> cases = {Scalar::of_int(INT64_MAX),
+                                     Scalar::of_int(-3),
+                                     Scalar::of_float(-0.0),
+                                     Scalar::of_float(NAN),
+                                     Scalar::of_bool(true),
+                                     Scalar::of_string("x"),
+                                     Scalar::null()};
+  for (const Scalar& s : cases) {
+    Scalar copy = s;
+    Scalar assigned;
+    assigned = s;
+    Scalar moved = Scalar(s);
+    Scalar move_assigned;
+    move_assigned = Scalar(s);
+    for (const Scalar* c : {&copy, &assigned, &moved, &move_assigned}) {
+      EXPECT_EQ(c->kind, s.kind);
+      EXPECT_EQ(c->boolean, s.boolean);
+      EXPECT_EQ(c->text(), s.text());
+      if (s.kind == Scalar::Kind::Int) {
+        EXPECT_EQ(c->integer, s.integer);
+      }
+      if (s.kind == Scalar::Kind::Float) {
+        EXPECT_EQ(std::signbit(c->number), std::signbit(s.number));
+        EXPECT_EQ(std::isnan(c->number), std::isnan(s.number));
+      }
+    }
+  }
+  EXPECT_EQ(Scalar::of_int(7).as_double(), 7.0);
+  EXPECT_EQ(Scalar::of_float(2.5).as_double(), 2.5);
+  EXPECT_EQ(Scalar().as_double(), 0.0);
+}
+
+// Past six dimensions a shape's sizes go to the heap: copies are deep, and a moved-from shape is
+// empty, not one that points at nothing.
+TEST(Shapes, BeyondTheInlineDimensionsCopiesAndMovesHoldEveryDimension) {
+  for (size_t rank : {0u, 3u, 6u, 7u, 12u}) {
+    Shape s;
+    for (size_t i = 0; i < rank; ++i) s.push_back(static_cast<int64_t>(i) + 2);
+    Shape copy = s;
+    EXPECT_EQ(copy, s);
+    Shape assigned{1};
+    assigned = s;
+    EXPECT_EQ(assigned, s);
+    Shape moved = std::move(copy);
+    EXPECT_EQ(moved, s);
+    EXPECT_TRUE(copy.empty());  // NOLINT: a moved-from shape is defined to be empty
+    EXPECT_EQ(copy.begin(), copy.end());
+    Shape move_assigned{4, 5};
+    move_assigned = std::move(moved);
+    EXPECT_EQ(move_assigned, s);
+    EXPECT_EQ(move_assigned.to_vector().size(), rank);
+    s.push_back(99);  // the copy does not share the original's dimensions
+    EXPECT_EQ(assigned.size(), rank);
+  }
+}
