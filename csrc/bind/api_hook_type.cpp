@@ -12,8 +12,16 @@ namespace msprobe {
 
 namespace {
 
+// What `function()` made: its method definition must outlive the function, whose m_self is the
+// hook object, so the hook object owns it.
+struct HookFunctionDef {
+  std::string name, doc;
+  PyMethodDef def{};
+};
+
 struct ApiHookObject {
   PyObject_HEAD ApiHook* hook;
+  HookFunctionDef* function;
 };
 
 ApiHook& hook_of(PyObject* self) {
@@ -57,6 +65,7 @@ PyObject* hook_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   PyObject* self = type->tp_alloc(type, 0);
   if (!self) return nullptr;
   try {
+    reinterpret_cast<ApiHookObject*>(self)->function = nullptr;
     reinterpret_cast<ApiHookObject*>(self)->hook =
         new ApiHook(api, py::reinterpret_borrow<py::object>(original));
   } catch (...) {
@@ -69,6 +78,7 @@ PyObject* hook_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
 void hook_dealloc(PyObject* self) {
   PyTypeObject* type = Py_TYPE(self);
   delete reinterpret_cast<ApiHookObject*>(self)->hook;
+  delete reinterpret_cast<ApiHookObject*>(self)->function;
   type->tp_free(self);
   Py_DECREF(type);  // a heap type's instances hold a reference to it
 }
@@ -82,6 +92,36 @@ PyObject* hook_api(PyObject* self, void*) {
   return PyUnicode_FromStringAndSize(api.data(), static_cast<Py_ssize_t>(api.size()));
 }
 
+// hook.function(name, doc, module): the hook as a builtin function named like the original. That
+// is the one kind of C callable that torch.compile can be told to trace as the original
+// (torch._dynamo.substitute_in_graph), so torch 2.x puts no Python frame in front of an eager call
+// (compile_seam.py); and torch's own code reads an API's __name__ (inductor names its kernels by
+// it). Made once per hook.
+PyObject* hook_function(PyObject* self, PyObject* args) {
+  const char* name = nullptr;
+  const char* doc = nullptr;
+  PyObject* module = nullptr;
+  if (!PyArg_ParseTuple(args, "szO:function", &name, &doc, &module)) return nullptr;
+  auto* obj = reinterpret_cast<ApiHookObject*>(self);
+  if (obj->function) {
+    PyErr_SetString(PyExc_RuntimeError, "ApiHook.function(): made already");
+    return nullptr;
+  }
+  obj->function = new HookFunctionDef{name, doc ? doc : "", {}};
+  PyMethodDef& def = obj->function->def;
+  def.ml_name = obj->function->name.c_str();
+  def.ml_meth = reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hook_call));
+  def.ml_flags = METH_VARARGS | METH_KEYWORDS;
+  def.ml_doc = doc ? obj->function->doc.c_str() : nullptr;
+  return PyCFunction_NewEx(&def, self, module == Py_None ? nullptr : module);
+}
+
+PyMethodDef kMethods[] = {
+    {"function", hook_function, METH_VARARGS,
+     "function(name, doc, module): the hook as a builtin function named like the original"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
 PyGetSetDef kGetSet[] = {
     {"original", hook_original, nullptr, "the torch callable this hook replaced", nullptr},
     {"api", hook_api, nullptr, "the API's dump name prefix, e.g. \"Functional.linear\"", nullptr},
@@ -93,6 +133,7 @@ PyType_Slot kSlots[] = {
     {Py_tp_dealloc, reinterpret_cast<void*>(hook_dealloc)},
     {Py_tp_call, reinterpret_cast<void*>(hook_call)},
     {Py_tp_getset, kGetSet},
+    {Py_tp_methods, kMethods},
     {Py_tp_doc, const_cast<char*>("ApiHook(api, original): a hooked torch API")},
     {0, nullptr},
 };

@@ -9,6 +9,7 @@
 #include "bind/bindings.h"
 #include "live/capture/call_values.h"
 #include "live/capture/unwritten_memory.h"
+#include "live/hooks/compiled_region.h"
 #include "live/hooks/hook_scope.h"
 #include "live/hooks/module_hooks.h"
 #include "live/overflow/model_tensors.h"
@@ -33,6 +34,19 @@ void bind_hooks(py::module_& m) {
       py::arg("step"), py::arg("rank"),
       "Overflow's fields for a stop that names no call of this rank (a peer's stop).");
   add_api_hook_type(m);
+  m.def(
+      "watch_compiling_flag",
+      [](py::dict globals, py::str name) {
+        PyUnicode_InternInPlace(&name.ptr());
+        watch_compiling_flag(globals.ptr(), name.ptr());
+      },
+      py::arg("globals"), py::arg("name"),
+      "From now on, hooked calls made while globals[name] is True (torch.compile at work) go "
+      "straight to the original.");
+  m.def(
+      "watch_compiled_runtime", &watch_compiled_runtime, py::arg("prefixes"), py::arg("fragments"),
+      "From now on, hooked calls made from files that start with one of `prefixes` or contain one "
+      "of `fragments` (torch.compile's run time) go straight to the original.");
   // Tensor methods need a descriptor to receive `self`; pybind11 callables are not descriptors.
   m.def(
       "as_method",

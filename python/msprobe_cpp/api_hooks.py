@@ -11,7 +11,7 @@ import torch
 import torch.distributed
 import torch.nn.functional
 
-from . import _C, peer_stop
+from . import _C, compile_seam, peer_stop
 from .errors import DistributedStopError, OverflowError
 
 RULES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rules")
@@ -92,8 +92,23 @@ _compiled_model_seen = [False]
 
 
 def mark_compiled_model_seen() -> None:
-    """From now on the wrappers look at who calls them: see _compile_aware."""
+    """From now on the hooks look at who calls them: see _compile_aware and compile_seam."""
     _compiled_model_seen[0] = True
+    _C.watch_compiled_runtime(list(_COMPILED_RUNTIME), ["torchinductor"])
+
+
+# (section, name) -> (original, what replaces it): compile_seam's hooks, made once for good.
+_TRACEABLE: Dict[Tuple[str, str], Tuple[Any, Any]] = {}
+
+
+def _traceable(section: str, name: str, owner: Any, original: Any) -> Any:
+    made = _TRACEABLE.get((section, name))
+    if made is not None and made[0] is original:
+        return made[1]
+    call = compile_seam.traceable(_C.ApiHook(f"{_NAMESPACES[section][1]}.{name}", original), original)
+    wrapper = _C.as_method(call) if owner is torch.Tensor else call
+    _TRACEABLE[(section, name)] = (original, wrapper)
+    return wrapper
 
 
 def _called_by_compiled_region(frame: Any) -> bool:
@@ -180,6 +195,7 @@ class ApiHooks:
             wanted += [("distributed", name) for name in ops.get("overflow_collectives", [])]
         wanted += list(extra)
         is_compiling = compiling_probe()
+        seam = is_compiling is not None and compile_seam.supported()
         done = set()
         for section, name in wanted:
             if (section, name) in done:
@@ -192,13 +208,18 @@ class ApiHooks:
             if found is None:
                 continue  # not in this torch version
             owner, attr, original = found
-            hook = _C.ApiHook(f"{prefix}.{name}", original)
-            if is_compiling is not None:
-                wrapper = _compile_aware(hook, original, is_compiling)  # a function: binds as a method
+            if seam:
+                wrapper = _traceable(section, name, owner, original)
             else:
-                wrapper = _C.as_method(hook) if owner is torch.Tensor else hook
+                hook = _C.ApiHook(f"{prefix}.{name}", original)
+                if is_compiling is not None:
+                    wrapper = _compile_aware(hook, original, is_compiling)  # a function: binds as a method
+                else:
+                    wrapper = _C.as_method(hook) if owner is torch.Tensor else hook
             if section == "distributed":
                 wrapper = _coordinated(wrapper)
+            if seam:
+                compile_seam.installed(owner, attr, original, wrapper)
             self._replace(owner, attr, original, wrapper)
         if watching:
             for owner, attr in _UNWRITTEN_MAKERS:
@@ -214,6 +235,7 @@ class ApiHooks:
         setattr(owner, attr, wrapper)
 
     def remove(self) -> None:
+        compile_seam.removed_all()
         for owner, name, own in reversed(self._saved):
             if own is _MISSING:
                 delattr(owner, name)

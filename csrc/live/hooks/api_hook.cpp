@@ -10,6 +10,7 @@
 #include "live/capture/live_tensors.h"
 #include "live/capture/unwritten_memory.h"
 #include "live/hooks/backward_recorder.h"
+#include "live/hooks/compiled_region.h"
 #include "live/hooks/hook_scope.h"
 #include "live/hooks/submit.h"
 #include "live/overflow/call_arguments.h"
@@ -130,7 +131,8 @@ std::string backward_of(const std::string& forward) {
 
 py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   std::shared_ptr<Session> session = current_session();
-  if (!session || !session->gate().forward() || ReentryGuard::inside()) {
+  if (!session || !session->gate().forward() || ReentryGuard::inside() ||
+      called_by_compiled_region()) {
     return call_original(args, kwargs);
   }
   if (session->peer_stop().stopped())

@@ -1,0 +1,71 @@
+#include "live/hooks/compiled_region.h"
+
+#include <Python.h>
+
+#include <atomic>
+#include <string_view>
+
+namespace msprobe {
+
+namespace {
+
+std::atomic<bool> watching{false};
+// torch.compiler's dict and the flag's name; null before torch 2.x set them. Read with the GIL.
+PyObject* compiler_globals = nullptr;
+PyObject* compiling_flag = nullptr;
+// Written and read with the GIL held.
+std::vector<std::string>& runtime_prefixes() {
+  static std::vector<std::string> prefixes;
+  return prefixes;
+}
+std::vector<std::string>& runtime_fragments() {
+  static std::vector<std::string> fragments;
+  return fragments;
+}
+
+bool names_compiled_runtime(std::string_view file) {
+  for (const std::string& p : runtime_prefixes()) {
+    if (file.substr(0, p.size()) == p) return true;
+  }
+  for (const std::string& f : runtime_fragments()) {
+    if (file.find(f) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void watch_compiled_runtime(std::vector<std::string> prefixes, std::vector<std::string> fragments) {
+  runtime_prefixes() = std::move(prefixes);
+  runtime_fragments() = std::move(fragments);
+  watching.store(true, std::memory_order_relaxed);
+}
+
+void watch_compiling_flag(PyObject* globals, PyObject* name) {
+  Py_INCREF(globals);
+  Py_INCREF(name);
+  Py_XDECREF(compiler_globals);
+  Py_XDECREF(compiling_flag);
+  compiler_globals = globals;
+  compiling_flag = name;
+}
+
+bool called_by_compiled_region() {
+  // Borrowed; the dict lookup of an interned name sets no error.
+  if (compiler_globals && PyDict_GetItem(compiler_globals, compiling_flag) == Py_True) return true;
+  if (!watching.load(std::memory_order_relaxed)) return false;
+  // A C callable pushes no frame of its own: the current frame is its caller's.
+  PyFrameObject* frame = PyEval_GetFrame();
+  if (!frame) return false;
+  PyCodeObject* code = PyFrame_GetCode(frame);  // a new reference
+  Py_ssize_t size = 0;
+  const char* file = PyUnicode_AsUTF8AndSize(code->co_filename, &size);
+  Py_DECREF(code);
+  if (!file) {
+    PyErr_Clear();  // an unencodable file name is no compiled region's
+    return false;
+  }
+  return names_compiled_runtime(std::string_view(file, static_cast<size_t>(size)));
+}
+
+}  // namespace msprobe
