@@ -14,7 +14,7 @@ from . import api_hooks
 from . import log
 from .api_hooks import ApiHooks
 from .errors import Overflow, OverflowError
-from .gradient_guard import GradientGuard, local_gradients, scaler_skips
+from .gradient_guard import GradientGuard, local_gradients, scaler_checked, scaler_skips
 from .loss_scalers import GradScalerWatch
 from .plain_copies import PlainCopies
 from . import peer_stop
@@ -400,13 +400,16 @@ class PrecisionDebugger:
         """An optimizer is about to write the gradients into the parameters: the last point where
         NaN/inf in them does no damage. Gradients that no hooked call made (DDP's all-reduce,
         FSDP's reduce-scatter, a compiled backward) are seen here. One look at each gradient, in
-        place on the CPU (gradient_guard.local_gradients; _C.nonfinite_gradients)."""
+        place on the CPU (gradient_guard.local_gradients; _C.nonfinite_gradients), or none where
+        the step's GradScaler just looked (gradient_guard.scaler_checked)."""
         if self._done:
             return
         if self._peer is not None:
             self._peer.check()
         if not self._collects_step or self._last_start_step != self._session.current_step:
             return  # not a started step of this debugger, or one its step or rank list leaves out
+        if self._scaled_by is not None and scaler_checked(self._scaled_by, optimizer):
+            return  # its GradScaler found these gradients finite a moment ago
         started = self._parameter_names if self._models else None
         bad = _C.nonfinite_gradients(local_gradients(optimizer, started))
         if not bad or scaler_skips(optimizer, kwargs):

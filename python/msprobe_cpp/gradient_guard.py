@@ -7,7 +7,8 @@ torch 2.x calls a global optimizer step pre-hook (register_optimizer_step_pre_ho
 optimizer. torch 1.13 has none: there each torch.optim.Optimizer subclass's own step is wrapped
 while a debugger is live (found again at each start(), for classes defined since), and put back
 when it is released. Either way the hook costs one look at each gradient per optimizer step
-(_C.nonfinite_gradients: read in place on the CPU, one sync per device elsewhere)."""
+(_C.nonfinite_gradients: read in place on the CPU, one multi-tensor pass and one sync per device
+elsewhere), and none where the step's GradScaler has just made the same look (scaler_checked)."""
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -51,6 +52,20 @@ def scaler_skips(optimizer: Any, kwargs: Dict[str, Any]) -> bool:
         found = kwargs["grad_scaler"]._found_inf_per_device(optimizer)
         return any(bool(v.item()) for v in found.values())
     return found_inf is not None and bool(found_inf.item())
+
+
+def scaler_checked(scaler: Any, optimizer: Any) -> bool:
+    """Whether `scaler` (a torch GradScaler) has just found this optimizer's gradients finite:
+    its unscale_ checks every gradient of the optimizer in one multi-tensor pass, and scaler.step
+    calls the optimizer only where it found none bad. The same look again would be the clean
+    step's cost twice. A direct optimizer.step() after an unscale_ that found NaN/inf, or one
+    without unscale_ (the gradients still scaled), is checked as any other."""
+    states = getattr(scaler, "_per_optimizer_states", None)
+    state = states.get(id(optimizer)) if isinstance(states, dict) else None
+    found = state.get("found_inf_per_device") if isinstance(state, dict) else None
+    if not found:
+        return False
+    return not any(bool(v.item()) for v in found.values())
 
 
 def _optimizer_classes() -> List[type]:

@@ -142,3 +142,65 @@ def test_a_step_a_fused_optimizer_skips_for_its_scaler_is_not_a_stop(tmp_path, f
     for a, b in zip(model.state_dict().values(), reference.state_dict().values()):
         assert torch.equal(a, b)
     assert not (tmp_path / "dump").exists() or not any((tmp_path / "dump").iterdir())
+
+
+@pytest.mark.parametrize("device", devices(), indirect=True)
+def test_the_gradient_look_names_each_bad_gradient_and_no_large_finite_one(device):
+    # Off the CPU (and on "cpu-generic") one multi-tensor norm pass per device and dtype decides
+    # a clean group; a float16 gradient of 60000s is finite though its norm overflows, so a group
+    # whose norms are not all finite is looked at tensor by tensor.
+    def grad(values, dtype):
+        return torch.tensor(values, dtype=dtype).to(device)
+    gradients = [
+        ("large_fp16", grad([60000.0] * 64, torch.float16)),
+        ("nan_fp32", grad([1.0, float("nan"), 2.0], torch.float32)),
+        ("clean_fp32", grad([1.0, -2.0], torch.float32)),
+        ("neg_inf_bf16", grad([0.5, float("-inf")], torch.bfloat16)),
+        ("clean_fp64", grad([3.0] * 5, torch.float64)),
+        ("inf_fp16", grad([1.0, float("inf")], torch.float16)),
+        ("clean_bf16", grad([1e38, -1e38], torch.bfloat16)),
+    ]
+    assert _C.nonfinite_gradients(gradients) == ["nan_fp32", "neg_inf_bf16", "inf_fp16"]
+    assert _C.nonfinite_gradients([g for g in gradients if g[0].startswith(("clean", "large"))]) == []
+    assert _C.nonfinite_gradients([]) == []
+
+
+@pytest.mark.skipif(not hasattr(torch.amp, "GradScaler"), reason="torch.amp.GradScaler('cpu') is torch 2.x's")
+def test_a_step_its_grad_scaler_found_finite_is_not_looked_at_again(tmp_path, monkeypatch):
+    # GradScaler.step unscales (one look at every gradient) and calls the optimizer only when it
+    # found them finite: the guard's own look would be the same, twice. A step without the scaler
+    # is looked at, and a direct opt.step() after an unscale_ that found inf is looked at too.
+    looks = []
+    real = _C.nonfinite_gradients
+    monkeypatch.setattr(_C, "nonfinite_gradients", lambda grads: looks.append(len(grads)) or real(grads))
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+    debugger = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"))
+    x = torch.randn(5, 4)
+    for step in range(3):
+        debugger.start(model)
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        if step == 1:
+            loss.backward()
+            opt.step()  # no scaler in this step: looked at
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        debugger.stop()
+        debugger.step()
+    assert looks == [2]
+    debugger.start(model)
+    opt.zero_grad()
+    scaler.scale(model(x).pow(2).mean()).backward()
+    model.weight.grad[0, 0] = float("inf")  # made where no hook is: the scaler finds it
+    scaler.unscale_(opt)
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        opt.step()  # the user steps anyway, past the scaler
+    debugger._release()
+    assert looks == [2, 2]
+    assert info.value.gradients == ["weight"]
+    assert torch.isfinite(model.weight).all()

@@ -149,14 +149,39 @@ std::vector<std::pair<std::string, at::Tensor>> ModelTensors::gradients() const 
   return out;
 }
 
+namespace {
+
+// Which of `grads` (one device, one dtype) hold NaN or ±inf, in one multi-tensor pass and one
+// sync when none does: a tensor's 2-norm is NaN or ±inf wherever one element is. A norm can also
+// overflow for finite values (a large fp16 gradient), so a group whose norms are not all finite
+// is looked at tensor by tensor, once more.
+std::vector<size_t> non_finite_on_device(const std::vector<at::Tensor>& grads,
+                                         const std::vector<size_t>& items) {
+  const at::Tensor norms = at::stack(at::_foreach_norm(grads));
+  if (at::isfinite(norms).all().item<bool>()) return {};
+  std::vector<at::Tensor> flags;
+  flags.reserve(grads.size());
+  for (const at::Tensor& g : grads) flags.push_back(at::isfinite(g).all());
+  const at::Tensor finite = at::stack(flags).cpu();
+  const bool* ok = finite.data_ptr<bool>();
+  std::vector<size_t> bad;
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (!ok[k]) bad.push_back(items[k]);
+  }
+  return bad;
+}
+
+}  // namespace
+
 std::vector<std::string> non_finite_gradients(
     const std::vector<std::pair<std::string, at::Tensor>>& gradients) {
   struct Group {
     c10::Device device;
-    std::vector<at::Tensor> flags;
+    at::ScalarType dtype;
+    std::vector<at::Tensor> grads;
     std::vector<size_t> items;
   };
-  std::vector<Group> by_device;
+  std::vector<Group> groups;
   std::vector<size_t> bad;
   for (size_t i = 0; i < gradients.size(); ++i) {
     const at::Tensor& grad = gradients[i].second;
@@ -164,19 +189,16 @@ std::vector<std::string> non_finite_gradients(
       if (!*finite) bad.push_back(i);
       continue;
     }
-    auto group = std::find_if(by_device.begin(), by_device.end(),
-                              [&](const Group& g) { return g.device == grad.device(); });
-    if (group == by_device.end())
-      group = by_device.insert(by_device.end(), Group{grad.device(), {}, {}});
-    group->flags.push_back(at::isfinite(grad).all());
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.device == grad.device() && g.dtype == grad.scalar_type();
+    });
+    if (group == groups.end())
+      group = groups.insert(groups.end(), Group{grad.device(), grad.scalar_type(), {}, {}});
+    group->grads.push_back(grad);
     group->items.push_back(i);
   }
-  for (const Group& g : by_device) {
-    const at::Tensor flags = at::stack(g.flags).cpu();
-    const bool* ok = flags.data_ptr<bool>();
-    for (size_t k = 0; k < g.items.size(); ++k) {
-      if (!ok[k]) bad.push_back(g.items[k]);
-    }
+  for (const Group& g : groups) {
+    for (size_t i : non_finite_on_device(g.grads, g.items)) bad.push_back(i);
   }
   std::sort(bad.begin(), bad.end());
   std::vector<std::string> names;

@@ -63,8 +63,9 @@ class ModelTensors {
   std::unordered_map<std::string, size_t> by_name_;  // buffers
 };
 
-// The names of `gradients` (ModelTensors::gradients()) that hold NaN or ±inf, in their order: one
-// device sync per device.
+// The names of `gradients` (ModelTensors::gradients()) that hold NaN or ±inf, in their order. A
+// CPU tensor is read in place; the others in one multi-tensor pass and one sync per device and
+// dtype while they are clean.
 std::vector<std::string> non_finite_gradients(
     const std::vector<std::pair<std::string, at::Tensor>>& gradients);
 
