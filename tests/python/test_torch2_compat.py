@@ -12,14 +12,26 @@ from testenv import FIXTURES, ROOT
 from dumps import load as read_dump_file
 
 
+class FakeCompiler:
+    """torch.compiler as PyTorch 2.x has it, answering what the test says: is_compiling(), which
+    the Python wrapper asks, and the `_is_compiling_flag` behind it, which the C hook reads where
+    the hook is traced as the original (compile_seam.py, torch 2.5 and later)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.compiler = getattr(torch, "compiler", None) or types.SimpleNamespace()
+        self.state = {"compiling": False}
+        monkeypatch.setattr(torch, "compiler", self.compiler, raising=False)
+        monkeypatch.setattr(self.compiler, "is_compiling", lambda: self.state["compiling"], raising=False)
+        monkeypatch.setattr(self.compiler, "_is_compiling_flag", False, raising=False)
+
+    def __setitem__(self, key: str, value: bool) -> None:
+        self.state[key] = value
+        self.compiler._is_compiling_flag = value
+
+
 @pytest.fixture
 def fake_compiler(monkeypatch):
-    """torch.compiler.is_compiling as PyTorch 2.x has it, answering what the test says."""
-    state = {"compiling": False}
-    compiler = getattr(torch, "compiler", None) or types.SimpleNamespace()
-    monkeypatch.setattr(torch, "compiler", compiler, raising=False)
-    monkeypatch.setattr(compiler, "is_compiling", lambda: state["compiling"], raising=False)
-    return state
+    return FakeCompiler(monkeypatch)
 
 
 def test_calls_traced_by_torch_compile_go_to_the_original(tmp_path, fake_compiler):
