@@ -70,8 +70,10 @@ namespace {
 // The entry, letting a failure through.
 Entry tensor_entry_unguarded(const at::Tensor& t, const EntryOptions& options,
                              const std::string& stem) {
+  StatsCache* cache =
+      options.cache && t.defined() && StatsCache::cacheable(t) ? options.cache : nullptr;
   std::optional<DataStats> cached;
-  if (options.cache && t.defined()) cached = options.cache->find(t);
+  if (cache) cached = cache->find(t);
   Entry e = cached ? tensor_layout_entry(t) : tensor_stats_entry(t, options.pending);
   if (cached) {
     e.max = std::move(cached->max);
@@ -87,9 +89,9 @@ Entry tensor_entry_unguarded(const at::Tensor& t, const EntryOptions& options,
   if (e.kind != Entry::Kind::Object || !has_plain_bytes(t)) return e;
   e.unwritten = unwritten_memory().holds(t);
   if (options.md5 && !cached) e.md5 = tensor_crc(t);
-  if (options.cache && !cached)
-    options.cache->put(t, DataStats{e.max, e.min, e.mean, e.norm, e.max_except, e.min_except,
-                                    e.nonfinite, e.md5, e.pending_stats});
+  if (cache && !cached)
+    cache->put(t, DataStats{e.max, e.min, e.mean, e.norm, e.max_except, e.min_except, e.nonfinite,
+                            e.md5, e.pending_stats});
   if (options.saver && options.file_names) {
     // Made safe and unique: a module name may hold '/' or NUL, and data_name names the file as
     // it is written.
@@ -107,6 +109,7 @@ thread_local std::string pending_failure;
 }  // namespace
 
 std::string take_statistics_failure() {
+  if (pending_failure.empty()) return std::string();  // nearly always: no string to swap
   return std::exchange(pending_failure, std::string());
 }
 

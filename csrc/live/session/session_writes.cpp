@@ -89,6 +89,9 @@ std::string Session::write_step(bool at_stop, bool hand_over) {
     f->again = s.published;
     f->calls = std::move(s.calls);
     s.calls.clear();
+    // The next step makes about as many calls: its records then go to one block, not to one
+    // that grows by doubling, moving every record made so far each time.
+    s.calls.reserve(f->calls.size());
     // At L1 the overflow guard keeps a module stack of the started model: it names the parents.
     f->construct = config_.level != Level::L1 || (s.watch && !s.models.empty());
     if (s.watch) {

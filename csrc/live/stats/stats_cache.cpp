@@ -2,15 +2,11 @@
 
 namespace msprobe {
 
-namespace {
-
 // Inference tensors have no version counter: never cached.
-bool cacheable(const at::Tensor& t) {
-  return t.numel() >= StatsCache::kMinElements && t.layout() == at::kStrided && !t.is_inference() &&
+bool StatsCache::cacheable(const at::Tensor& t) {
+  return t.numel() >= kMinElements && t.layout() == at::kStrided && !t.is_inference() &&
          t.has_storage();
 }
-
-}  // namespace
 
 bool StatsCache::same_layout(const Item& item, const at::Tensor& t) {
   return item.version == static_cast<uint32_t>(t._version()) &&

@@ -32,6 +32,8 @@ class StatsCache {
   // Tensors smaller than this are cheaper to scan again than to look up.
   static constexpr int64_t kMinElements = 2048;
 
+  // Whether `t` is one the cache holds: the caller builds no DataStats for any other.
+  static bool cacheable(const at::Tensor& t);
   std::optional<DataStats> find(const at::Tensor& t);
   void put(const at::Tensor& t, const DataStats& stats);
   void clear();  // at the end of each step
