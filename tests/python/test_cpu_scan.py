@@ -78,3 +78,70 @@ def test_half_types_go_through_the_same_scan(dtype):
     assert (mx, mn) == (rmx, rmn)
     assert norm == pytest.approx(rnorm, rel=2e-6)
     assert mean == pytest.approx(rmean, rel=2e-6)
+
+
+def layouts(base: torch.Tensor):
+    """Views of `base` (4-d) in every layout the scan tells apart: dense blocks in another order,
+    rows whose last dimension is contiguous, and strides it copies first."""
+    return {
+        "contiguous": base,
+        "transposed": base.transpose(1, 3),             # dense, permuted
+        "channels_last": base.contiguous(memory_format=torch.channels_last),
+        "last_dim_sliced": base[..., 3:40],             # rows of 37
+        "batch_narrowed_rows": base[1:, :, 2:5, :],     # rows of the whole last dimension
+        "short_rows": base[..., :5],                    # rows too short: copied
+        "every_other": base[..., ::2],                  # last stride 2: copied
+        "expanded": base[:, :1].expand(-1, 3, -1, -1),  # stride 0: copied
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32])
+@pytest.mark.parametrize("fill", ["finite", "nan", "inf", "inf_and_minus_inf", "huge"])
+def test_every_layout_gets_the_statistics_of_its_contiguous_copy(dtype, fill):
+    g = torch.Generator().manual_seed(7)
+    base = torch.randn(3, 4, 6, 48, generator=g) * 4 + 1
+    if dtype == torch.int32 and fill != "finite":
+        pytest.skip("integers hold no NaN/inf")
+    if fill == "huge":  # squares beyond float32 in one row
+        base[2, 3, 4, 10] = 3e30 if dtype in (torch.float32, torch.float64) else 6e4
+    elif fill != "finite":
+        base[2, 3, 4, 10] = {"nan": math.nan, "inf": math.inf, "inf_and_minus_inf": math.inf}[fill]
+        if fill == "inf_and_minus_inf":
+            base[1, 0, 3, 20] = -math.inf
+    base = base.to(dtype)
+    for name, t in layouts(base).items():
+        got, want = scan(t), scan(t.contiguous())
+        for g_, w in zip(got, want):
+            if math.isnan(w):
+                assert math.isnan(g_), (name, got, want)
+            elif math.isinf(w):
+                assert g_ == w, (name, got, want)
+            else:
+                assert g_ == pytest.approx(w, rel=1e-6, abs=1e-6), (name, got, want)
+        assert got[:2] == want[:2] or math.isnan(want[0]), (name, got, want)  # Max and Min exact
+
+
+def test_masks_in_every_layout_are_recorded_as_their_any_and_all(tmp_path):
+    import msprobe_cpp
+    from dumps import load as read_dump_file
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 4, 6, 48, generator=g)
+    cases = {name: t for name, t in layouts(x).items()}
+    cases["all_true"] = torch.ones(2, 40, dtype=torch.bool).t()
+    cases["all_false"] = torch.zeros(2, 40, dtype=torch.bool).t()
+    debugger = msprobe_cpp.PrecisionDebugger(task="statistics", dump_path=str(tmp_path), level="L1", step=[0])
+    debugger.start()
+    masks = [t if t.dtype == torch.bool else torch.gt(t, 0.5) for t in cases.values()]
+    views = [m.t() if m.dim() == 2 else m.transpose(0, 2) for m in masks]
+    for v in views:
+        torch.logical_not(v)  # recorded: its input is the mask as a view
+    debugger.stop()
+    debugger.step()
+    data = read_dump_file(tmp_path / "step0" / "rank")["data"]
+    calls = [data[k] for k in data if k.startswith("Torch.logical_not.")]
+    assert len(calls) == len(views)
+    for call, v in zip(calls, views):
+        entry = call["input_args"][0]
+        assert (entry["Max"], entry["Min"]) == (bool(v.any()), bool(v.all()))
+        out = call["output"][0]
+        assert (out["Max"], out["Min"]) == (bool((~v).any()), bool((~v).all()))

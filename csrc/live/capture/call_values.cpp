@@ -9,6 +9,8 @@
 #include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include "live/capture/is_tensor.h"
+
 namespace py = pybind11;
 
 namespace msprobe {
@@ -221,7 +223,7 @@ py::object local_shard(PyObject* obj, const at::Tensor& t) {
     return py::object();
   }
   py::object owned = py::reinterpret_steal<py::object>(shard);
-  return THPVariable_Check(shard) && shard != obj ? owned : py::object();
+  return is_tensor(shard) && shard != obj ? owned : py::object();
 }
 
 // The one walk over a Python value: its entry (unless `options` is null) and, with `live`, its
@@ -229,7 +231,7 @@ py::object local_shard(PyObject* obj, const at::Tensor& t) {
 // traced back to the tensor object that carried it.
 Entry walk(PyObject* obj, const EntryOptions* options, const std::string& stem, int depth,
            LiveArg* live) {
-  if (THPVariable_Check(obj)) {
+  if (is_tensor(obj)) {
     const at::Tensor& t = THPVariable_Unpack(obj);
     if (py::object shard = local_shard(obj, t))
       return walk(shard.ptr(), options, stem, depth, live);

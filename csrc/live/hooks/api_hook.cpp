@@ -7,6 +7,7 @@
 
 #include "core/anomaly.h"
 #include "live/capture/call_values.h"
+#include "live/capture/is_tensor.h"
 #include "live/capture/live_tensors.h"
 #include "live/capture/unwritten_memory.h"
 #include "live/hooks/backward_recorder.h"
@@ -49,7 +50,7 @@ void mark_write_only_buffer(const WrittenArgument& w, CallRecord& rec) {
 // The collective wrote these: from now on their bytes are values.
 void forget_unwritten(py::handle written) {
   if (!written || !unwritten_memory().any()) return;
-  if (THPVariable_Check(written.ptr())) {
+  if (is_tensor(written.ptr())) {
     unwritten_memory().forget(THPVariable_Unpack(written.ptr()));
   } else if (PyList_Check(written.ptr()) || PyTuple_Check(written.ptr())) {
     for (py::handle item : written) forget_unwritten(item);
@@ -61,7 +62,7 @@ void forget_unwritten(py::handle written) {
 namespace {
 
 void collect_grad_fns(PyObject* obj, std::vector<const torch::autograd::Node*>& out, int depth) {
-  if (THPVariable_Check(obj)) {
+  if (is_tensor(obj)) {
     const torch::autograd::Node* fn = THPVariable_Unpack(obj).grad_fn().get();
     if (fn) out.push_back(fn);
   } else if ((PyTuple_Check(obj) || PyList_Check(obj)) && depth < 4) {
@@ -79,10 +80,10 @@ NodePtr new_grad_fn(PyObject* result, const std::vector<const torch::autograd::N
     first = nullptr;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(result) && !first; ++i) {
       PyObject* item = PySequence_Fast_GET_ITEM(result, i);
-      if (THPVariable_Check(item) && THPVariable_Unpack(item).grad_fn()) first = item;
+      if (is_tensor(item) && THPVariable_Unpack(item).grad_fn()) first = item;
     }
   }
-  if (!first || !THPVariable_Check(first)) return nullptr;
+  if (!first || !is_tensor(first)) return nullptr;
   NodePtr fn = THPVariable_Unpack(first).grad_fn();
   if (!fn) return nullptr;
   for (const auto* b : before) {

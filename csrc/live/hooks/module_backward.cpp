@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "live/capture/is_tensor.h"
 #include "live/hooks/backward_recorder.h"
 #include "live/hooks/node_ptr.h"
 #include "live/hooks/submit.h"
@@ -66,12 +67,12 @@ void tensor_fields(PyObject* output, std::vector<PyObject*>& items) {
   Py_DECREF(fields);
   std::sort(named.begin(), named.end());
   for (const auto& [name, v] : named) {
-    if (THPVariable_Check(v)) {
+    if (is_tensor(v)) {
       items.push_back(v);
     } else if (PyTuple_Check(v) && PyTuple_GET_SIZE(v) > 0) {
       bool all = true;
       for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); ++i)
-        all = all && THPVariable_Check(PyTuple_GET_ITEM(v, i));
+        all = all && is_tensor(PyTuple_GET_ITEM(v, i));
       for (Py_ssize_t i = 0; all && i < PyTuple_GET_SIZE(v); ++i)
         items.push_back(PyTuple_GET_ITEM(v, i));
     }
@@ -88,7 +89,7 @@ std::vector<PyObject*> output_items(PyObject* output) {
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); ++i) {
       items.push_back(PySequence_Fast_GET_ITEM(fast, i));
     }
-  } else if (THPVariable_Check(output)) {
+  } else if (is_tensor(output)) {
     items.push_back(output);
   } else {
     tensor_fields(output, items);
@@ -262,7 +263,7 @@ std::shared_ptr<ModuleBackwardStart> module_backward_start(PyObject* args) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
       PyObject* a = PyTuple_GET_ITEM(args, i);
       Edge edge;
-      if (THPVariable_Check(a)) {
+      if (is_tensor(a)) {
         const at::Tensor& t = THPVariable_Unpack(a);
         if (t.requires_grad()) edge = torch::autograd::impl::gradient_edge(t);
       }
@@ -301,7 +302,7 @@ struct OutputNodes {
 OutputNodes output_nodes(const ModuleSpan& span, const std::vector<PyObject*>& items) {
   OutputNodes out;
   for (size_t k = 0; k < items.size(); ++k) {
-    if (!THPVariable_Check(items[k])) continue;
+    if (!is_tensor(items[k])) continue;
     const at::Tensor& t = THPVariable_Unpack(items[k]);
     if (!t.requires_grad() || !t.grad_fn()) continue;
     const Edge e = torch::autograd::impl::gradient_edge(t);

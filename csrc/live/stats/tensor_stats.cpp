@@ -12,7 +12,9 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
+#include <vector>
 
 namespace msprobe {
 
@@ -335,48 +337,107 @@ Summary summarize(const T* p, int64_t n, Moments m) {
   return {m.max, m.min, m.sum / static_cast<double>(n), std::sqrt(m.sumsq)};
 }
 
+// The elements of `t` in memory order, where they fill one block without gaps: a contiguous
+// tensor, and a permuted one (a transposed attention score, a channels-last activation) whose
+// elements are the same block in another order. Max, min and the sums need no order, and a copy
+// would cost more than the scan.
 template <typename T>
-Summary cpu_summary(const at::Tensor& c) {
+const T* dense_block(const at::Tensor& t) {
+  if (!t.is_contiguous() && !t.is_non_overlapping_and_dense()) return nullptr;
+  return static_cast<const T*>(t.data_ptr());
+}
+
+// A strided tensor whose last dimension is contiguous (a slice of the last dimension, a narrowed
+// batch), scanned row by row. Nothing where a row is too short to be worth it, or where the rows'
+// sums are not finite: summarize() then needs the elements in one block for its second look.
+template <typename T>
+std::optional<Moments> scan_rows(const at::Tensor& t) {
+  constexpr int64_t kMinRow = 16;
+  const int64_t dims = t.dim();
+  if (dims < 2 || t.stride(dims - 1) != 1 || t.size(dims - 1) < kMinRow) return std::nullopt;
+  const int64_t row = t.size(dims - 1);
+  const T* base = static_cast<const T*>(t.data_ptr());
+  std::vector<int64_t> index(static_cast<size_t>(dims - 1), 0);
+  Moments m;
+  for (int64_t r = 0, rows = t.numel() / row; r < rows; ++r) {
+    int64_t offset = 0;
+    for (int64_t d = 0; d < dims - 1; ++d) offset += index[static_cast<size_t>(d)] * t.stride(d);
+    const Moments b = scan(base + offset, row);
+    m.sum += b.sum;
+    m.sumsq += b.sumsq;
+    m.max = std::max(m.max, b.max);
+    m.min = std::min(m.min, b.min);
+    for (int64_t d = dims - 2; d >= 0; --d) {  // the next row's index, last dimension first
+      if (++index[static_cast<size_t>(d)] < t.size(d)) break;
+      index[static_cast<size_t>(d)] = 0;
+    }
+  }
+  if (!std::isfinite(m.sum) || !std::isfinite(m.sumsq)) return std::nullopt;
+  return m;
+}
+
+template <typename T>
+Summary cpu_summary(const at::Tensor& t) {
+  const int64_t n = t.numel();
+  if (const T* p = dense_block<T>(t)) return summarize(p, n, scan(p, n));
+  if (std::optional<Moments> m = scan_rows<T>(t)) {
+    return {m->max, m->min, m->sum / static_cast<double>(n), std::sqrt(m->sumsq)};
+  }
+  const at::Tensor c = t.contiguous();
   const T* p = c.data_ptr<T>();
-  const int64_t n = c.numel();
   return summarize(p, n, scan(p, n));
 }
 
 bool cpu_fast_path(const at::Tensor& t, Summary& out) {
   if (generic_statistics_forced()) return false;
   if (t.device().type() != at::kCPU || t.layout() != at::kStrided) return false;
-  const at::Tensor c = t.is_contiguous() ? t : t.contiguous();
-  switch (c.scalar_type()) {
+  switch (t.scalar_type()) {
     case at::kFloat:
-      out = cpu_summary<float>(c);
+      out = cpu_summary<float>(t);
       return true;
     case at::kHalf:
-      out = cpu_summary<at::Half>(c);
+      out = cpu_summary<at::Half>(t);
       return true;
     case at::kBFloat16:
-      out = cpu_summary<at::BFloat16>(c);
+      out = cpu_summary<at::BFloat16>(t);
       return true;
     case at::kDouble:
-      out = cpu_summary<double>(c);
+      out = cpu_summary<double>(t);
       return true;
     case at::kLong:
-      out = cpu_summary<int64_t>(c);
+      out = cpu_summary<int64_t>(t);
       return true;
     case at::kInt:
-      out = cpu_summary<int32_t>(c);
+      out = cpu_summary<int32_t>(t);
       return true;
     case at::kShort:
-      out = cpu_summary<int16_t>(c);
+      out = cpu_summary<int16_t>(t);
       return true;
     case at::kChar:
-      out = cpu_summary<int8_t>(c);
+      out = cpu_summary<int8_t>(t);
       return true;
     case at::kByte:
-      out = cpu_summary<uint8_t>(c);
+      out = cpu_summary<uint8_t>(t);
       return true;
     default:
       return false;
   }
+}
+
+// A CPU bool tensor's any() and all() read in place: masks are built on every step, and the two
+// reductions, a stack and a copy cost more than the mask. Nothing for other devices or layouts.
+std::optional<std::pair<bool, bool>> cpu_any_all(const at::Tensor& t) {
+  if (generic_statistics_forced() || t.device().type() != at::kCPU || t.layout() != at::kStrided) {
+    return std::nullopt;
+  }
+  const uint8_t* p = dense_block<uint8_t>(t);
+  if (!p) return std::nullopt;
+  bool any = false, all = true;
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+    any |= p[i] != 0;
+    all &= p[i] != 0;
+  }
+  return std::make_pair(any, all);
 }
 
 bool has_statistics(const at::Tensor& t) {
@@ -428,6 +489,12 @@ Entry tensor_stats_entry(const at::Tensor& t, PendingStats* pending) {
     return e;
   }
   if (t.scalar_type() == at::kBool) {
+    if (const auto any_all = cpu_any_all(t)) {
+      e.max = Scalar::of_bool(any_all->first);
+      e.min = Scalar::of_bool(any_all->second);
+      e.mean = e.norm = Scalar::null();
+      return e;
+    }
     const at::Tensor x = t.detach();
     const at::Tensor packed = at::stack({x.any(), x.all()}).cpu();
     if (!x.is_cpu()) count_host_sync();
