@@ -7,6 +7,13 @@ module as msprobe writes it, runs `check` on it --repeat times, and prints MB/s 
     /usr/bin/python3 bench/check_throughput.py [--calls N] [--gb G] [--repeat R] [--bin build/bin/msprobe-cpp]
 
 With --gb 4 it shows that check streams: peak RSS stays flat while the file grows.
+
+--from-model NAME dumps NAME of the real-model zoo (tests/python/real_models.py) instead, task
+statistics for --steps steps at --level, with the python that runs this script, and times check
+on that folder (every step's dump.json; the size is their sum). The Hugging Face models need the
+torch 2 venv:
+
+    build-torch2/venv/bin/python bench/check_throughput.py --from-model hf_llama_sdpa --level mix
 """
 import argparse
 import json
@@ -112,6 +119,27 @@ def run_check(binary: str, path: pathlib.Path, *options: str) -> tuple:
     return elapsed, maxrss_kib * 1024  # ru_maxrss is in KiB on Linux
 
 
+def check_model_dump(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "python"))
+    sys.path.insert(0, os.environ.get("MSPROBE_CPP_PACKAGE_ROOT", str(ROOT / "python")))
+    import msprobe_cpp
+    import real_models
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = pathlib.Path(args.keep or tmp) / "dump"
+        t0 = time.perf_counter()
+        debugger = msprobe_cpp.PrecisionDebugger(task="statistics", dump_path=str(folder), level=args.level,
+                                                 step=list(range(args.steps)))
+        real_models.run(args.from_model, debugger=debugger, steps=args.steps)
+        files = sorted(folder.rglob("dump.json"))
+        size = sum(f.stat().st_size for f in files)
+        print(f"{args.from_model} at {args.level}: {len(files)} dump.json files, {size / 1e6:.1f} MB in "
+              f"{time.perf_counter() - t0:.1f} s")
+        results = [run_check(args.bin, folder, "--format", args.format) for _ in range(args.repeat)]
+        best = min(r[0] for r in results)
+        print(f"check: best of {args.repeat}: {best:.3f} s = {size / 1e6 / best:.0f} MB/s "
+              f"(all runs: {', '.join(f'{r[0]:.3f}' for r in results)} s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=120000)
@@ -122,8 +150,14 @@ def main() -> None:
                     help="share of records with an anomalous output (0.15: ~36 MB of findings in 600 MB)")
     ap.add_argument("--format", default="json", choices=("json", "text"))
     ap.add_argument("--bin", default=str(ROOT / "build" / "bin" / "msprobe-cpp"))
+    ap.add_argument("--from-model", help="a real-model zoo name: check its own dump, not a generated one")
+    ap.add_argument("--level", default="mix", help="--from-model: the dump's level")
+    ap.add_argument("--steps", type=int, default=20, help="--from-model: steps dumped")
     ap.add_argument("--generate-to", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.from_model:
+        check_model_dump(args)
+        return
     ANOMALOUS[0] = args.anomalous
     if args.generate_to:
         print(generate(pathlib.Path(args.generate_to), args.calls, int(args.gb * 1e9)))
