@@ -21,6 +21,8 @@ std::string percent(double fraction) {
 }  // namespace
 
 double largest_16bit(const std::string& dtype) {
+  // Asked of every output of every hooked call: "torch.float32" and the like end in "32" or "64".
+  if (dtype.size() < 2 || dtype.back() != '6') return 0.0;
   if (dtype == "torch.float16") return 65504.0;
   if (dtype == "torch.bfloat16") return 3.3895313892515355e38;
   return 0.0;

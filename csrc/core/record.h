@@ -156,7 +156,12 @@ struct Entry {
   std::vector<Entry> items;
   std::vector<std::string> keys;
 
-  bool is_tensor() const { return kind == Kind::Object && type == "torch.Tensor"; }
+  // Asked of every entry several times per hooked call: the length is compared first.
+  bool is_tensor() const {
+    constexpr char kTensor[] = "torch.Tensor";
+    return kind == Kind::Object && type.size() == sizeof(kTensor) - 1 &&
+           std::memcmp(type.data(), kTensor, sizeof(kTensor) - 1) == 0;
+  }
   bool has_items() const { return kind == Kind::List || kind == Kind::Map; }
 
   static Entry null_entry() { return Entry{}; }
