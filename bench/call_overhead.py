@@ -16,6 +16,9 @@ a step stay a step's worth, and the writer's cost is not in the figure:
   against `torch.sum` on the same 8M-element buffer, without a hooked call around it.
 Each figure is the best of --repeats timings in each of --rounds rounds (plain, then hooked), to
 keep a noisy machine's worst moments out.
+
+On torch 2.x it also prints what the Python wrapper that compile_seam.py replaced would cost
+(api_hooks._compile_aware around the unhooked torch.add): the lever's effect, measured apart.
 """
 from __future__ import annotations
 
@@ -79,6 +82,10 @@ def main() -> int:
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="call_overhead_"))
     chain = 300
 
+    from msprobe_cpp import api_hooks
+    probe = api_hooks.compiling_probe()
+    wrapped_add = api_hooks._compile_aware(torch.add, torch.add, probe) if probe is not None else None
+    wrapper_time = math.inf
     plain_fwd = plain_fb = plain_scan = sum_time = kernel_time = math.inf
     hooked_fwd = hooked_fb = hooked_scan = math.inf
     # Rounds of plain-then-hooked blocks, best of each kept: a slow spell of a shared machine then
@@ -86,6 +93,13 @@ def main() -> int:
     for _ in range(args.rounds):
         plain_fwd = min(plain_fwd, best(forward_only(args.calls), args.repeats) / args.calls)
         plain_fb = min(plain_fb, best(forward_backward(chain), args.repeats) / chain)
+        if wrapped_add is not None:
+            a, b = torch.randn(4), torch.randn(4)
+
+            def through_wrapper() -> None:
+                for _ in range(args.calls):
+                    wrapped_add(a, b)
+            wrapper_time = min(wrapper_time, best(through_wrapper, args.repeats) / args.calls)
         plain_scan = min(plain_scan, best(lambda: big.mul_(1.0), args.repeats))
         sum_time = min(sum_time, best(lambda: torch.sum(big), args.repeats))
         kernel_time = min(kernel_time, best(lambda: msprobe_cpp._C._tensor_statistics(big), args.repeats))
@@ -120,6 +134,9 @@ def main() -> int:
           f"+{1e6 * (hooked_fb - plain_fb):.2f} us per call (target <= 2.0)")
     print(f"statistics scan (mul_, 8M f32): +{1e3 * (hooked_scan - plain_scan):.2f} ms = {scan_rate / 1e9:.1f} GB/s; "
           f"torch.sum reads {sum_rate / 1e9:.1f} GB/s: {scan_rate / sum_rate:.2f}x (target >= 0.8)")
+    if wrapped_add is not None:
+        print(f"torch 2.x Python wrapper (not used where compile_seam applies): "
+              f"+{1e6 * (wrapper_time - plain_fwd):.2f} us per call")
     kernel_rate = big.numel() * big.element_size() / kernel_time
     print(f"statistics kernel alone (8M f32): {kernel_rate / 1e9:.1f} GB/s: {kernel_rate / sum_rate:.2f}x torch.sum")
     return 0
