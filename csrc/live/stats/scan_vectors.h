@@ -1,4 +1,4 @@
-// The vector types and per-CPU clones of the statistics scans (tensor_stats.cpp,
+// The vector types and per-CPU clones of the statistics scans (cpu_summary.cpp,
 // nonfinite_scan.cpp).
 #pragma once
 
