@@ -8,8 +8,12 @@
 #include "bind/bindings.h"
 #include "core/config.h"
 #include "live/capture/call_values.h"
+#include "live/capture/held_data.h"
+#include "live/capture/is_tensor.h"
 #include "live/overflow/python_objects.h"
 #include "live/overflow/python_side.h"
+#include "live/overflow/call_arguments.h"
+#include "live/session/resolve_deferred.h"
 #include "live/session/session.h"
 
 namespace py = pybind11;
@@ -152,8 +156,12 @@ void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
                              "The 16-bit call sites said to near their dtype's range.")
       .def(
           "add_model_tensor",
-          [](Session& s, const std::string& name, const at::Tensor& t, bool buffer) {
-            s.guard().models().add(name, t, buffer);
+          [](Session& s, const std::string& name, py::handle tensor, bool buffer) {
+            if (!is_tensor(tensor.ptr())) throw py::type_error("add_model_tensor: not a tensor");
+            // A DTensor parameter by its shard: what the hooks see of it (call_values).
+            py::object held = held_tensor_object(tensor.ptr());
+            s.guard().models().add(name, THPVariable_Unpack(held ? held.ptr() : tensor.ptr()),
+                                   buffer);
           },
           py::arg("name"), py::arg("tensor"), py::arg("buffer"),
           "A parameter (or buffer) of a started model, by its qualified name.")
@@ -195,7 +203,12 @@ void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
           "stop_for_peer",
           [](Session& s, int rank, int64_t step, const std::string& call,
              const std::string& origin) {
-            flush_deferred(s);
+            // The watcher thread's call: the batch still queued is judged into the step's
+            // records and report, but what it would tell or raise is not acted on here: no user
+            // code (on_overflow) and no raise on that thread, which must live to acknowledge.
+            // This rank raises the peer's stop at its next hooked call.
+            resolve_deferred(s);
+            raising_call_arguments().reset();  // kept for a replay that is not made here
             return s.stop_for_peer(PeerOverflow{rank, step, call, origin});
           },
           py::arg("rank"), py::arg("step"), py::arg("call"), py::arg("origin"),

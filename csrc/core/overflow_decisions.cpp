@@ -223,7 +223,9 @@ DumpDecision OverflowDecisions::dump_step(bool flagged, bool peer_stop, int64_t 
     d.dump = true;
     return d;
   }
-  if (!flagged) return d;
+  // A finding told without a judged call (the optimizer-step gate) flags the step too: its
+  // message names the folder.
+  if (!flagged && !step_overflow_) return d;
   if (skipped_by_scaler_ && !options_.dump_skipped_steps) return d;
   if (!budget_left()) {
     if (!said_no_more_dumps_) {

@@ -34,9 +34,9 @@ from . import _C
 from . import log
 from .errors import DistributedStopError, Overflow, OverflowError
 
-KEY = "msprobe_cpp/stop"
-SEEN = "msprobe_cpp/stop_seen"
-PUBLISHED = "msprobe_cpp/stop_published"  # a counter: add(0) reads it without a wait
+KEY = "stop"
+SEEN = "stop_seen"
+PUBLISHED = "stop_published"  # a counter: add(0) reads it without a wait
 ACK_WAIT_S = 5.0
 # How often the watcher looks for the key. A look (add(PUBLISHED, 0): torch 1.13's TCPStore has
 # no check()) is one store round trip that never times out: a blocking wait that times out and is renewed makes torch 2.x's c10d log two
@@ -57,6 +57,15 @@ def is_collective_failure(error: BaseException) -> bool:
 def active() -> Optional["PeerStop"]:
     """The live debugger's coordinator, or None outside torch.distributed."""
     return _active
+
+
+def key_prefix() -> str:
+    """The tool's keys belong to one attempt of one run: torchrun's agent keeps its store across
+    restarts, and an attempt must not read the stop of the attempt before it."""
+    run = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run is None:
+        return "msprobe_cpp/"
+    return f"msprobe_cpp/{run}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
 
 
 def _store_address() -> Optional[Tuple[str, int]]:
@@ -114,6 +123,10 @@ class PeerStop:
         self._watch_store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(hours=1))
         self._rank = dist.get_rank()
         self._world = dist.get_world_size()
+        prefix = key_prefix()
+        self._key, self._seen_key, self._published_key = prefix + KEY, prefix + SEEN, prefix + PUBLISHED
+        self._claim_key = prefix + "stop_claimed"
+        self._in_prefix = prefix + "in/"
         self.peer: Optional[Dict[str, Any]] = None  # the stopping rank's facts, once seen
         self._seen = threading.Event()
         self._store_gone = threading.Event()  # the store's host left: no stop can come any more
@@ -157,18 +170,39 @@ class PeerStop:
         facts = {"rank": self._rank, "step": overflow.step, "call": overflow.call,
                  "origin": overflow.origin, "scene": overflow.scene, "level": overflow.level}
         try:
-            self._store.set(KEY, json.dumps(facts))
-            self._store.add(PUBLISHED, 1)  # what the watchers look at
+            # One stop is the run's, the same on every run: the rank whose own data or op made
+            # the NaN/inf. A rank that got it through a collective (origin peer) leaves it to the
+            # rank that fed it, which stops at that collective too (going into one is damage).
+            if overflow.origin == "peer" and self._someone_published():
+                return
+            if self._store.add(self._claim_key, 1) > 1:
+                return  # two ranks stopped at once: the first to claim is the run's stop
+            self._store.set(self._key, json.dumps(facts))
+            self._store.add(self._published_key, 1)  # what the watchers look at
             deadline = time.monotonic() + ACK_WAIT_S
-            while self._store.add(SEEN, 0) < self._world - 1 and time.monotonic() < deadline:
+            while self._store.add(self._seen_key, 0) < self._world - 1 and time.monotonic() < deadline:
                 time.sleep(0.01)
         except Exception:  # noqa: BLE001 - a broken store must not hide this rank's own stop
             pass
 
+    def _someone_published(self) -> bool:
+        """Whether another rank's stop is, or within a few seconds is, published."""
+        deadline = time.monotonic() + ACK_WAIT_S
+        while self._store.add(self._published_key, 0) == 0:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     # --- collectives: where a NaN/inf that arrived through one came from ---
 
     def _input_key(self, call: str) -> str:
-        return f"msprobe_cpp/in/{self._session.current_step}/{call}"
+        # A send tells "p2p>DST", the receive that pairs with it asks "p2p<SRC": one key.
+        if call.startswith("p2p>"):
+            call = f"p2p/{self._rank}/{call[4:]}"
+        elif call.startswith("p2p<"):
+            call = f"p2p/{call[4:]}/{self._rank}"
+        return f"{self._in_prefix}{self._session.current_step}/{call}"
 
     def mark_collective_input(self, call: str) -> None:
         """This rank's input to `call` held NaN/inf; set before the collective runs, so any rank
@@ -194,20 +228,22 @@ class PeerStop:
     def _watch(self) -> None:
         while not self._closing.is_set():
             try:
-                if self._watch_store.add(PUBLISHED, 0) == 0:
+                if self._watch_store.add(self._published_key, 0) == 0:
                     self._closing.wait(WAIT_PERIOD_S)
                     continue  # no stop yet: look again, unless closing
-                facts = json.loads(self._watch_store.get(KEY))
+                facts = json.loads(self._watch_store.get(self._key))
             except Exception:  # noqa: BLE001
                 self._store_gone.set()
                 return  # the store is gone: the run ended
             if facts.get("rank") != self._rank:
                 self.peer = facts
                 self._session.set_peer_stopped()
-                if self._session.current_step >= int(facts["step"]):
+                # A rank that stopped itself has its evidence on disk already: its step ended,
+                # and a write now would be an empty next step.
+                if self._stopped_here is None and self._session.current_step >= int(facts["step"]):
                     self._write_evidence()  # before the stopping rank may leave
                 try:
-                    self._watch_store.add(SEEN, 1)
+                    self._watch_store.add(self._seen_key, 1)
                 except Exception:  # noqa: BLE001
                     pass
                 _abort_nccl()
@@ -266,7 +302,7 @@ class PeerStop:
 
     def _published(self) -> bool:
         try:
-            return self._store.add(PUBLISHED, 0) > 0
+            return self._store.add(self._published_key, 0) > 0
         except Exception:  # noqa: BLE001 - the store is gone: no stop can be read any more
             return False
 

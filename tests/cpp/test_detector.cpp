@@ -209,6 +209,18 @@ TEST(Filter, KwargsByName) {
   EXPECT_FALSE(judge_one(fwd("Distributed.recv.0.forward", nan_t(), clean())));
 }
 
+// Issue 42: the received data is a collective's output; a rule about the buffer's old contents
+// does not excuse NaN/inf that arrived from a peer (outside compat mode).
+TEST(Filter, WhatACollectiveReceivedIsNotExcusedByItsBufferRule) {
+  const std::string received = fwd("Distributed.recv.0.forward", clean(), nan_t());
+  auto f = judge_one(received);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->scene, Scene::InputNormalOutputAnomaly);
+  EXPECT_TRUE(judge_one(fwd("Distributed.all_gather_into_tensor.0.forward",
+                            clean() + ", " + clean(), inf_t())));
+  EXPECT_FALSE(judge_one(received, true));  // compat: msprobe 1.1.1's filter, vacuous as it is
+}
+
 TEST(Filter, NestedListsAreIgnoredByTheFilterButSeenByTheScenes) {
   // all_gather ignores input 0. Input 1 is a list holding NaN: the scene sees an input anomaly,
   // but msprobe 1.1.1's filter does not look into lists, so the rule still covers the call.

@@ -456,5 +456,23 @@ TEST_F(Decisions, AnAbsorbedStepDoesNotUseUpOverflowNums) {
   EXPECT_FALSE(d.budget_left());
 }
 
+// Issue 42: a stop found only by the optimizer-step gate names a dump folder; the step must then
+// be written although no judged call flagged it.
+TEST_F(Decisions, AnOptimizerGateStopDumpsItsStep) {
+  OverflowDecisions d(options);
+  d.new_step();
+  const std::optional<OverflowEvent> e = d.optimizer_gradients(
+      {"fc.weight"}, OverflowDecisions::GradientSource{}, [] { return OverflowFacts{}; });
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->raise);
+  EXPECT_TRUE(d.dump_step(false, false, 0).dump);
+}
+
+TEST_F(Decisions, AStepWithNothingToldIsNotDumped) {
+  OverflowDecisions d(options);
+  d.new_step();
+  EXPECT_FALSE(d.dump_step(false, false, 0).dump);
+}
+
 }  // namespace
 }  // namespace msprobe

@@ -9,6 +9,7 @@
 #include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include "live/capture/held_data.h"
 #include "live/capture/is_tensor.h"
 
 namespace py = pybind11;
@@ -212,20 +213,6 @@ bool mapping_fields(PyObject* o, Fields& out) {
   return true;
 }
 
-// A DTensor (FSDP2's parameters and gradients) holds no data of its own: its statistics would be
-// collectives, made inside a hook. This rank's shard stands for it (nothing else does: an
-// overflow is judged where a rank holds it).
-py::object local_shard(PyObject* obj, const at::Tensor& t) {
-  if (!t.key_set().has(c10::DispatchKey::Python)) return py::object();
-  PyObject* shard = PyObject_GetAttrString(obj, "_local_tensor");
-  if (!shard) {
-    PyErr_Clear();
-    return py::object();
-  }
-  py::object owned = py::reinterpret_steal<py::object>(shard);
-  return is_tensor(shard) && shard != obj ? owned : py::object();
-}
-
 // The one walk over a Python value: its entry (unless `options` is null) and, with `live`, its
 // tensors in the depth-first order of the entry's tensor leaves, so an anomalous entry can be
 // traced back to the tensor object that carried it.
@@ -233,8 +220,10 @@ Entry walk(PyObject* obj, const EntryOptions* options, const std::string& stem, 
            LiveArg* live) {
   if (is_tensor(obj)) {
     const at::Tensor& t = THPVariable_Unpack(obj);
-    if (py::object shard = local_shard(obj, t))
-      return walk(shard.ptr(), options, stem, depth, live);
+    // A DTensor (tensor parallel, FSDP2) is judged by this rank's shard: nothing else is read
+    // without a collective, and an overflow is judged where a rank holds it.
+    if (py::object held = held_tensor_object(obj))
+      return walk(held.ptr(), options, stem, depth, live);
     if (live) (depth == 0 ? live->tensor : live->items.emplace_back()) = t;
     return options ? tensor_entry(t, *options, stem) : Entry();
   }

@@ -98,7 +98,20 @@ NodePtr new_grad_fn(PyObject* result, const std::vector<const torch::autograd::N
 // unpacking would copy both on every call.
 py::object ApiHook::call_original(PyObject* args, PyObject* kwargs) const {
   PyObject* result = PyObject_Call(original_.ptr(), args, kwargs);
-  if (!result) throw py::error_already_set();
+  if (!result) {
+    // A collective inside the call that no hook sees (a DTensor's, made in C++) failed because
+    // a peer stopped and left: that stop is the reason, raised as such (peer_stop.py's check
+    // raises it, or DistributedStopError after this rank's own stop). Anything else goes through.
+    if (PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+      std::shared_ptr<Session> session = current_session();
+      if (session && session->peer_stop().stopped()) {
+        py::error_already_set original;  // fetched: the check runs with no error set
+        raise_peer_stop(*session);
+        throw original;
+      }
+    }
+    throw py::error_already_set();
+  }
   return py::reinterpret_steal<py::object>(result);
 }
 
@@ -210,9 +223,11 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
     describe_inputs(call, watching ? &live : nullptr, args, kwargs, options);
   call.stack = session.capture_stack();
   call.parent = enclosing_module();
+  const std::string sent_key = watching ? sent_input_key(api_, args, kwargs) : std::string();
   const bool collective_input_anomaly =
-      written_.index >= 0 && watching && holds_any_anomaly(call.record);
-  if (collective_input_anomaly) mark_anomalous_collective_input(session, name);
+      (written_.index >= 0 || !sent_key.empty()) && watching && holds_any_anomaly(call.record);
+  if (collective_input_anomaly)
+    mark_anomalous_collective_input(session, sent_key.empty() ? name : sent_key);
 
   py::object result;
   {
@@ -230,14 +245,17 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
   if (!sel.forward) return result;
   // An in-place collective's result is in its buffer (when it ran synchronously: an async one's
   // buffer is not ready until its work is waited for).
-  py::handle written = result.is_none() ? written_buffer(written_, args, kwargs) : py::handle();
+  py::handle written = result.is_none() || written_.returns_source
+                           ? written_buffer(written_, args, kwargs)
+                           : py::handle();
   py::object outputs = written ? py::object(py::make_tuple(written)) : result;
   if (sel.outputs) {
     call.record.outputs = item_entries(outputs.ptr(), options, options.stem(name, "output"),
                                        watching ? &live.outputs : nullptr);
   }
   if (written && watching && !collective_input_anomaly && holds_any_anomaly(call.record)) {
-    call.peer_rank = anomalous_collective_input_rank(session, name);
+    const std::string key = written_.returns_source ? received_key(result.ptr()) : name;
+    if (!key.empty()) call.peer_rank = anomalous_collective_input_rank(session, key);
   }
   const CallArguments arguments{&name, original_.ptr(), args, kwargs};
   CallArgumentsScope current(watching ? &arguments : current_call_arguments());

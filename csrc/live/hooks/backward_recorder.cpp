@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/function_hook.h>
 
+#include "live/capture/held_data.h"
 #include "live/capture/live_tensors.h"
 #include "live/capture/tensor_entry.h"
 #include "live/hooks/submit.h"
@@ -18,9 +19,12 @@ std::vector<Entry> grad_entries(const variable_list& grads, const EntryOptions& 
   std::vector<Entry> out;
   out.reserve(grads.size());
   for (size_t i = 0; i < grads.size(); ++i) {
-    out.push_back(grads[i].defined() ? tensor_entry(grads[i], options, options.item_stem(stem, i))
-                                     : Entry::null_entry());
-    if (live) live->push_back(LiveArg{grads[i], {}});
+    // A DTensor's gradient (tensor parallel) by this rank's shard, as its forward was.
+    const at::Tensor held = held_tensor(grads[i]);
+    const at::Tensor& grad = held.defined() ? held : grads[i];
+    out.push_back(grad.defined() ? tensor_entry(grad, options, options.item_stem(stem, i))
+                                 : Entry::null_entry());
+    if (live) live->push_back(LiveArg{grad, {}});
   }
   return out;
 }

@@ -28,7 +28,7 @@ WrittenArgument written_argument(const std::string& api) {
       {"all_to_all_single", {0, "output"}},
       {"scatter", {0, "tensor"}},
       {"gather", {1, "gather_list"}},
-      {"recv", {0, "tensor"}},
+      {"recv", {0, "tensor", false, true}},
   };
   for (const Row& r : kRows) {
     if (name == r.name) return r.arg;
@@ -41,6 +41,34 @@ pybind11::handle written_buffer(const WrittenArgument& w, PyObject* args, PyObje
   if (w.index < PyTuple_GET_SIZE(args)) return PyTuple_GET_ITEM(args, w.index);
   if (kwargs) return PyDict_GetItemString(kwargs, w.keyword);
   return {};
+}
+
+namespace {
+
+std::string rank_text(PyObject* rank) {
+  if (!rank || !PyLong_Check(rank)) return "";
+  const long r = PyLong_AsLong(rank);
+  if (r == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return "";
+  }
+  return std::to_string(r);
+}
+
+}  // namespace
+
+std::string sent_input_key(const std::string& api, PyObject* args, PyObject* kwargs) {
+  if (api != "Distributed.send") return "";
+  PyObject* dst = PyTuple_GET_SIZE(args) > 1 ? PyTuple_GET_ITEM(args, 1)
+                  : kwargs                   ? PyDict_GetItemString(kwargs, "dst")
+                                             : nullptr;
+  const std::string r = rank_text(dst);
+  return r.empty() ? r : "p2p>" + r;
+}
+
+std::string received_key(PyObject* source) {
+  const std::string r = rank_text(source);
+  return r.empty() ? r : "p2p<" + r;
 }
 
 }  // namespace msprobe

@@ -331,8 +331,12 @@ Judgement OverflowWatch::apply_damage_rule(const CallRecord& rec, const LiveTens
                                            Verdict& v, int& held_in, const std::string& written,
                                            bool from_peer) {
   if (held_in >= 0) {
-    std::string how =
-        v.finding->scene == Scene::InputAnomalyOutputNormal ? std::string() : damage(rec, live);
+    // Finite outputs absorbed it, unless the call carried it to another rank (a send, whose
+    // output is nothing): going into a collective is damage whatever comes out.
+    const bool collective = rec.name.rfind("Distributed.", 0) == 0;
+    std::string how = v.finding->scene == Scene::InputAnomalyOutputNormal && !collective
+                          ? std::string()
+                          : damage(rec, live);
     if (!written.empty()) how = written;
     if (how.empty()) return Judgement::Held;
     HeldOrigin& h = held_[static_cast<size_t>(held_in)];
@@ -401,7 +405,9 @@ Judgement OverflowWatch::classify(const CallRecord& rec, const LiveTensors& live
       v.note = std::move(t.note);
       // Foreign NaN/inf that this call turned into finite outputs: absorbed, not an origin.
       // A running statistic is the model's state: NaN/inf there is damage done, never absorbed.
-      if (t.origin && f.scene == Scene::InputAnomalyOutputNormal && !t.running_stat) {
+      // Nor is NaN/inf sent to another rank (a send returns nothing).
+      if (t.origin && f.scene == Scene::InputAnomalyOutputNormal && !t.running_stat &&
+          rec.name.rfind("Distributed.", 0) != 0) {
         judgement = Judgement::Absorbed;
       }
     }

@@ -184,7 +184,12 @@ py::dict overflow_fields(const OverflowFacts& facts, bool has_call) {
   kw["not_replayed"] =
       facts.not_replayed.empty() ? py::object(py::none()) : py::str(facts.not_replayed);
   kw["message"] = facts.message();
+  // A peer's stop fills these (peer_stop.py), a collective's result a peer fed fills
+  // peer_rank; every other stop has them too, so that every documented field of OverflowError
+  // reads the same way on every stop.
   kw["peer_stop"] = false;
+  kw["peer_rank"] = facts.peer_rank ? py::object(py::int_(*facts.peer_rank)) : py::none();
+  kw["peer_step"] = py::none();
   return kw;
 }
 

@@ -49,6 +49,7 @@ OverflowFacts OverflowGuard::facts_of(const StepState& s, const StoredCall& call
   facts.finding = *v.finding;
   facts.origin = v.origin;
   facts.parameter = v.parameter;
+  if (v.origin == Origin::Peer) facts.peer_rank = call.peer_rank;
   facts.note = v.note;
   facts.absorbed = v.judgement == Judgement::Absorbed;
   // A backward call's forward module names it better than the module backward it ran inside.
@@ -154,14 +155,18 @@ std::optional<OverflowEvent> OverflowGuard::judge_optimizer_gradients(const std:
     OverflowDecisions::GradientSource source;
     source.reduced = reduced;
     source.compiled = s.watch && s.watch->compiled_region_ran();
-    return s.decisions->optimizer_gradients(std::move(bad), source, [&] {
-      OverflowFacts f;
-      f.finding.call = "(before " + optimizer + ".step)";
-      f.step = s.step;
-      f.rank = s.rank < 0 ? 0 : s.rank;
-      if (s.decisions->budget_left()) f.dump_dir = paths_.dir_of(s);
-      return f;
-    });
+    std::optional<OverflowEvent> event =
+        s.decisions->optimizer_gradients(std::move(bad), source, [&] {
+          OverflowFacts f;
+          f.finding.call = "(before " + optimizer + ".step)";
+          f.step = s.step;
+          f.rank = s.rank < 0 ? 0 : s.rank;
+          if (s.decisions->budget_left()) f.dump_dir = paths_.dir_of(s);
+          return f;
+        });
+    // Written even when no call of the step was recorded: the message names its folder.
+    if (event) s.dirty = true;
+    return event;
   });
 }
 

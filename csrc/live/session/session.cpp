@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include "live/capture/flagged_evidence.h"
@@ -52,12 +53,25 @@ void check_writable(const std::string& path, const std::string& source) {
   }
 }
 
+// torchrun's restarts run the same steps again in the same dump_path: attempt N > 0 of an
+// elastic run writes under <dump_path>/attempt<N>/, so that it never replaces the evidence of the
+// attempt that failed (docs/debugger.md, "Large-scale training"). Attempt 0, and a run outside
+// torchrun, keep msprobe's layout.
+std::string attempt_folder() {
+  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  if (!restarts || !*restarts) return "";
+  char* end = nullptr;
+  const long n = std::strtol(restarts, &end, 10);
+  return (*end == '\0' && n > 0) ? "/attempt" + std::to_string(n) : "";
+}
+
 SessionPaths session_paths(const Config& config, std::string package_dir, std::string library_dir,
                            const std::string& source) {
   std::error_code ec;
   const auto abs = std::filesystem::absolute(config.dump_path, ec);
   std::string root = ec ? config.dump_path : abs.lexically_normal().string();
   while (root.size() > 1 && root.back() == '/') root.pop_back();
+  root += attempt_folder();
   check_writable(root, source);
   return SessionPaths{std::move(package_dir), std::move(library_dir), std::move(root)};
 }

@@ -4,6 +4,7 @@
 #include "live/stats/device_stats.h"
 #include "live/stats/nonfinite_facts.h"
 #include "live/stats/pending_stats.h"
+#include "live/stats/readable.h"
 
 #include <algorithm>
 #include <atomic>
@@ -122,6 +123,9 @@ Entry tensor_stats_entry(const at::Tensor& t, PendingStats* pending) {
     e.mean = e.norm = Scalar::null();
     return e;
   }
+  // Never dereferenced where there is nothing to read: tensor_entry turns this into null
+  // statistics and the warning's reason.
+  if (std::string why = unreadable_reason(t); !why.empty()) throw std::runtime_error(why);
   Summary s;
   if (!cpu_fast_path(t, s)) {
     if (pending) {
