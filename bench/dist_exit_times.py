@@ -103,14 +103,17 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--cases", default="ab", help="which scenarios: a, b or ab (default)")
     args = ap.parse_args()
     import torch
     label = args.torch_label or torch.__version__
     figures: Dict[str, List[dict]] = {}
     for _ in range(args.repeats):  # interleaved: a machine's slow moment spreads over every case
         for tool in (False, True):
-            figures.setdefault(f"a/{tool}", []).append(store_host_killed(args.ranks, tool))
-            figures.setdefault(f"b/{tool}", []).append(op_overflow(args.ranks, tool))
+            if "a" in args.cases:
+                figures.setdefault(f"a/{tool}", []).append(store_host_killed(args.ranks, tool))
+            if "b" in args.cases:
+                figures.setdefault(f"b/{tool}", []).append(op_overflow(args.ranks, tool))
     print(f"torch {label} ({torch.__version__}), {args.ranks} gloo ranks on CPU, {args.repeats} repeats; "
           f"seconds, median [min .. max]")
     print(f"{'scenario':56s} {'without the tool':28s} {'with the tool (overflow_check L1)':28s}")
@@ -118,10 +121,14 @@ def main() -> None:
             ("(b) op overflow on rank 0: raise -> last exit", "b", "seconds"),
             ("(b) op overflow on rank 0: fault -> last exit", "b", "from_fault")]
     for name, key, field in rows:
+        if key not in args.cases:
+            continue
         cells = [summary([f[field] for f in figures[f"{key}/{tool}"]]) for tool in (False, True)]
         print(f"{name:56s} {cells[0]:28s} {cells[1]:28s}")
     print("how the ranks ended (first repeat):")
     for key, what in (("a", "(a) survivors"), ("b", "(b) every rank")):
+        if key not in args.cases:
+            continue
         for tool in (False, True):
             print(f"  {what}, {'with' if tool else 'without'} the tool: {figures[f'{key}/{tool}'][0]['endings']}")
     if args.json:

@@ -159,6 +159,26 @@ _UNWRITTEN_MAKERS = [(torch, "empty"), (torch, "empty_like"), (torch, "empty_str
                      (torch.Tensor, "new_empty"), (torch.Tensor, "new_empty_strided")]
 
 
+# FSDP1 frees its unsharded flat parameter's storage after each use and allocates it again with
+# _alloc_storage (a storage resize_, no torch.empty) before the all-gather fills it: the same
+# leftover memory, split by torch.chunk for gloo's all_gather while it is still unwritten. The
+# modules that imported it, by torch version.
+_STORAGE_ALLOCATORS = ["torch.distributed.fsdp._flat_param", "torch.distributed.fsdp.flat_param"]
+
+
+def _marking_allocated_storage(original: Any) -> Callable[..., Any]:
+    mark = _C.mark_unwritten
+
+    def wrapper(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        done = original(tensor, *args, **kwargs)
+        mark(tensor)
+        return done
+    wrapper.__name__ = getattr(original, "__name__", "wrapper")
+    wrapper.__qualname__ = getattr(original, "__qualname__", wrapper.__name__)
+    wrapper.__doc__ = getattr(original, "__doc__", None)
+    return wrapper
+
+
 def _marking_unwritten(original: Any, is_compiling: Optional[Callable[[], bool]]) -> Callable[..., Any]:
     mark = _C.mark_unwritten
 
@@ -226,6 +246,11 @@ class ApiHooks:
                 original = getattr(owner, attr, None)
                 if original is not None:
                     self._replace(owner, attr, original, _marking_unwritten(original, is_compiling))
+            for module_name in _STORAGE_ALLOCATORS:
+                module = sys.modules.get(module_name)  # imported by the program's FSDP, if any
+                original = getattr(module, "_alloc_storage", None)
+                if original is not None:
+                    self._replace(module, "_alloc_storage", original, _marking_allocated_storage(original))
 
     def _replace(self, owner: Any, attr: str, original: Any, wrapper: Any) -> None:
         # Tensor methods usually live in torch._C._TensorBase, not in torch.Tensor's own

@@ -335,6 +335,15 @@ class PrecisionDebugger:
         except Exception as e:  # noqa: BLE001 - the interpreter is ending: say it, raise nothing
             log.warn(f"the step started last could not be written at exit: {e}")
 
+    def _let_go_of_models(self) -> None:
+        """At exit: the program's models are no longer kept alive by the class's debugger, so
+        they go when the program's own names go. A DDP model holds its process group: kept to
+        the interpreter's last collection, its connections stayed open, and the ranks still
+        waiting on this one in a collective waited that long (issue 42)."""
+        self._models = []
+        self._default_models = []
+        self._hooked_modules = set()
+
     def _warn_once(self, cause: str, text: str) -> None:
         if cause not in self._warned:
             self._warned.add(cause)
@@ -480,4 +489,5 @@ def write_at_exit() -> None:
     debugger = PrecisionDebugger._instance
     if debugger is not None:
         debugger._write_at_exit()
+        debugger._let_go_of_models()
     _C.set_current_session(None)

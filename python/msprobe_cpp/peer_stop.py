@@ -156,8 +156,7 @@ class PeerStop:
             self._thread.join(WAIT_PERIOD_S + 1.0)
         # Our store connections go now, not in the interpreter's final collection: once the store's
         # host has left, a rank spent seconds there (issue 32: exits no slower than without us).
-        self._store = None
-        self._watch_store = None
+        self._drop_store()
 
     # --- the stopping rank ---
 
@@ -234,6 +233,7 @@ class PeerStop:
                 facts = json.loads(self._watch_store.get(self._key))
             except Exception:  # noqa: BLE001
                 self._store_gone.set()
+                self._drop_store()
                 return  # the store is gone: the run ended
             if facts.get("rank") != self._rank:
                 self.peer = facts
@@ -304,7 +304,16 @@ class PeerStop:
         try:
             return self._store.add(self._published_key, 0) > 0
         except Exception:  # noqa: BLE001 - the store is gone: no stop can be read any more
+            self._store_gone.set()
+            self._drop_store()
             return False
+
+    def _drop_store(self) -> None:
+        """Our connections go as soon as the store is gone: torch 1.13's TCPStore client has a
+        thread that spins on the closed socket until the client is destroyed, a core each, which
+        slowed the exit of every surviving rank (issue 42)."""
+        self._store = None
+        self._watch_store = None
 
     def raise_now(self, gradients: Optional[list] = None) -> None:
         peer = self.peer
