@@ -10,9 +10,9 @@
 #include "live/capture/call_values.h"
 #include "live/capture/held_data.h"
 #include "live/capture/is_tensor.h"
+#include "live/overflow/call_arguments.h"
 #include "live/overflow/python_objects.h"
 #include "live/overflow/python_side.h"
-#include "live/overflow/call_arguments.h"
 #include "live/session/resolve_deferred.h"
 #include "live/session/session.h"
 

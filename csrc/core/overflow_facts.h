@@ -56,9 +56,9 @@ struct OverflowFacts {
   Finding finding;
   std::optional<Origin> origin;          // none: downstream of an origin, or a mutation
   std::optional<std::string> parameter;  // origin parameter: its qualified name
-  std::optional<int> peer_rank;          // origin peer: the rank whose input to the collective held it
-  std::optional<std::string> module;     // the enclosing module call
-  std::optional<std::string> source;     // "<file>:<line>: <code>" of the innermost user frame
+  std::optional<int> peer_rank;       // origin peer: the rank whose input to the collective held it
+  std::optional<std::string> module;  // the enclosing module call
+  std::optional<std::string> source;  // "<file>:<line>: <code>" of the innermost user frame
   std::vector<ArgFacts> tensors;
   std::vector<std::string> gradients;  // backward: parameters whose gradients are not finite
   std::string note;                    // one more line of explanation, or empty

@@ -216,8 +216,8 @@ TEST(Filter, WhatACollectiveReceivedIsNotExcusedByItsBufferRule) {
   auto f = judge_one(received);
   ASSERT_TRUE(f);
   EXPECT_EQ(f->scene, Scene::InputNormalOutputAnomaly);
-  EXPECT_TRUE(judge_one(fwd("Distributed.all_gather_into_tensor.0.forward",
-                            clean() + ", " + clean(), inf_t())));
+  EXPECT_TRUE(judge_one(
+      fwd("Distributed.all_gather_into_tensor.0.forward", clean() + ", " + clean(), inf_t())));
   EXPECT_FALSE(judge_one(received, true));  // compat: msprobe 1.1.1's filter, vacuous as it is
 }
 

@@ -13,6 +13,8 @@ namespace msprobe {
 // nothing and whose ops dispatch to Python; meta; nested; a storage whose data is not allocated
 // yet), or empty when they can. Never throws.
 std::string unreadable_reason(const at::Tensor& t);
-inline bool readable_in_place(const at::Tensor& t) { return unreadable_reason(t).empty(); }
+inline bool readable_in_place(const at::Tensor& t) {
+  return unreadable_reason(t).empty();
+}
 
 }  // namespace msprobe
