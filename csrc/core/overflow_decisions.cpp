@@ -32,6 +32,7 @@ CallDecision OverflowDecisions::on_call(const Verdict& v, bool backward, const M
     return d;
   }
   if (v.caught && *v.caught < held_.size()) return on_caught(v);
+  if (!backward && pending_backward_ && feeds_collective(*v.finding)) return on_fed_collective(v);
   // Explained calls (every masked score of a causal model) are no evidence: their tensors are
   // not kept, which also keeps the explained path as cheap as the clean one.
   d.keep_tensors = v.judgement != Judgement::Explained && budget_left();
@@ -69,6 +70,32 @@ CallDecision OverflowDecisions::on_call(const Verdict& v, bool backward, const M
   d.tell_absorbed = first_absorbed;
   if (e.notify || e.raise || e.queue_end_of_backward) d.event = std::move(e);
   d.wants_source = d.event || first_absorbed || first_scaled;
+  return d;
+}
+
+bool OverflowDecisions::feeds_collective(const Finding& f) const {
+  // In a scaled step, non-finite gradients going into DDP's all-reduce are the loss scaler's to
+  // skip, on every rank alike.
+  return !loss_scaled_ && f.call.rfind("Distributed.", 0) == 0 &&
+         (!f.input_indices.empty() || !f.kwarg_keys.empty());
+}
+
+CallDecision OverflowDecisions::on_fed_collective(const Verdict& v) {
+  // A backward op origin waits for the end of its pass to know whether it reached a gradient.
+  // Going into a collective (FSDP's reduce-scatter of the gradients, a pipeline stage sending
+  // one back) is damage at once: the other ranks stop there with this rank as their peer, and
+  // would never let this rank's pass end.
+  CallDecision d;
+  OverflowEvent e;
+  e.facts = std::move(*pending_backward_);
+  pending_backward_.reset();
+  e.facts.caught_at = v.finding->call;
+  e.facts.caught_how = "went into a collective";
+  e.notify = !step_overflow_;
+  if (e.notify) step_overflow_ = e.facts;
+  e.raise = options_.action == Action::Raise && options_.stops_on(Origin::Op);
+  d.keep_tensors = budget_left();
+  if (e.notify || e.raise) d.event = std::move(e);
   return d;
 }
 

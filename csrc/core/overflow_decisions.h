@@ -127,6 +127,8 @@ class OverflowDecisions {
 
  private:
   CallDecision on_caught(const Verdict& v);
+  bool feeds_collective(const Finding& f) const;
+  CallDecision on_fed_collective(const Verdict& v);
 
   const OverflowSection& options_;
   std::optional<OverflowFacts> step_overflow_;      // the step's first flagged finding

@@ -44,8 +44,7 @@ class OverflowError(RuntimeError):  # noqa: A001 - msprobe_cpp.OverflowError, by
         super().__init__(message)
         self.overflow = overflow
         for key, value in overflow.__dict__.items():
-            if key != "message":
-                setattr(self, key, value)
+            setattr(self, key, value)  # message too: the table of docs/overflow-detection.md
 
 
 class DistributedStopError(RuntimeError):

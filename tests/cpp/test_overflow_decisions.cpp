@@ -474,5 +474,33 @@ TEST_F(Decisions, AStepWithNothingToldIsNotDumped) {
   EXPECT_FALSE(d.dump_step(false, false, 0).dump);
 }
 
+// Issue 42: a backward op origin whose NaN/inf goes into a collective (FSDP's reduce-scatter)
+// stops there, not at the end of a pass that the other ranks will never let end.
+TEST_F(Decisions, ABackwardOriginThatFeedsACollectiveStopsThere) {
+  OverflowDecisions d(options);
+  d.new_step();
+  on(d, backward_op("Torch.sqrt.0.backward"), true);
+  Verdict fed = downstream("Distributed.reduce_scatter_tensor.0.forward");
+  fed.finding->input_indices = {1};
+  const CallDecision c = on(d, fed);
+  ASSERT_TRUE(c.event.has_value());
+  EXPECT_TRUE(c.event->raise);
+  EXPECT_EQ(c.event->facts.finding.call, "Torch.sqrt.0.backward");
+  EXPECT_EQ(c.event->facts.caught_at, "Distributed.reduce_scatter_tensor.0.forward");
+  EXPECT_FALSE(d.backward_pass_ended());  // told already
+}
+
+TEST_F(Decisions, AScaledStepsGradientsGoIntoTheAllReduceWithoutAStop) {
+  OverflowDecisions d(options);
+  d.new_step();
+  d.set_loss_scaled();
+  on(d, backward_op("Torch.sqrt.0.backward"), true);
+  Verdict fed = downstream("Distributed.all_reduce.0.forward");
+  fed.finding->input_indices = {0};
+  const CallDecision c = on(d, fed);
+  EXPECT_FALSE(c.event.has_value() && c.event->raise);
+  EXPECT_TRUE(d.backward_pass_ended());  // still waits for its pass, and the scaler
+}
+
 }  // namespace
 }  // namespace msprobe
