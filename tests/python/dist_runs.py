@@ -33,6 +33,9 @@ WORKER = TESTS / "rank_worker.py"
 # averaged by hand, plain SGD, every flagged step written.
 PEER_RUN = ["--model", "small", "--wrap", "all_reduce", "--momentum", "0", "--overflow-nums", "-1", "--no-save"]
 PORT_TAKEN = "Address already in use"
+# torchrun's rendezvous unless told otherwise (torchrun_args): one node, a port of its own choosing.
+# Options are spelled with underscores: torch 1.13's torchrun knows no other spelling.
+TORCHRUN_STANDALONE = ("--standalone",)
 # Each started process leads a process group of its own (killing the group kills torchrun's workers
 # with it) but stays in our session: a session of its own is a scheduler autogroup of its own,
 # which a loaded machine starves (bench/peer_stop_overhead.py's steps ran 1.4x slower).
@@ -111,15 +114,16 @@ class Launch:
     while the launcher waits on another process fills up and blocks its rank inside a collective."""
 
     def __init__(self, out: pathlib.Path, world: int, args: Sequence[str], *, torchrun: bool = False,
-                 spawn: bool = False) -> None:
+                 spawn: bool = False, worker: pathlib.Path = WORKER,
+                 torchrun_args: Sequence[str] = TORCHRUN_STANDALONE) -> None:
         self.out = pathlib.Path(out).absolute()
         self.out.mkdir(parents=True, exist_ok=True)
         # An earlier launch's pid file in this folder may name a process that is not ours now.
         for stale in self.out.glob("pid_rank*"):
             stale.unlink()
-        env, script = _env(), [str(WORKER), str(self.out)]
+        env, script = _env(), [str(worker), str(self.out)]
         if torchrun:
-            cmds = [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+            cmds = [[sys.executable, "-m", "torch.distributed.run", *torchrun_args, "--nproc_per_node",
                      str(world), *_torchrun_workaround(self.out), *script, *args]]
             envs = [env]
         elif spawn:
@@ -201,11 +205,15 @@ def load_results(out: pathlib.Path, world: int) -> List[Optional[dict]]:
 
 
 def run_ranks(out: pathlib.Path, world: int, args: Sequence[str], *, timeout: float = 60.0,
-              torchrun: bool = False, read_results: bool = True, spawn: bool = False) -> Run:
-    """Runs `world` ranks of rank_worker.py on OUT with `args` and waits at most `timeout` seconds
-    (each try) for every process to end, else kills them all and fails the test (a hang)."""
+              torchrun: bool = False, read_results: bool = True, spawn: bool = False,
+              worker: pathlib.Path = WORKER, torchrun_args: Sequence[str] = TORCHRUN_STANDALONE) -> Run:
+    """Runs `world` ranks of rank_worker.py (or `worker`, a script with the same command line and
+    the same files) on OUT with `args` and waits at most `timeout` seconds (each try) for every
+    process to end, else kills them all and fails the test (a hang). torchrun_args: torchrun's
+    options before --nproc_per_node (a static rendezvous, --max_restarts)."""
     for attempt in range(3):
-        launch = Launch(out, world, args, torchrun=torchrun, spawn=spawn)
+        launch = Launch(out, world, args, torchrun=torchrun, spawn=spawn, worker=worker,
+                        torchrun_args=torchrun_args)
         ended = launch.wait(timeout, stop_at_failure=True)
         logs = [launch.log(i) for i in range(len(launch.procs))]
         if not ended:
