@@ -173,6 +173,10 @@ def _marking_allocated_storage(original: Any) -> Callable[..., Any]:
         done = original(tensor, *args, **kwargs)
         mark(tensor)
         return done
+    return _named_like(wrapper, original)
+
+
+def _named_like(wrapper: Callable[..., Any], original: Any) -> Callable[..., Any]:
     wrapper.__name__ = getattr(original, "__name__", "wrapper")
     wrapper.__qualname__ = getattr(original, "__qualname__", wrapper.__name__)
     wrapper.__doc__ = getattr(original, "__doc__", None)
@@ -187,10 +191,7 @@ def _marking_unwritten(original: Any, is_compiling: Optional[Callable[[], bool]]
         if is_compiling is None or not is_compiling():
             mark(made)
         return made
-    wrapper.__name__ = getattr(original, "__name__", "wrapper")
-    wrapper.__qualname__ = getattr(original, "__qualname__", wrapper.__name__)
-    wrapper.__doc__ = getattr(original, "__doc__", None)
-    return wrapper
+    return _named_like(wrapper, original)
 
 
 class ApiHooks:
