@@ -191,11 +191,24 @@ void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
           [](Session& s, const std::string& optimizer, std::vector<std::string> bad, bool reduced) {
             if (auto event =
                     s.guard().judge_optimizer_gradients(optimizer, std::move(bad), reduced)) {
+              // The program's line that called the optimizer's step.
+              s.guard().tell_source(s.capture_stack(), event->facts.finding.call, &*event);
               handle_overflow_event(s, *event);
             }
           },
           py::arg("optimizer"), py::arg("bad"), py::arg("reduced"),
           "Before an optimizer step: the parameters whose gradients hold NaN/inf.")
+      .def(
+          "judge_optimizer_state",
+          [](Session& s, const std::string& optimizer, const std::string& state,
+             const std::string& parameter, size_t more) {
+            if (auto event = s.guard().judge_optimizer_state(optimizer, state, parameter, more)) {
+              s.guard().tell_source(s.capture_stack(), event->facts.finding.call, &*event);
+              handle_overflow_event(s, *event);
+            }
+          },
+          py::arg("optimizer"), py::arg("state"), py::arg("parameter"), py::arg("more"),
+          "Before an optimizer step: its state of `parameter` holds NaN/inf (and `more` others).")
       .def(
           "set_peer_stopped", [](Session& s) { s.peer_stop().set(); },
           "Another rank stopped (the watcher thread): the hooks raise its stop.")

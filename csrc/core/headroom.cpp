@@ -84,6 +84,7 @@ std::optional<HeadroomTrend> Headroom::trend(const HeadroomSite& site, int64_t s
                 "that step: its data, the learning rate, or the update before it)",
                 percent(last.fraction).c_str(), range.c_str(), static_cast<long long>(last.step));
   t.text = buf;
+  t.jumped = last.fraction < 1.0 / 16;
   return t;
 }
 

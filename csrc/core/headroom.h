@@ -49,6 +49,9 @@ struct HeadroomTrend {
   std::string dtype;
   std::vector<HeadroomPoint> history;
   std::string text;
+  // It jumped from below 1/16 of the range: four doublings or more in one step. The inputs
+  // changed since the last step (a learning-rate spike's weights), not the op's dtype.
+  bool jumped = false;
 };
 
 class Headroom {

@@ -115,11 +115,24 @@ CallDecision OverflowDecisions::on_caught(const Verdict& v) {
   return d;
 }
 
-std::vector<std::string> OverflowDecisions::finish_held() {
+std::vector<std::string> OverflowDecisions::finish_held(const std::vector<HeldEnd>& ends) {
   std::vector<std::string> lines;
-  for (Held& h : held_) {
+  for (size_t i = 0; i < held_.size(); ++i) {
+    Held& h = held_[i];
     if (h.caught || !h.tell) continue;
-    h.facts.absorbed = true;
+    const HeldEnd end = i < ends.size() ? ends[i] : HeldEnd{};
+    // Still in a tensor the program holds: not absorbed, whatever else turned finite on the way.
+    std::string how;
+    if (!end.still_in.empty()) {
+      how = "it is still held at the end of the step, in the output of " + end.still_in +
+            " (a metric, an inference output, or what a model not given to start() returned?)";
+    } else if (!end.turned_finite_by.empty()) {
+      how = "it was turned finite by " + end.turned_finite_by;
+    } else {
+      how = "it was let go: no tensor holds it at the end of the step";
+    }
+    h.facts.note = h.facts.note.empty() ? how : h.facts.note + "; " + how;
+    h.facts.absorbed = end.still_in.empty();
     if (!step_absorbed_) step_absorbed_ = h.facts;
     lines.push_back(h.facts.absorbed_line());
     h.tell = false;  // a step started again after stop() goes on with the same holds
@@ -224,18 +237,48 @@ std::optional<OverflowEvent> OverflowDecisions::optimizer_gradients(
                      " were made by the backward of a compiled region (torch.compile), whose "
                      "calls are not recorded: run the model uncompiled (its _orig_mod) to find "
                      "the op";
-    } else {
+    } else if (source.earlier_step_left) {
       e.facts.origin = Origin::Input;
       e.facts.note = which +
                      " hold NaN/inf that no recorded backward call of this step made: left by an "
-                     "earlier step (zero them with optimizer.zero_grad()), or made by a C++ "
-                     "autograd function";
+                     "earlier step (zero them with optimizer.zero_grad()), or made by a backward "
+                     "that no hook records (a C++ autograd function)";
+    } else {
+      // No earlier step of this debugger left gradients: this step's backward made them.
+      e.facts.origin = Origin::Op;
+      e.facts.note = which +
+                     " hold NaN/inf that no recorded backward call of this step made: made by a "
+                     "backward that no hook records (the code between modules at L0, a C++ "
+                     "autograd function); record at L1 to see the op";
     }
     e.raise = options_.action == Action::Raise && options_.stops_on(*e.facts.origin);
   }
   e.facts.gradients = std::move(gradients);
   e.notify = !step_overflow_;
   if (e.notify) step_overflow_ = e.facts;
+  return e;
+}
+
+std::optional<OverflowEvent> OverflowDecisions::optimizer_state(const std::string& state,
+                                                                const std::string& parameter,
+                                                                size_t more,
+                                                                const MakeFacts& blank) {
+  if (step_overflow_ && step_overflow_->origin) return std::nullopt;  // its stop was decided
+  OverflowEvent e;
+  e.facts = blank();
+  // NaN/inf in, and the step about to write it into the parameters.
+  e.facts.finding.scene = Scene::InputAnomalyOutputAnomaly;
+  e.facts.finding.severity = Severity::High;
+  e.facts.origin = Origin::Parameter;
+  e.facts.parameter = parameter;
+  e.facts.optimizer_state = state;
+  e.facts.note = "the optimizer's " + state + " of " + parameter +
+                 (more ? " (and " + std::to_string(more) + " more state tensors)" : std::string()) +
+                 " holds NaN/inf, written before this step (a checkpoint's optimizer state, or "
+                 "an earlier update); stopped before the parameters take it";
+  e.notify = !step_overflow_;
+  if (e.notify) step_overflow_ = e.facts;
+  e.raise = options_.action == Action::Raise && options_.stops_on(Origin::Parameter);
   return e;
 }
 

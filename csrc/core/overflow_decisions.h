@@ -51,6 +51,12 @@ struct CallDecision {
   bool wants_source = false;           // facts were kept: their source line is wanted
 };
 
+// How the step ended a held NaN/inf that did no damage (OverflowWatch::finish_held), by hold id.
+struct HeldEnd {
+  std::string still_in;          // a call whose output holds it and is alive at the end of the step
+  std::string turned_finite_by;  // the first call that took it and gave finite outputs
+};
+
 // Whether a finished step is written, and a line to say (once) when it is not.
 struct DumpDecision {
   bool dump = false;
@@ -97,9 +103,17 @@ class OverflowDecisions {
   struct GradientSource {
     bool reduced = false;
     bool compiled = false;
+    bool earlier_step_left = false;  // an earlier step of this debugger left gradients
   };
   std::optional<OverflowEvent> optimizer_gradients(std::vector<std::string> gradients,
                                                    GradientSource source, const MakeFacts& blank);
+
+  // An optimizer is about to step with state that holds NaN/inf (`state` of `parameter`, and
+  // `more` other state tensors): written before this step, by a checkpoint or an update that
+  // nothing judged (L0 records no optimizer call). Origin parameter, before the parameters take it.
+  std::optional<OverflowEvent> optimizer_state(const std::string& state,
+                                               const std::string& parameter, size_t more,
+                                               const MakeFacts& blank);
 
   // Whether a finished step is written: flagged (or a peer stop), not left to its scaler, within
   // overflow_nums. A written step counts against overflow_nums once.
@@ -112,9 +126,9 @@ class OverflowDecisions {
   std::optional<OverflowFacts> first_anomaly() const;
   // The stderr line of the step's first absorbed anomaly ("" if none).
   std::string absorbed_line() const;
-  // The end of the step: the held NaN/inf that did no damage is absorbed; the lines to say (once
-  // per call site).
-  std::vector<std::string> finish_held();
+  // The end of the step: the held NaN/inf that did no damage ended as `ends` says (by hold id);
+  // the lines to say (once per call site).
+  std::vector<std::string> finish_held(const std::vector<HeldEnd>& ends);
   // Fill in facts kept for `call`: the source line (found without the lock), and under batched
   // sync how many calls ran after it before the raise.
   void set_source(const std::string& call, const std::optional<std::string>& source);

@@ -110,7 +110,10 @@ std::string OverflowFacts::message() const {
         m += " (NaN/inf came in with a tensor argument that no call of this step made: the batch?)";
         break;
       case Origin::Parameter:
-        m += " (NaN/inf came in with parameter " + parameter.value_or("?") + ")";
+        m += optimizer_state ? " (NaN/inf came in with the optimizer's state: " +
+                                   *optimizer_state + " of parameter " + parameter.value_or("?") +
+                                   ")"
+                             : " (NaN/inf came in with parameter " + parameter.value_or("?") + ")";
         break;
       case Origin::Peer:
         m += " (NaN/inf came from another rank through this collective)";
@@ -161,8 +164,9 @@ std::string OverflowFacts::message() const {
   const bool outgrew_dtype = std::any_of(replay.begin(), replay.end(), [](const ReplayFacts& r) {
     return r.kind == "wider" && r.finite;
   });
+  // A rule silences anomalous outputs: NaN/inf written into running statistics is in none.
   if (finding.scene == Scene::InputNormalOutputAnomaly && origin == Origin::Op && !started_model &&
-      !outgrew_dtype) {
+      !outgrew_dtype && !finding.output_indices.empty()) {
     m += "\n  intended? an ignore rule in a file named by overflow_check.rules silences it:\n" +
          ignore_rule_snippet();
   }
@@ -196,15 +200,28 @@ std::string OverflowFacts::absorbed_line() const {
     const std::string made = origin == Origin::Op
                                  ? " made by " + finding.call + where
                                  : " that came in with an input of " + finding.call + where;
+    // The note says how the step ended it (OverflowDecisions::finish_held).
     return "msprobe_cpp: step " + std::to_string(step) + ": " + what + made +
-           " stayed in tensors that need no gradient and was absorbed before it reached a "
-           "gradient, a parameter, a buffer or the model's output; no stop (said once per call "
-           "site)";
+           " stayed in tensors that need no gradient and did no damage by the end of the step: " +
+           note +
+           "; no stop (said once per call site)";
   }
   const std::string whence =
       origin == Origin::Parameter ? "parameter " + parameter.value_or("?") : "an input";
   return "msprobe_cpp: step " + std::to_string(step) + ": " + what + " in " + whence +
          " was absorbed by " + finding.call + where + "; no stop (said once per call site)";
+}
+
+void fit_replay_advice(OverflowFacts& facts) {
+  if (!facts.history || !facts.history->jumped) return;
+  for (ReplayFacts& r : facts.replay) {
+    const size_t advice = r.verdict.find("; keep this op in");
+    if (r.kind != "wider" || !r.finite || advice == std::string::npos) continue;
+    r.verdict.erase(advice);
+    r.verdict +=
+        "; but its values jumped since the last step (history): look at what changed before "
+        "this step (the learning rate, the update before it, its data) before widening this op";
+  }
 }
 
 std::string OverflowFacts::ignore_rule_snippet() const {
@@ -240,6 +257,7 @@ void OverflowFacts::write(JsonWriter& w) const {
     w.value_null();
   }
   write_optional_string(w, "parameter", parameter);
+  write_optional_string(w, "optimizer_state", optimizer_state);
   write_optional_string(w, "module", module);
   write_optional_string(w, "source", source);
   w.key("tensors");

@@ -23,7 +23,9 @@ void write_detail_fields(JsonWriter& w, const Finding& f);
 // How each finding of a step was taken, for the summary and the report.
 // Held: downstream of NaN/inf held in tensors that need no gradient (the damage rule), not yet
 // caught doing damage.
-enum class Judgement { Flagged, Explained, Lead, Absorbed, Held };
+// HeldToEnd: held NaN/inf that did no damage and was never turned finite: still in a tensor at
+// the end of the step (a metric, an inference output), or let go unrecorded.
+enum class Judgement { Flagged, Explained, Lead, Absorbed, Held, HeldToEnd };
 
 // One anomalous argument: a tensor with its NaN/+inf/-inf counts, or a non-finite constant.
 struct ArgFacts {
@@ -56,6 +58,8 @@ struct OverflowFacts {
   Finding finding;
   std::optional<Origin> origin;          // none: downstream of an origin, or a mutation
   std::optional<std::string> parameter;  // origin parameter: its qualified name
+  // Origin parameter through the optimizer's state of `parameter`: the state's key ("exp_avg_sq").
+  std::optional<std::string> optimizer_state;
   std::optional<int> peer_rank;       // origin peer: the rank whose input to the collective held it
   std::optional<std::string> module;  // the enclosing module call
   std::optional<std::string> source;  // "<file>:<line>: <code>" of the innermost user frame
@@ -105,6 +109,11 @@ struct OverflowFacts {
 // tensor with its dtype, shape and NaN/+inf/-inf counts (each anomalous tensor inside a list on
 // its own), each non-finite scalar with its value.
 std::vector<ArgFacts> anomalous_args(const CallRecord& rec, const Finding& finding, bool compat);
+
+// A replay finite in a wider dtype says "keep this op in float32": wrong advice where the call's
+// history jumped (its inputs grew by orders of magnitude since the last step). There the advice
+// points at what changed before the step.
+void fit_replay_advice(OverflowFacts& facts);
 
 // The masked note of a backward anomaly that no parameter gradient received.
 inline constexpr const char* kMaskedNote = "masked: reached no parameter gradient";

@@ -114,7 +114,11 @@ std::string step_summary(const Report& report, const std::vector<Judgement>& jud
     text += who + "  first anomaly: " + first->finding.call + " (" +
             to_string(first->finding.severity) + ", " + scene_name(first->finding.scene);
     if (first->origin) text += std::string(", origin ") + to_string(*first->origin);
-    if (first->absorbed) text += ", absorbed: no stop";
+    if (first->absorbed) {
+      text += ", absorbed: no stop";
+    } else if (first->held && first->caught_at.empty()) {
+      text += ", did no damage: no stop";
+    }
     text += ")\n";
     if (!first->note.empty()) text += who + "    " + first->note + "\n";
     if (first->source) text += who + "    source: " + *first->source + "\n";
@@ -132,8 +136,15 @@ std::string step_summary(const Report& report, const std::vector<Judgement>& jud
   }
   const std::string absorbed = join_calls(findings, judgements, Judgement::Absorbed);
   if (!absorbed.empty()) {
-    text += who + "  absorbed (NaN/inf turned finite before it did damage, no stop): " + absorbed +
+    text += who + "  absorbed (NaN/inf turned finite or let go before it did damage, no stop): " + absorbed +
             "\n";
+  }
+  const std::string kept = join_calls(findings, judgements, Judgement::HeldToEnd);
+  if (!kept.empty()) {
+    text += who +
+            "  held to the end of the step (in tensors that need no gradient, no damage, no "
+            "stop): " +
+            kept + "\n";
   }
   const std::string expected = join_calls(findings, judgements, Judgement::Explained);
   if (!expected.empty()) {

@@ -14,7 +14,7 @@ from . import api_hooks
 from . import log
 from .api_hooks import ApiHooks
 from .errors import Overflow, OverflowError
-from .gradient_guard import GradientGuard, local_gradients, scaler_checked, scaler_skips
+from .gradient_guard import GradientGuard, local_gradients, local_state, scaler_checked, scaler_skips
 from .loss_scalers import GradScalerWatch
 from .plain_copies import PlainCopies
 from . import peer_stop
@@ -410,22 +410,31 @@ class PrecisionDebugger:
         NaN/inf in them does no damage. Gradients that no hooked call made (DDP's all-reduce,
         FSDP's reduce-scatter, a compiled backward) are seen here. One look at each gradient, in
         place on the CPU (gradient_guard.local_gradients; _C.nonfinite_gradients), or none where
-        the step's GradScaler just looked (gradient_guard.scaler_checked)."""
+        the step's GradScaler just looked (gradient_guard.scaler_checked). The optimizer's state
+        (exp_avg_sq, momentum) is looked at the same way: NaN/inf written there before the step
+        (a checkpoint's, an update L0 does not see) stops here, before the parameters take it."""
         if self._done:
             return
         if self._peer is not None:
             self._peer.check()
         if not self._collects_step or self._last_start_step != self._session.current_step:
             return  # not a started step of this debugger, or one its step or rank list leaves out
-        if self._scaled_by is not None and scaler_checked(self._scaled_by, optimizer):
-            return  # its GradScaler found these gradients finite a moment ago
         started = self._parameter_names if self._models else None
-        bad = _C.nonfinite_gradients(local_gradients(optimizer, started))
-        if not bad or scaler_skips(optimizer, kwargs):
-            return  # clean, or a step the loss scaler skips inside the optimizer (step() judges the scale)
-        if self._peer is not None and self._peer.wait_for_peer():
-            self._peer.check(gradients=bad)  # the rank whose backward made them stopped: origin peer
-        self._session.judge_optimizer_gradients(type(optimizer).__name__, bad, self._peer is not None)
+        # Its GradScaler found these gradients finite a moment ago: no second look.
+        if self._scaled_by is None or not scaler_checked(self._scaled_by, optimizer):
+            bad = _C.nonfinite_gradients(local_gradients(optimizer, started))
+            if bad and scaler_skips(optimizer, kwargs):
+                return  # a step the loss scaler skips inside the optimizer (step() judges the scale)
+            if bad:
+                if self._peer is not None and self._peer.wait_for_peer():
+                    self._peer.check(gradients=bad)  # the rank whose backward made them stopped: origin peer
+                self._session.judge_optimizer_gradients(type(optimizer).__name__, bad, self._peer is not None)
+        # The state the step writes along with the gradients (L0 records none of its calls).
+        state = local_state(optimizer, started)  # none for plain SGD, or before the first step
+        bad_state = set(_C.nonfinite_gradients([(f"{key} of {name}", t) for key, name, t in state])) if state else ()
+        if bad_state:
+            key, name = next((key, name) for key, name, _ in state if f"{key} of {name}" in bad_state)
+            self._session.judge_optimizer_state(type(optimizer).__name__, key, name, len(bad_state) - 1)
 
     def _hook_started_model(self, model: torch.nn.Module, class_name: str) -> None:
         """The started model itself is not recorded (msprobe records none), but the guard judges

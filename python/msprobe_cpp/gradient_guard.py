@@ -38,6 +38,34 @@ def local_gradients(optimizer: Any, started: Optional[Dict[int, str]]) -> List[T
     return out
 
 
+def local_state(optimizer: Any, started: Optional[Dict[int, str]]) -> List[Tuple[str, str, torch.Tensor]]:
+    """(state key, parameter name, tensor) of the optimizer's floating-point state (AdamW's
+    exp_avg and exp_avg_sq, SGD's momentum_buffer) for the parameters local_gradients names: what
+    the step is about to write into the parameters along with the gradients."""
+    out = []
+    state = getattr(optimizer, "state", None)
+    if not state:
+        return out
+    for g, group in enumerate(optimizer.param_groups):
+        for i, p in enumerate(group["params"]):
+            held = state.get(p)  # a defaultdict: get() adds nothing
+            if not held:
+                continue
+            if started is not None:
+                name = started.get(id(p))
+                if name is None:
+                    continue
+            else:
+                name = f"param_groups[{g}].params[{i}]"
+            for key, value in held.items():
+                if not isinstance(value, torch.Tensor):
+                    continue
+                value = getattr(value, "_local_tensor", value)
+                if value.layout == torch.strided and value.is_floating_point():
+                    out.append((key, name, value))
+    return out
+
+
 def scaler_skips(optimizer: Any, kwargs: Dict[str, Any]) -> bool:
     """Whether a GradScaler is calling the step of an optimizer that unscales and skips on its own
     (`_step_supports_amp_scaling`: a fused Adam, Hugging Face's default on torch 2.8 and later)

@@ -173,17 +173,31 @@ def replay_call(call: str, fn: Callable[..., Any], args: Tuple[Any, ...], kwargs
         notes.append("not replayed wider: " + (f"{_dtype_name(dtype)} has nothing wider here" if dtype is not None
                                                else "no floating-point input"))
     else:
-        def widen(t: torch.Tensor) -> torch.Tensor:
-            if t.is_floating_point() and t.dtype in WIDER and torch.finfo(t.dtype).bits < torch.finfo(wide).bits:
-                return t.detach().to(wide)
-            return t.detach()
+        def replayed_in(to: torch.dtype) -> Tuple[bool, Optional[float], Optional[float], List[str]]:
+            def widen(t: torch.Tensor) -> torch.Tensor:
+                if t.is_floating_point() and t.dtype in WIDER and torch.finfo(t.dtype).bits < torch.finfo(to).bits:
+                    return t.detach().to(to)
+                return t.detach()
+            return _outcome(_run(fn, _map(args, widen), _map(kwargs, widen), unhooked, devices))
         try:
-            result = _run(fn, _map(args, widen), _map(kwargs, widen), unhooked, devices)
-            finite, hi, lo, kinds = _outcome(result)
+            finite, hi, lo, kinds = replayed_in(wide)
             name, narrow = _dtype_name(wide), _dtype_name(dtype)
             limit = torch.finfo(dtype).max
             peak = max(abs(hi or 0.0), abs(lo or 0.0))
-            if finite and peak > limit:
+            # A 16-bit op that computes in float32 inside (layer_norm's variance, a reduction under
+            # autocast) overflows there in the float32 replay too: float64 tells an intermediate
+            # overflow from an undefined op.
+            deeper = WIDER.get(wide) if not finite else None
+            deep = replayed_in(deeper) if deeper is not None else None
+            if deep is not None and deep[0]:
+                first_kinds = " and ".join(kinds)
+                wide, name = deeper, _dtype_name(deeper)
+                finite, hi, lo, kinds = deep
+                verdict = (f"replay in {_dtype_name(WIDER[dtype])}: {first_kinds} as well; replay in {name}: "
+                           f"finite (max {max(abs(hi or 0.0), abs(lo or 0.0)):.3g}): an intermediate overflow "
+                           f"(a variance or a sum inside the op exceeds {_dtype_name(WIDER[dtype])}); keep this "
+                           f"op in {name} or scale its inputs")
+            elif finite and peak > limit:
                 verdict = (f"replay in {name}: finite (max {peak:.3g} > {narrow} max {limit:g}): the values "
                            f"exceed {narrow}; keep this op in {name} or scale its inputs")
             elif finite:

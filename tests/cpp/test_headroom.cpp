@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/headroom.h"
+#include "core/overflow_facts.h"
 
 namespace msprobe {
 namespace {
@@ -65,6 +66,8 @@ TEST(Headroom, SteadyGrowthAndAJump) {
   EXPECT_EQ(jump->text,
             "jumped in one step: from 5% of float16's range at step 3 to overflow (what changed in "
             "that step: its data, the learning rate, or the update before it)");
+  EXPECT_TRUE(jump->jumped);  // from 5%: four doublings or more in one step
+  EXPECT_FALSE(steady->jumped);
   // Growing, but far too slowly to have overflowed now: a jump on top of the growth.
   Headroom slow(0.5);
   for (int64_t step = 0; step < 4; ++step) {
@@ -116,6 +119,7 @@ TEST(Headroom, GrowthExplainsAStopOnlyIfItCouldHaveOverflowedByThen) {
   };
   EXPECT_EQ(from(0.36).trend(kSite, 4)->text.rfind("grew steadily: x1.50 a step", 0), 0u);
   EXPECT_EQ(from(0.25).trend(kSite, 4)->text.rfind("jumped in one step", 0), 0u);
+  EXPECT_FALSE(from(0.25).trend(kSite, 4)->jumped);  // two doublings: no jump of the inputs
   EXPECT_EQ(from(0.25).trend(kSite, 5)->text.rfind("grew steadily: x1.50 a step", 0), 0u);
 }
 
@@ -133,4 +137,26 @@ TEST(Headroom, TheWarningLine) {
 }
 
 }  // namespace
+// Issue 43: a replay finite in a wider dtype advises keeping the op there, unless the call's
+// history jumped: then its inputs changed since the last step, and the advice says so.
+TEST(Headroom, AJumpedHistoryTurnsTheWiderReplayAdviceToWhatChanged) {
+  OverflowFacts facts;
+  ReplayFacts r;
+  r.kind = "wider";
+  r.finite = true;
+  r.verdict =
+      "replay in float32: finite (max 1.8e+09 > float16 max 65504): the values exceed float16; "
+      "keep this op in float32 or scale its inputs";
+  facts.replay = {r};
+  fit_replay_advice(facts);
+  EXPECT_EQ(facts.replay[0].verdict, r.verdict);  // no history: as the replay said
+  Headroom h(0.5);
+  for (int64_t step = 0; step < 3; ++step) h.observe(kSite, step, "torch.float16", 600.0);
+  facts.history = h.trend(kSite, 3);
+  fit_replay_advice(facts);
+  EXPECT_EQ(facts.replay[0].verdict.find("keep this op"), std::string::npos);
+  EXPECT_NE(facts.replay[0].verdict.find("jumped since the last step"), std::string::npos);
+  EXPECT_NE(facts.replay[0].verdict.find("the learning rate"), std::string::npos);
+}
+
 }  // namespace msprobe

@@ -13,11 +13,13 @@ OverflowFacts optimizer_step_facts() {
   return f;
 }
 
+// `earlier_step_left`: an earlier step of the debugger left gradients (stale ones are possible).
 std::optional<OverflowEvent> judge(OverflowDecisions& d, std::vector<std::string> bad, bool reduced,
-                                   bool compiled = false) {
+                                   bool compiled = false, bool earlier_step_left = true) {
   OverflowDecisions::GradientSource source;
   source.reduced = reduced;
   source.compiled = compiled;
+  source.earlier_step_left = earlier_step_left;
   return d.optimizer_gradients(std::move(bad), source, [] { return optimizer_step_facts(); });
 }
 

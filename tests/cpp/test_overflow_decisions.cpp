@@ -425,16 +425,74 @@ TEST_F(Decisions, AHeldOriginIsToldOnlyWhenCaughtOrAbsorbed) {
   EXPECT_EQ(c.event->facts.finding.call, "Torch.log.0.forward");
   EXPECT_EQ(c.event->facts.caught_at, "Tensor.__add__.1.forward");
   EXPECT_TRUE(c.event->facts.held);
-  EXPECT_TRUE(d.finish_held().empty());  // caught: nothing absorbed
+  EXPECT_TRUE(d.finish_held({HeldEnd{}}).empty());  // caught: nothing absorbed
 
   d.new_step();
   on(d, hold);
-  const std::vector<std::string> lines = d.finish_held();
+  const std::vector<std::string> lines = d.finish_held({HeldEnd{"", "Tensor.long.0.forward"}});
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("made by Torch.log.0.forward"), std::string::npos);
-  EXPECT_TRUE(d.finish_held().empty());  // told once
+  EXPECT_NE(lines[0].find("turned finite by Tensor.long.0.forward"), std::string::npos);
+  EXPECT_TRUE(d.finish_held({HeldEnd{}}).empty());  // told once
   ASSERT_TRUE(d.first_anomaly());
   EXPECT_TRUE(d.first_anomaly()->absorbed && d.first_anomaly()->held);
+}
+
+// Issue 43: held NaN/inf still in a tensor at the end of the step (a metric) did no damage but
+// was never absorbed: said so, with the call whose output holds it, and not called absorbed.
+TEST_F(Decisions, AHeldOriginStillHeldAtTheEndIsNotCalledAbsorbed) {
+  OverflowDecisions d(options);
+  Verdict hold = op_origin("Tensor.__mul__.1.forward");
+  hold.stop = false;
+  hold.hold = true;
+  on(d, hold);
+  const std::vector<std::string> lines =
+      d.finish_held({HeldEnd{"Tensor.sum.0.forward", "Tensor.long.0.forward"}});
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].find("absorbed"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("still held at the end of the step, in the output of "
+                          "Tensor.sum.0.forward"),
+            std::string::npos)
+      << lines[0];
+  ASSERT_TRUE(d.first_anomaly());
+  EXPECT_FALSE(d.first_anomaly()->absorbed);
+  EXPECT_TRUE(d.dump_step(true, false, 0).dump);
+}
+
+// Issue 43: NaN/inf in an optimizer's state stops before the step, origin parameter, naming the
+// state and its parameter.
+TEST_F(Decisions, OptimizerStateWithNanStopsNamingTheStateAndItsParameter) {
+  OverflowDecisions d(options);
+  const std::optional<OverflowEvent> e =
+      d.optimizer_state("exp_avg_sq", "fc1.weight", 2, [] { return OverflowFacts{}; });
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->raise && e->notify);
+  EXPECT_EQ(e->facts.origin, Origin::Parameter);
+  EXPECT_EQ(e->facts.parameter, "fc1.weight");
+  EXPECT_EQ(e->facts.optimizer_state, "exp_avg_sq");
+  const std::string m = e->facts.message();
+  EXPECT_NE(m.find("came in with the optimizer's state: exp_avg_sq of parameter fc1.weight"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("the batch?"), std::string::npos) << m;
+  EXPECT_TRUE(d.dump_step(false, false, 0).dump);
+}
+
+// Issue 43: the "left by an earlier step" advice only where an earlier step left gradients.
+TEST_F(Decisions, TheEarlierStepNoteNeedsAnEarlierStepThatLeftGradients) {
+  OverflowDecisions::GradientSource first;
+  OverflowDecisions d(options);
+  auto e = d.optimizer_gradients({"fc.weight"}, first, [] { return OverflowFacts{}; });
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->facts.note.find("earlier step"), std::string::npos) << e->facts.note;
+  EXPECT_EQ(e->facts.origin, Origin::Op);
+  d.new_step();
+  OverflowDecisions::GradientSource later;
+  later.earlier_step_left = true;
+  e = d.optimizer_gradients({"fc.weight"}, later, [] { return OverflowFacts{}; });
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NE(e->facts.note.find("left by an earlier step"), std::string::npos) << e->facts.note;
+  EXPECT_EQ(e->facts.origin, Origin::Input);
 }
 
 // A step flagged by absorbed NaN/inf alone is written without using up overflow_nums, so the dump
@@ -446,7 +504,7 @@ TEST_F(Decisions, AnAbsorbedStepDoesNotUseUpOverflowNums) {
   hold.stop = false;
   hold.hold = true;
   on(d, hold);
-  d.finish_held();
+  d.finish_held({HeldEnd{}});
   EXPECT_TRUE(d.dump_step(true, false, 0).dump);
   d.new_step();
   EXPECT_TRUE(d.budget_left());

@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "core/record.h"
@@ -21,11 +23,33 @@ struct LiveTensors {
   std::vector<LiveArg> inputs;
   std::vector<LiveArg> kwargs;  // in the record's kwargs order
   std::vector<LiveArg> outputs;
-  // At L0, a module call's: the tensors its enclosing code was given (the enclosing module's and
-  // the started model's arguments), and that code's name. NaN/inf that comes into the call from
-  // none of them and from no recorded call was made by that code.
-  std::vector<at::Tensor> enclosing;
-  std::string maker;
+  // At L0, a module call's enclosing code, innermost first: each open module call (its name and
+  // the tensors it was given), then the started model's call ("the started model Net"). What a
+  // started model returns has the last alone.
+  struct Enclosing {
+    std::string maker;
+    std::vector<at::Tensor> args;
+    bool started_model = false;
+  };
+  std::vector<Enclosing> enclosing;
+
+  // The code that made `t`, which no recorded call made: the innermost enclosing call that was
+  // not given it (a tensor passed down through an intermediate module's arguments was made above
+  // it). Null where every one was given it, or the started model was (its arguments: the batch),
+  // or nothing encloses the call.
+  const Enclosing* maker_of(const at::Tensor& t) const {
+    auto given = [&t](const Enclosing& e) {
+      return std::any_of(e.args.begin(), e.args.end(),
+                         [&t](const at::Tensor& a) { return a.is_same(t); });
+    };
+    if (enclosing.empty() || (enclosing.back().started_model && given(enclosing.back()))) {
+      return nullptr;
+    }
+    for (const Enclosing& e : enclosing) {
+      if (!given(e)) return &e;
+    }
+    return nullptr;
+  }
 
   // The argument at `pos` of the record, or null where there is none.
   const LiveArg* at(const ArgPos& pos) const {

@@ -85,24 +85,25 @@ std::optional<std::string> started_model_forward() {
   return "the started model " + models.back().class_name + "'s own forward";
 }
 
-std::vector<at::Tensor> enclosing_arguments(std::string& maker) {
-  std::vector<at::Tensor> out;
+std::vector<LiveTensors::Enclosing> enclosing_calls() {
+  std::vector<LiveTensors::Enclosing> out;
   prune_stale();
-  const auto& models = started_model_calls();
-  if (!models.empty()) {
-    out = models.back().args;
-    maker = "the started model " + models.back().class_name;
-  }
   const auto& calls = open_module_calls();
-  if (!calls.empty()) {
-    const OpenModuleCall& m = calls.back();
-    maker = m.name;
-    for (const std::vector<LiveArg>* side : {&m.live.inputs, &m.live.kwargs}) {
+  out.reserve(calls.size() + 1);
+  for (auto c = calls.rbegin(); c != calls.rend(); ++c) {
+    LiveTensors::Enclosing level;
+    level.maker = c->name;
+    for (const std::vector<LiveArg>* side : {&c->live.inputs, &c->live.kwargs}) {
       for (const LiveArg& a : *side) {
-        if (a.tensor.defined()) out.push_back(a.tensor);
-        out.insert(out.end(), a.items.begin(), a.items.end());
+        if (a.tensor.defined()) level.args.push_back(a.tensor);
+        level.args.insert(level.args.end(), a.items.begin(), a.items.end());
       }
     }
+    out.push_back(std::move(level));
+  }
+  const auto& models = started_model_calls();
+  if (!models.empty()) {
+    out.push_back({"the started model " + models.back().class_name, models.back().args, true});
   }
   return out;
 }

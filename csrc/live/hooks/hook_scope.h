@@ -77,9 +77,9 @@ std::vector<StartedModelCall>& started_model_calls();  // this thread's, innermo
 // "the started model Net's own forward" while one runs on this thread and no module call is
 // open inside it.
 std::optional<std::string> started_model_forward();
-// At L0: the tensors given to the innermost open module call and to the started model's call;
-// with the name of the code that runs between submodules ("Module.blocks.0.attn....forward.0").
-std::vector<at::Tensor> enclosing_arguments(std::string& maker);
+// At L0: the code that encloses a module call, innermost first: each open module call and the
+// started model's call, with the tensors each was given (LiveTensors::enclosing).
+std::vector<LiveTensors::Enclosing> enclosing_calls();
 
 // Whether a module named in `list` is running on this thread.
 bool inside_listed_module();

@@ -96,7 +96,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     call.stack = std::move(open.stack);
     call.parent = std::move(open.parent);
     if (s->config().watching() && s->config().level == Level::L0) {
-      open.live.enclosing = enclosing_arguments(open.live.maker);
+      open.live.enclosing = enclosing_calls();
     }
     submit(*s, std::move(call), std::move(open.live));
   };
@@ -144,8 +144,7 @@ py::tuple make_model_hooks(const std::string& class_name) {
     options.pending = nullptr;
     options.saver = nullptr;
     judged.record.outputs = item_entries(output.ptr(), options, "", &live.outputs);
-    live.enclosing = std::move(call.args);
-    live.maker = "the started model " + call.class_name;
+    live.enclosing.push_back({"the started model " + call.class_name, std::move(call.args), true});
     judged.stack = s->capture_stack();
     warn_statistics_failure(*s, judged.record.name);
     if (auto event = s->guard().judge_model_output(std::move(judged), live)) {

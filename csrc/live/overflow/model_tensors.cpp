@@ -69,15 +69,29 @@ void ModelTensors::add(const std::string& name, const at::Tensor& t, bool buffer
   const uint32_t v = version_of(t);
   index_[impl] = entries_.size();
   if (buffer) by_name_.emplace(name, entries_.size());
-  entries_.push_back(Item{name, WeakImpl(t.getIntrusivePtr()), buffer, v, v});
+  entries_.push_back(Item{name, WeakImpl(t.getIntrusivePtr()), buffer, v, v, std::nullopt, false});
 }
 
 void ModelTensors::new_step() {
+  bool gradients = false;
   for (Item& item : entries_) {
-    if (auto strong = item.weak.lock()) {
-      item.version_at_step = version_of(at::Tensor(std::move(strong)));
+    auto strong = item.weak.lock();
+    if (!strong) continue;
+    const at::Tensor t(std::move(strong));
+    item.version_at_step = version_of(t);
+    if (!item.buffer) {
+      gradients = gradients || t.grad().defined();
+    } else if (is_running_stat(item.name) && item.version_looked_at != item.version_at_step &&
+               t.is_floating_point() && t.layout() == at::kStrided && !t.is_meta()) {
+      // A handful of channels, and only when something other than a norm wrote them.
+      const std::optional<bool> finite = cpu_all_finite(t);
+      item.nonfinite_when_looked_at =
+          finite ? !*finite : !at::isfinite(t.detach()).all().item<bool>();
+      item.version_looked_at = item.version_at_step;
     }
   }
+  gradients_left_ = stepped_ && gradients;
+  stepped_ = true;
 }
 
 std::optional<ModelTensors::Found> ModelTensors::find(const at::Tensor& t) const {
@@ -116,7 +130,9 @@ ModelTensors::RunningStats ModelTensors::running_stats_of(const std::string& qua
     if (leaf[1] == 'n') {
       out.trained_this_step = version_of(t) != item.version_at_step;
     } else {
-      out.stats.emplace_back(item.name, std::move(t));
+      // Written since the step began by something other than a norm: unknown, taken as come in.
+      const bool came_in_bad = item.nonfinite_when_looked_at || version_of(t) != item.version_at_step;
+      out.stats.push_back({item.name, std::move(t), came_in_bad});
     }
   }
   return out;

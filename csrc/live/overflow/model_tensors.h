@@ -27,16 +27,28 @@ class ModelTensors {
   void add(const std::string& name, const at::Tensor& t, bool buffer);
   bool empty() const { return entries_.empty(); }
 
-  // What "before this step" means for Found::written_this_step.
+  // What "before this step" means for Found::written_this_step. Running statistics written since
+  // they were last looked at (by anything but a norm, which bumps no version: a checkpoint, a
+  // fill) are looked at now, so that NaN/inf a norm finds there after a train-mode call is known
+  // to have come in with them. Also notes whether an earlier step left gradients.
   void new_step();
+  // An earlier step of this debugger left the parameters gradients (not set to None).
+  bool earlier_step_left_gradients() const { return gradients_left_; }
   std::optional<Found> find(const at::Tensor& t) const;
   // The parameter whose gradient (.grad) `t` is. A walk over the parameters: for anomalous
   // tensors only.
   std::optional<std::string> gradient_of(const at::Tensor& t) const;
   // The running statistics of the module named `qualname` (its running_mean, running_var), and
   // whether it is in train mode this step: its num_batches_tracked was written since start().
+  struct RunningStat {
+    std::string name;
+    at::Tensor tensor;
+    // It held NaN/inf before this step's norm calls (loaded so, or written by something other
+    // than a norm since the step began): what it holds came in with it.
+    bool came_in_bad = false;
+  };
   struct RunningStats {
-    std::vector<std::pair<std::string, at::Tensor>> stats;
+    std::vector<RunningStat> stats;
     bool trained_this_step = false;
   };
   RunningStats running_stats_of(const std::string& qualname) const;
@@ -57,10 +69,15 @@ class ModelTensors {
     bool buffer;
     uint32_t version_at_add;
     uint32_t version_at_step;
+    // Running statistics: the version at which it was last looked at, and what was seen.
+    std::optional<uint32_t> version_looked_at;
+    bool nonfinite_when_looked_at = false;
   };
   std::vector<Item> entries_;
   std::unordered_map<const c10::TensorImpl*, size_t> index_;
   std::unordered_map<std::string, size_t> by_name_;  // buffers
+  bool stepped_ = false;
+  bool gradients_left_ = false;
 };
 
 // The names of `gradients` (ModelTensors::gradients()) that hold NaN or ±inf, in their order. A

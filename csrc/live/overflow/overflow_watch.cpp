@@ -71,10 +71,30 @@ void OverflowWatch::mark_compiled_output(const at::Tensor& t) {
   compiled_outputs_.insert_or_assign(t.unsafeGetTensorImpl(), WeakImpl(t.getIntrusivePtr()));
 }
 
-void OverflowWatch::finish_held() {
-  for (const HeldOrigin& h : held_) {
-    if (!h.caught && h.finding < judgements_.size()) judgements_[h.finding] = Judgement::Absorbed;
+std::vector<HeldEnd> OverflowWatch::finish_held() {
+  std::vector<HeldEnd> ends(held_.size());
+  std::vector<uint64_t> latest(held_.size(), 0);
+  for (const auto& [impl, k] : known_) {
+    if (k.held < 0 || static_cast<size_t>(k.held) >= held_.size()) continue;
+    const size_t id = static_cast<size_t>(k.held);
+    if (k.order >= latest[id] && k.weak.lock().get() == impl) {
+      latest[id] = k.order + 1;
+      ends[id].still_in = k.call;
+    }
   }
+  for (size_t id = 0; id < held_.size(); ++id) {
+    const HeldOrigin& h = held_[id];
+    if (h.caught) {
+      ends[id] = HeldEnd{};
+      continue;
+    }
+    ends[id].turned_finite_by = h.turned_finite_by;
+    if (h.finding < judgements_.size()) {
+      judgements_[h.finding] =
+          ends[id].still_in.empty() ? Judgement::Absorbed : Judgement::HeldToEnd;
+    }
+  }
+  return ends;
 }
 
 bool OverflowWatch::held_tensor(const at::Tensor& t) const {
@@ -116,14 +136,15 @@ void OverflowWatch::remember_outputs(const CallRecord& rec, const LiveTensors& l
     if (pos.side != ArgPos::Side::Output || !tensors) return;
     for_each_tensor(arg, *tensors, [&](const Entry& e, const at::Tensor& t) {
       if (!is_anomalous(e, detector_.options().compat)) return;
-      known_.insert_or_assign(t.unsafeGetTensorImpl(),
-                              Known{WeakImpl(t.getIntrusivePtr()), explained, held});
+      known_.insert_or_assign(
+          t.unsafeGetTensorImpl(),
+          Known{WeakImpl(t.getIntrusivePtr()), explained, held, rec.name, known_order_++});
     });
   });
 }
 
 void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, const LiveTensors& live,
-                                 Traced& out) const {
+                                 Traced& out, bool model_output) const {
   if (!is_anomalous(e, detector_.options().compat)) return;
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (auto it = known_.find(impl); it != known_.end() && it->second.weak.lock().get() == impl) {
@@ -140,7 +161,7 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, const Live
     return;
   }
   // torch.tensor(-inf), x.new_tensor(inf), torch.full((), -inf): a constant in tensor form.
-  if (t.numel() == 1 && !kinds_of(e).n[0]) {
+  if (t.numel() == 1 && !kinds_of(e).n[0] && !model_output) {
     out.kinds.add_constant(e);
     return;
   }
@@ -195,7 +216,7 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, const Live
   // A mask made before the step (an attribute, not a buffer), or a tensor holding one infinity
   // only: what torch.full(..., ±inf) or fill_(±inf) make, which msprobe's wrap list does not
   // record.
-  if (only_minus_inf(e) || one_infinity(e)) {
+  if (!(model_output && t.numel() == 1) && (only_minus_inf(e) || one_infinity(e))) {
     out.kinds.add_tensor(e);
     return;
   }
@@ -216,11 +237,10 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, const Live
   }
   // At L0 (and at a started model's output): what no recorded call made and the enclosing code
   // was not given, that code made while it ran.
-  if (!live.maker.empty() && std::none_of(live.enclosing.begin(), live.enclosing.end(),
-                                          [&](const at::Tensor& a) { return a.is_same(t); })) {
+  if (const LiveTensors::Enclosing* maker = live.maker_of(t)) {
     out.origin = Origin::Op;
-    out.note = "made by the code of " + live.maker +
-               (live.maker.rfind("the started model", 0) == 0 ? "'s own forward" : "") +
+    out.note = "made by the code of " + maker->maker +
+               (maker->started_model ? "'s own forward" : "") +
                " between its submodules; record at mix or L1 to see the op";
     return;
   }
@@ -294,7 +314,7 @@ Verdict OverflowWatch::judge_model_output(const CallRecord& rec, const LiveTenso
     if (!holds_anomaly(rec.outputs[i], compat)) continue;
     f.output_indices.push_back(i);
     for_each_tensor(rec.outputs[i], live.outputs[i],
-                    [&](const Entry& e, const at::Tensor& x) { trace_tensor(e, x, live, t); });
+                    [&](const Entry& e, const at::Tensor& x) { trace_tensor(e, x, live, t, true); });
   }
   if (f.output_indices.empty() || t.explained) return v;
   v.finding = f;
@@ -304,7 +324,9 @@ Verdict OverflowWatch::judge_model_output(const CallRecord& rec, const LiveTenso
     if (h.caught) return Verdict{};
     h.caught = true;
     v.caught = static_cast<size_t>(t.held);
-    v.caught_how = "reached the output of " + live.maker;
+    v.caught_how = "reached the output of " +
+                   (live.enclosing.empty() ? std::string("the started model")
+                                           : live.enclosing.front().maker);
     v.origin = h.origin;
   } else if (t.origin) {
     v.origin = t.origin;
@@ -338,8 +360,13 @@ Judgement OverflowWatch::apply_damage_rule(const CallRecord& rec, const LiveTens
                           ? std::string()
                           : damage(rec, live);
     if (!written.empty()) how = written;
-    if (how.empty()) return Judgement::Held;
     HeldOrigin& h = held_[static_cast<size_t>(held_in)];
+    if (how.empty()) {
+      if (v.finding->scene == Scene::InputAnomalyOutputNormal && h.turned_finite_by.empty()) {
+        h.turned_finite_by = rec.name;
+      }
+      return Judgement::Held;
+    }
     h.caught = true;
     v.caught = static_cast<size_t>(held_in);
     v.caught_how = std::move(how);
@@ -351,7 +378,7 @@ Judgement OverflowWatch::apply_damage_rule(const CallRecord& rec, const LiveTens
       v.origin && (*v.origin == Origin::Op || *v.origin == Origin::Input) && !from_peer;
   if (holdable && written.empty() && damage(rec, live).empty()) {
     held_in = static_cast<int>(held_.size());
-    held_.push_back(HeldOrigin{*v.origin, findings_.size()});
+    held_.push_back(HeldOrigin{*v.origin, findings_.size(), false, {}});
     v.hold = true;
   }
   return Judgement::Flagged;

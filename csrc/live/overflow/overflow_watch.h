@@ -50,9 +50,10 @@ class OverflowWatch {
   Verdict judge(const CallRecord& rec, const LiveTensors& live,
                 std::optional<int> peer_rank = std::nullopt);
   void new_step();
-  // The end of the step: held NaN/inf that no call was caught doing damage with is absorbed
-  // (its origin's judgement becomes Absorbed).
-  void finish_held();
+  // The end of the step: how each held NaN/inf that no call was caught doing damage with ended
+  // (by hold id): still in a tensor alive now (its origin's judgement becomes HeldToEnd), else
+  // absorbed (Absorbed).
+  std::vector<HeldEnd> finish_held();
   // An output of a compiled region (torch.compile), this step.
   void mark_compiled_output(const at::Tensor& t);
   bool compiled_region_ran() const { return !compiled_outputs_.empty(); }
@@ -89,8 +90,10 @@ class OverflowWatch {
   Judgement settle(const std::string& call, bool backward, Verdict& v, Judgement judgement);
   Traced trace_forward_inputs(const CallRecord& rec, const Finding& f,
                               const LiveTensors& live) const;
-  void trace_tensor(const Entry& e, const at::Tensor& t, const LiveTensors& live,
-                    Traced& out) const;
+  // `model_output`: `t` is what a started model returns, where a one-element ±inf tensor is
+  // a loss or a metric, not a constant.
+  void trace_tensor(const Entry& e, const at::Tensor& t, const LiveTensors& live, Traced& out,
+                    bool model_output = false) const;
   bool backward_explained(const CallRecord& rec, const Finding& f) const;
   // `held`: set to the hold id when the unexplained outputs are all held NaN/inf.
   std::optional<bool> judged_inside(const CallRecord& rec, const Finding& f,
@@ -116,16 +119,20 @@ class OverflowWatch {
   struct Known {
     WeakImpl weak;
     bool explained;
-    int held = -1;  // NaN/inf held under the damage rule: the id of its origin
+    int held = -1;     // NaN/inf held under the damage rule: the id of its origin
+    std::string call;  // the call that made it
+    uint64_t order;    // when: the latest of a hold's tensors alive at the end names it
   };
   // The damage rule's holds of this step, by id: the origin's kind and its finding's index.
   struct HeldOrigin {
     Origin origin;
     size_t finding;
     bool caught = false;
+    std::string turned_finite_by;  // the first call that took it and gave finite outputs
   };
   std::vector<HeldOrigin> held_;
   std::unordered_map<const c10::TensorImpl*, Known> known_;
+  uint64_t known_order_ = 0;
   std::unordered_set<std::string> unexplained_forwards_;
   std::unordered_map<const c10::TensorImpl*, WeakImpl> compiled_outputs_;
   // For the session: call sites ("Torch.nan_to_num.forward") that absorbed a foreign anomaly.

@@ -19,7 +19,8 @@ std::optional<OverflowWatch::RunningStatWrite> OverflowWatch::running_stats_writ
     w.loaded = loaded;
     w.text = running_stat_text(name) + (loaded ? " holds " : " became ") + kinds_text(*k) + " (" +
              std::to_string(k->n[0]) + " NaN, " + std::to_string(k->n[1]) + " +inf, " +
-             std::to_string(k->n[2]) + " -inf of " + std::to_string(t.numel()) + ")";
+             std::to_string(k->n[2]) + " -inf of " + std::to_string(t.numel()) + ")" +
+             (loaded ? ": a checkpoint's, or written before this step" : "");
     return w;
   };
   if (auto positions = running_stat_positions(rec.name)) {
@@ -39,8 +40,12 @@ std::optional<OverflowWatch::RunningStatWrite> OverflowWatch::running_stats_writ
   // it, and were written by it when it is in train mode (num_batches_tracked moved).
   if (level_ != Level::L0 || rec.name.rfind("Module.", 0) != 0) return std::nullopt;
   const ModelTensors::RunningStats stats = models_.running_stats_of(module_qualname(rec.name));
-  for (const auto& [name, t] : stats.stats) {
-    if (auto w = written(name, t, !stats.trained_this_step)) return w;
+  for (const ModelTensors::RunningStat& stat : stats.stats) {
+    // In train mode the norm wrote it; NaN/inf it held before its call came in with it (a
+    // checkpoint's) and is said so, as at L1 where the call's record shows it.
+    if (auto w = written(stat.name, stat.tensor, !stats.trained_this_step || stat.came_in_bad)) {
+      return w;
+    }
   }
   return std::nullopt;
 }

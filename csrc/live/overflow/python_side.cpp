@@ -106,6 +106,7 @@ void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
   } catch (const std::exception& e) {
     facts.not_replayed = std::string("not replayed: ") + e.what();
   }
+  fit_replay_advice(facts);
   session.guard().set_replay(facts);
 }
 
@@ -155,6 +156,7 @@ py::dict overflow_fields(const OverflowFacts& facts, bool has_call) {
   kw["level"] = or_none(to_string(f.severity));
   kw["origin"] = facts.origin ? py::object(py::str(to_string(*facts.origin))) : py::none();
   kw["parameter"] = optional_str(facts.parameter);
+  kw["optimizer_state"] = optional_str(facts.optimizer_state);
   kw["input_args_anomaly_indices"] = f.input_indices;
   kw["input_kwargs_anomaly_keys"] = f.kwarg_keys;
   kw["output_anomaly_indices"] = f.output_indices;

@@ -15,6 +15,34 @@ HeadroomSite headroom_site(const std::string& name, const StackPtr& stack) {
   return HeadroomSite{parsed ? parsed->family() : name, reinterpret_cast<uintptr_t>(stack.get())};
 }
 
+namespace {
+
+// Whether an argument carries exactly `largest` in magnitude: a fill value of finfo.min or
+// finfo.max (masked_fill(mask, torch.finfo(torch.float16).min)), or a tensor that holds one.
+bool carries_extreme(const Entry& e, double largest) {
+  auto extreme = [largest](const Scalar& v) {
+    return v.is_number() && std::fabs(v.as_double()) == largest;
+  };
+  if (e.is_tensor()) return extreme(e.max) || extreme(e.min);
+  if (e.has_items()) {
+    return std::any_of(e.items.begin(), e.items.end(),
+                       [&](const Entry& x) { return carries_extreme(x, largest); });
+  }
+  return extreme(e.value);
+}
+
+// An output at exactly the dtype's largest magnitude, where an argument carries that value: a
+// deliberate fill constant (a mask) and what it reaches, not a value that grew there.
+bool fill_constant(const CallRecord& rec, double magnitude, double largest) {
+  if (magnitude != largest) return false;
+  auto carries = [largest](const Entry& e) { return carries_extreme(e, largest); };
+  return std::any_of(rec.inputs.begin(), rec.inputs.end(), carries) ||
+         std::any_of(rec.kwargs.begin(), rec.kwargs.end(),
+                     [&](const auto& kv) { return carries(kv.second); });
+}
+
+}  // namespace
+
 std::optional<HeadroomRecord> observe_headroom(Headroom& headroom, const StoredCall& call,
                                                int64_t step) {
   // API forward calls: a module's output is its last call's, and backward values are the loss
@@ -30,6 +58,7 @@ std::optional<HeadroomRecord> observe_headroom(Headroom& headroom, const StoredC
         !e.min.is_number())
       continue;
     const double magnitude = std::max(std::fabs(e.max.as_double()), std::fabs(e.min.as_double()));
+    if (fill_constant(call.record, magnitude, largest_16bit(e.dtype))) continue;
     if (!site) site = headroom_site(name, call.stack);
     if (auto r = headroom.observe(*site, step, e.dtype, magnitude)) crossed = std::move(r);
   }

@@ -146,6 +146,36 @@ std::optional<OverflowEvent> OverflowGuard::end_of_backward() {
       [&](StepState& s) { return s.decisions->backward_verdict(models_known, std::move(bad)); });
 }
 
+namespace {
+
+// The facts of a finding at an optimizer's step, which no record names.
+OverflowFacts optimizer_step_facts(const StepState& s, const SessionPaths& paths,
+                                   const std::string& optimizer) {
+  OverflowFacts f;
+  f.finding.call = "(before " + optimizer + ".step)";
+  f.module = "(none: " + optimizer + ".step runs outside the model)";
+  f.step = s.step;
+  f.rank = s.rank < 0 ? 0 : s.rank;
+  if (s.decisions->budget_left()) f.dump_dir = paths.dir_of(s);
+  return f;
+}
+
+}  // namespace
+
+std::optional<OverflowEvent> OverflowGuard::judge_optimizer_state(const std::string& optimizer,
+                                                                  const std::string& state,
+                                                                  const std::string& parameter,
+                                                                  size_t more) {
+  if (!config_.watching()) return std::nullopt;
+  return state_.with_lock([&](StepState& s) -> std::optional<OverflowEvent> {
+    if (!s.decisions) return std::nullopt;
+    std::optional<OverflowEvent> event = s.decisions->optimizer_state(
+        state, parameter, more, [&] { return optimizer_step_facts(s, paths_, optimizer); });
+    if (event) s.dirty = true;  // written even when no call of the step was recorded
+    return event;
+  });
+}
+
 std::optional<OverflowEvent> OverflowGuard::judge_optimizer_gradients(const std::string& optimizer,
                                                                       std::vector<std::string> bad,
                                                                       bool reduced) {
@@ -155,15 +185,10 @@ std::optional<OverflowEvent> OverflowGuard::judge_optimizer_gradients(const std:
     OverflowDecisions::GradientSource source;
     source.reduced = reduced;
     source.compiled = s.watch && s.watch->compiled_region_ran();
-    std::optional<OverflowEvent> event =
-        s.decisions->optimizer_gradients(std::move(bad), source, [&] {
-          OverflowFacts f;
-          f.finding.call = "(before " + optimizer + ".step)";
-          f.step = s.step;
-          f.rank = s.rank < 0 ? 0 : s.rank;
-          if (s.decisions->budget_left()) f.dump_dir = paths_.dir_of(s);
-          return f;
-        });
+    // Without a started model nothing says whether an earlier step left gradients.
+    source.earlier_step_left = s.models.empty() || s.models.earlier_step_left_gradients();
+    std::optional<OverflowEvent> event = s.decisions->optimizer_gradients(
+        std::move(bad), source, [&] { return optimizer_step_facts(s, paths_, optimizer); });
     // Written even when no call of the step was recorded: the message names its folder.
     if (event) s.dirty = true;
     return event;

@@ -94,6 +94,11 @@ class OverflowGuard {
   std::optional<OverflowEvent> judge_optimizer_gradients(const std::string& optimizer,
                                                          std::vector<std::string> bad,
                                                          bool reduced);
+  // Before an optimizer writes the parameters: its `state` ("exp_avg_sq") of `parameter`, and
+  // `more` other state tensors, hold NaN/inf.
+  std::optional<OverflowEvent> judge_optimizer_state(const std::string& optimizer,
+                                                     const std::string& state,
+                                                     const std::string& parameter, size_t more);
 
  private:
   const Config& config_;

@@ -67,9 +67,9 @@ std::string Session::write_step(bool at_stop, bool hand_over) {
     if (!s.dirty || (at_stop && s.decisions && s.decisions->loss_scaled())) return f;
     s.dirty = false;
     if (s.watch) {
-      // Held NaN/inf that did no damage by now was absorbed: told once per call site.
-      s.watch->finish_held();
-      for (const std::string& line : s.decisions->finish_held()) {
+      // Held NaN/inf that did no damage by now: told once per call site, as absorbed or as still
+      // held.
+      for (const std::string& line : s.decisions->finish_held(s.watch->finish_held())) {
         held_lines.push_back((s.rank >= 0 ? "[rank " + std::to_string(s.rank) + "] " : "") + line);
       }
       // Task overflow_check writes only the steps it flagged; a clean step leaves nothing.
