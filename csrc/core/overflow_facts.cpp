@@ -110,9 +110,8 @@ std::string OverflowFacts::message() const {
         m += " (NaN/inf came in with a tensor argument that no call of this step made: the batch?)";
         break;
       case Origin::Parameter:
-        m += optimizer_state ? " (NaN/inf came in with the optimizer's state: " +
-                                   *optimizer_state + " of parameter " + parameter.value_or("?") +
-                                   ")"
+        m += optimizer_state ? " (NaN/inf came in with the optimizer's state: " + *optimizer_state +
+                                   " of parameter " + parameter.value_or("?") + ")"
                              : " (NaN/inf came in with parameter " + parameter.value_or("?") + ")";
         break;
       case Origin::Peer:
@@ -203,8 +202,7 @@ std::string OverflowFacts::absorbed_line() const {
     // The note says how the step ended it (OverflowDecisions::finish_held).
     return "msprobe_cpp: step " + std::to_string(step) + ": " + what + made +
            " stayed in tensors that need no gradient and did no damage by the end of the step: " +
-           note +
-           "; no stop (said once per call site)";
+           note + "; no stop (said once per call site)";
   }
   const std::string whence =
       origin == Origin::Parameter ? "parameter " + parameter.value_or("?") : "an input";

@@ -136,8 +136,8 @@ std::string step_summary(const Report& report, const std::vector<Judgement>& jud
   }
   const std::string absorbed = join_calls(findings, judgements, Judgement::Absorbed);
   if (!absorbed.empty()) {
-    text += who + "  absorbed (NaN/inf turned finite or let go before it did damage, no stop): " + absorbed +
-            "\n";
+    text += who + "  absorbed (NaN/inf turned finite or let go before it did damage, no stop): " +
+            absorbed + "\n";
   }
   const std::string kept = join_calls(findings, judgements, Judgement::HeldToEnd);
   if (!kept.empty()) {

@@ -131,7 +131,8 @@ ModelTensors::RunningStats ModelTensors::running_stats_of(const std::string& qua
       out.trained_this_step = version_of(t) != item.version_at_step;
     } else {
       // Written since the step began by something other than a norm: unknown, taken as come in.
-      const bool came_in_bad = item.nonfinite_when_looked_at || version_of(t) != item.version_at_step;
+      const bool came_in_bad =
+          item.nonfinite_when_looked_at || version_of(t) != item.version_at_step;
       out.stats.push_back({item.name, std::move(t), came_in_bad});
     }
   }

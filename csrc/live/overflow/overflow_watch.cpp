@@ -313,8 +313,9 @@ Verdict OverflowWatch::judge_model_output(const CallRecord& rec, const LiveTenso
   for (size_t i = 0; i < rec.outputs.size() && i < live.outputs.size(); ++i) {
     if (!holds_anomaly(rec.outputs[i], compat)) continue;
     f.output_indices.push_back(i);
-    for_each_tensor(rec.outputs[i], live.outputs[i],
-                    [&](const Entry& e, const at::Tensor& x) { trace_tensor(e, x, live, t, true); });
+    for_each_tensor(rec.outputs[i], live.outputs[i], [&](const Entry& e, const at::Tensor& x) {
+      trace_tensor(e, x, live, t, true);
+    });
   }
   if (f.output_indices.empty() || t.explained) return v;
   v.finding = f;
@@ -324,9 +325,9 @@ Verdict OverflowWatch::judge_model_output(const CallRecord& rec, const LiveTenso
     if (h.caught) return Verdict{};
     h.caught = true;
     v.caught = static_cast<size_t>(t.held);
-    v.caught_how = "reached the output of " +
-                   (live.enclosing.empty() ? std::string("the started model")
-                                           : live.enclosing.front().maker);
+    v.caught_how =
+        "reached the output of " +
+        (live.enclosing.empty() ? std::string("the started model") : live.enclosing.front().maker);
     v.origin = h.origin;
   } else if (t.origin) {
     v.origin = t.origin;
