@@ -10,59 +10,52 @@ when it is released. Either way the hook costs one look at each gradient per opt
 (_C.nonfinite_gradients: read in place on the CPU, one multi-tensor pass and one sync per device
 elsewhere), and none where the step's GradScaler has just made the same look (scaler_checked)."""
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.optim.optimizer as optimizer_module  # torch 1.13's torch.optim deletes the name
 
 
-def local_gradients(optimizer: Any, started: Optional[Dict[int, str]]) -> List[Tuple[str, torch.Tensor]]:
-    """(name, gradient) of the optimizer's parameters that have a strided floating-point
-    gradient: those of the started models (`started`: id -> name) when models were started,
-    else all. A DTensor's (FSDP2) is its local shard: reading the whole would be a collective."""
-    out = []
+def _named_parameters(optimizer: Any, started: Optional[Dict[int, str]]) -> Iterator[Tuple[str, Any]]:
+    """(name, parameter) of the optimizer's parameters: those of the started models (`started`:
+    id -> name) when models were started, else all, named by their place in param_groups."""
     for g, group in enumerate(optimizer.param_groups):
         for i, p in enumerate(group["params"]):
-            grad = p.grad
-            if grad is None:
-                continue
-            if started is not None:
-                name = started.get(id(p))
-                if name is None:
-                    continue
-            else:
-                name = f"param_groups[{g}].params[{i}]"
-            grad = getattr(grad, "_local_tensor", grad)
-            if grad.layout == torch.strided and grad.is_floating_point():
-                out.append((name, grad))
+            name = started.get(id(p)) if started is not None else f"param_groups[{g}].params[{i}]"
+            if name is not None:
+                yield name, p
+
+
+def _readable(t: torch.Tensor) -> Optional[torch.Tensor]:
+    """A strided floating-point tensor as it can be read here: a DTensor's (FSDP2) is its local
+    shard (reading the whole would be a collective); None for any other kind."""
+    t = getattr(t, "_local_tensor", t)
+    return t if t.layout == torch.strided and t.is_floating_point() else None
+
+
+def local_gradients(optimizer: Any, started: Optional[Dict[int, str]]) -> List[Tuple[str, torch.Tensor]]:
+    """(name, gradient) of the parameters _named_parameters names that have a readable gradient."""
+    out = []
+    for name, p in _named_parameters(optimizer, started):
+        grad = _readable(p.grad) if p.grad is not None else None
+        if grad is not None:
+            out.append((name, grad))
     return out
 
 
 def local_state(optimizer: Any, started: Optional[Dict[int, str]]) -> List[Tuple[str, str, torch.Tensor]]:
-    """(state key, parameter name, tensor) of the optimizer's floating-point state (AdamW's
-    exp_avg and exp_avg_sq, SGD's momentum_buffer) for the parameters local_gradients names: what
-    the step is about to write into the parameters along with the gradients."""
+    """(state key, parameter name, tensor) of the optimizer's readable state (AdamW's exp_avg and
+    exp_avg_sq, SGD's momentum_buffer) for the parameters _named_parameters names: what the step
+    is about to write into the parameters along with the gradients."""
     out = []
     state = getattr(optimizer, "state", None)
     if not state:
         return out
-    for g, group in enumerate(optimizer.param_groups):
-        for i, p in enumerate(group["params"]):
-            held = state.get(p)  # a defaultdict: get() adds nothing
-            if not held:
-                continue
-            if started is not None:
-                name = started.get(id(p))
-                if name is None:
-                    continue
-            else:
-                name = f"param_groups[{g}].params[{i}]"
-            for key, value in held.items():
-                if not isinstance(value, torch.Tensor):
-                    continue
-                value = getattr(value, "_local_tensor", value)
-                if value.layout == torch.strided and value.is_floating_point():
-                    out.append((key, name, value))
+    for name, p in _named_parameters(optimizer, started):
+        for key, value in (state.get(p) or {}).items():  # a defaultdict: get() adds nothing
+            value = _readable(value) if isinstance(value, torch.Tensor) else None
+            if value is not None:
+                out.append((key, name, value))
     return out
 
 
