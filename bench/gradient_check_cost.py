@@ -8,7 +8,9 @@ installed (the torch 2 venv), hf_gpt2 and hf_llama_sdpa of the real-model zoo
 (tests/python/real_models.py). For each: the median of --reps uninstrumented training steps
 (zero_grad, forward, backward, optimizer step), then the median of --reps checks of that step's
 gradients as the hook makes them (collecting the optimizer's strided gradients by parameter,
-then the in-place look). The ratio is (step + check) / step.
+then the in-place look), and of its look at the optimizer's state (issue 43: exp_avg, exp_avg_sq,
+momentum; collected and looked at the same way). The ratios are (step + check) / step, for the
+gradients alone and for both.
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/gradient_check_cost.py
     OPENBLAS_NUM_THREADS=1 build-torch2/venv/bin/python bench/gradient_check_cost.py
@@ -27,7 +29,7 @@ sys.path.insert(0, os.environ.get("MSPROBE_CPP_PACKAGE_ROOT", str(ROOT / "python
 import torch  # noqa: E402
 
 from msprobe_cpp import _C  # noqa: E402
-from msprobe_cpp.gradient_guard import local_gradients  # noqa: E402
+from msprobe_cpp.gradient_guard import local_gradients, local_state  # noqa: E402
 
 
 def median_s(fn, reps: int) -> float:
@@ -78,7 +80,8 @@ def main() -> int:
     except ImportError:
         pass
     print(f"torch {torch.__version__}, one thread, {args.reps} reps each")
-    print(f"{'model':16} {'params':>7} {'elements':>9} {'step ms':>8} {'check us':>9} {'ratio':>6}")
+    print(f"{'model':16} {'params':>7} {'elements':>9} {'step ms':>8} {'check us':>9} {'ratio':>6} "
+          f"{'state us':>9} {'both':>6}")
     for label, make in workloads:
         model, opt, step = make()
         for _ in range(3):
@@ -89,8 +92,13 @@ def main() -> int:
         assert _C.nonfinite_gradients(grads) == []
         check_s = median_s(lambda: _C.nonfinite_gradients(local_gradients(opt, names)), args.reps * 10)
         elements = sum(g.numel() for _, g in grads)
+
+        def look_at_state() -> None:
+            _C.nonfinite_gradients([(f"{key} of {name}", t) for key, name, t in local_state(opt, names)])
+        assert local_state(opt, names)
+        state_s = median_s(look_at_state, args.reps * 10)
         print(f"{label:16} {len(grads):7d} {elements:9d} {step_s * 1e3:8.2f} {check_s * 1e6:9.1f} "
-              f"{(step_s + check_s) / step_s:6.3f}")
+              f"{(step_s + check_s) / step_s:6.3f} {state_s * 1e6:9.1f} {(step_s + check_s + state_s) / step_s:6.3f}")
     return 0
 
 
