@@ -28,7 +28,8 @@ target_compile_definitions(msprobe_extension PRIVATE
   PYBIND11_COMPILER_TYPE="${TORCH_PYBIND11_COMPILER_TYPE}"
   PYBIND11_STDLIB="${TORCH_PYBIND11_STDLIB}"
   PYBIND11_BUILD_ABI="${TORCH_PYBIND11_BUILD_ABI}"
-  MSPROBE_VERSION="${PROJECT_VERSION}")
+  MSPROBE_VERSION="${PROJECT_VERSION}"
+  MSPROBE_TORCH_VERSION="${TORCH_VERSION}" MSPROBE_TORCH_INIT_FILE="${TORCH_INIT_FILE}")
 # torch's headers cost 6-8 s of parsing in every file that includes them, most of the build: the
 # files are compiled in batches, each batch one translation unit. (A precompiled header was
 # measured too: its 350 MB image costs about as much to load as the parse it saves.)
@@ -40,9 +41,5 @@ target_link_libraries(msprobe_extension PRIVATE msprobe_cli ${torch_libraries})
 # compiled in: see shipped_rules.cpp.in.)
 configure_file(${CMAKE_SOURCE_DIR}/rules/support_wrap_ops.yaml
                ${MSPROBE_EXTENSION_OUTPUT_DIR}/_rules/support_wrap_ops.yaml COPYONLY)
-# The torch the extension is built for, read by the package before it loads the extension: under
-# another torch the import is an ImportError naming both, not a crash inside the loader.
-file(WRITE ${MSPROBE_EXTENSION_OUTPUT_DIR}/_built_for.py
-     "# Written by the build (cmake/torch_extension.cmake): the torch msprobe_cpp._C is built for.\n"
-     "TORCH_VERSION = \"${TORCH_VERSION}\"\n"
-     "TORCH_INIT_FILE = \"${TORCH_INIT_FILE}\"\n")
+# The torch the extension is built for is compiled into it (csrc/bind/module.cpp), where the
+# package reads it before it loads the extension: no file beside it can disagree with it.

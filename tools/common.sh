@@ -95,10 +95,7 @@ torch2_build() {
     return 1
   }
   cmake --build "$TORCH2_DIR/cmake" --parallel "$(nproc)" --target msprobe_extension
-  # The package's Python files beside that extension (copies: the source tree's own _C is 1.13's;
-  # so is its _built_for.py, which this build wrote for its own torch).
-  local file
-  for file in "$ROOT"/python/msprobe_cpp/*.py; do
-    [ "$(basename "$file")" = _built_for.py ] || cp -u "$file" "$TORCH2_PKG/msprobe_cpp/"
-  done
+  # The package's Python files beside that extension (copies: the source tree's own _C is 1.13's).
+  rm -f "$TORCH2_PKG/msprobe_cpp/_built_for.py"  # what builds before issue 44 wrote
+  cp -u "$ROOT"/python/msprobe_cpp/*.py "$TORCH2_PKG/msprobe_cpp/"
 }

@@ -10,6 +10,12 @@
 namespace py = pybind11;
 using namespace msprobe;
 
+// The torch this library is compiled against, as bytes the package reads from the file before it
+// loads it (_torch_check.py): a library built for another torch aborts inside the loader, where no
+// program can catch it. `used`: kept although nothing here reads it.
+[[gnu::used]] static const char kBuiltFor[] =
+    "\nmsprobe_cpp-built-for-torch:" MSPROBE_TORCH_VERSION "|" MSPROBE_TORCH_INIT_FILE "\n";
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "msprobe_cpp engine: sessions, API and module hooks, statistics, writers";
   py::register_exception<ConfigError>(m, "ConfigError", PyExc_ValueError);

@@ -1,22 +1,52 @@
 """Before the extension loads: is it built for this interpreter's torch? An extension built against
 one torch and loaded under another either fails with an undefined symbol or aborts the process
 inside the loader (`terminate called after throwing ... std::system_error`), which no program can
-catch. The build records its torch (_built_for.py); a mismatch is an ImportError naming both."""
+catch. The torch it was compiled against is a string compiled into the library
+(csrc/bind/module.cpp); it is read from the file, never by loading it, and a mismatch is an
+ImportError naming both torches and the rebuild command."""
+import glob
+import importlib.machinery
+import mmap
 import os
-from typing import Any
+from typing import Any, Optional, Tuple
+
+MARKER = b"\nmsprobe_cpp-built-for-torch:"
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def extension_file(package_dir: str = PACKAGE_DIR) -> Optional[str]:
+    """The _C library this package would load (the first of the interpreter's suffixes found)."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        found = glob.glob(os.path.join(glob.escape(package_dir), "_C" + suffix))
+        if found:
+            return found[0]
+    return None
+
+
+def built_for(library: str) -> Optional[Tuple[str, str]]:
+    """(torch version, torch's __init__.py) that `library` was compiled against, read from its
+    bytes; None when it records none."""
+    with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        at = data.find(MARKER)
+        if at < 0:
+            return None
+        end = data.find(b"\n", at + len(MARKER))
+        version, _, init_file = data[at + len(MARKER):end].decode("utf-8", "replace").partition("|")
+        return version, init_file
 
 
 def check_built_for(torch: Any) -> None:
-    try:
-        from . import _built_for
-    except ImportError:
-        return  # a build from before the record: nothing to compare
-    built, running = _built_for.TORCH_VERSION, torch.__version__
+    library = extension_file()
+    recorded = built_for(library) if library else None
+    if recorded is None:
+        return  # no extension here (the import says so), or one from before the record
+    built, init_file = recorded
+    running = torch.__version__
     if built == running:
         return
-    where = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    where = os.path.dirname(PACKAGE_DIR)
     raise ImportError(
-        f"msprobe_cpp's extension was built for torch {built} ({_built_for.TORCH_INIT_FILE}), but this "
-        f"interpreter has torch {running} ({torch.__file__}): rebuild it for this torch, from the "
-        f"msprobe_cpp checkout: `pip install --no-build-isolation --force-reinstall .` (installed "
-        f"package), or `bash -c 'source tools/common.sh; build'` (the source tree's package, {where})")
+        f"msprobe_cpp's extension was built for torch {built} ({init_file}), but this interpreter has "
+        f"torch {running} ({torch.__file__}): rebuild it for this torch, from the msprobe_cpp checkout: "
+        f"`pip install --no-build-isolation --force-reinstall .` (installed package), or "
+        f"`bash -c 'source tools/common.sh; build'` (the source tree's package, {where})")

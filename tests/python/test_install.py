@@ -15,8 +15,44 @@ import pytest
 
 from testenv import ROOT
 
-pytestmark = pytest.mark.skipif(os.environ.get("MSPROBE_TEST_INSTALL") != "1",
-                                reason="set MSPROBE_TEST_INSTALL=1 (tools/test.sh does) to build and install")
+installs = pytest.mark.skipif(os.environ.get("MSPROBE_TEST_INSTALL") != "1",
+                              reason="set MSPROBE_TEST_INSTALL=1 (tools/test.sh does) to build and install")
+
+# setup.py as pip runs it, up to its first check (no build): `find_spec` stands for what the
+# interpreter can import, `path` is added to sys.path.
+SETUP_AS_PIP_RUNS_IT = """
+import importlib.util, runpy, sys
+real = importlib.util.find_spec
+hidden = set(sys.argv[1].split(",")) - {""}
+importlib.util.find_spec = lambda name, *a: None if name in hidden else real(name, *a)
+sys.path.append(sys.argv[2])
+sys.argv = ["setup.py", "bdist_wheel"]
+runpy.run_path(SETUP, run_name="__main__")
+"""
+
+
+def setup_says(hidden: str, path: str = "", **env: str) -> subprocess.CompletedProcess:
+    script = SETUP_AS_PIP_RUNS_IT.replace("SETUP", repr(str(ROOT / "setup.py")))
+    return subprocess.run([sys.executable, "-c", script, hidden, path], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, **env), timeout=120)
+
+
+def test_pips_build_isolation_is_named_as_what_hides_torch(tmp_path):
+    done = setup_says("torch", str(tmp_path / "pip-build-env-x1y2" / "overlay"))
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "msprobe_cpp: cannot build: pip's build isolation hides this venv's torch: add --no-build-isolation "
+        "(pip install --no-build-isolation .)"), done.stderr
+    without = setup_says("torch")  # no isolation: the interpreter has none
+    assert "has no torch: install one first" in without.stderr.strip().splitlines()[-1], without.stderr
+
+
+def test_missing_dev_packages_are_named_up_front(tmp_path):
+    done = setup_says("", MSPROBE_CPP_INCLUDE_DIRS=str(tmp_path))
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "msprobe_cpp: cannot build: missing nlohmann-json3-dev, libyaml-cpp-dev (their headers): "
+        "apt-get install nlohmann-json3-dev libyaml-cpp-dev"), done.stderr
 
 TRAIN = """
 import json, pathlib, sys
@@ -74,6 +110,7 @@ def make_venv(venv: pathlib.Path) -> None:
     (pathlib.Path(site.stdout.strip()) / "torch_env.pth").write_text("\n".join(ours) + "\n")
 
 
+@installs
 def test_pip_install_into_a_venv(tmp_path, fixtures):
     repo, venv, work = tmp_path / "repo", tmp_path / "venv", tmp_path / "elsewhere"
     repo.mkdir()
@@ -123,12 +160,25 @@ def test_pip_install_into_a_venv(tmp_path, fixtures):
     assert r.returncode == 0, r.stderr
     r = run(other / "bin" / "pip", "install", "--no-build-isolation", "--no-index", repo)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
-    probe = "import torch, msprobe_cpp; from msprobe_cpp import _built_for as b; print(torch.__version__, b.TORCH_VERSION)"
-    for env in (other, venv):  # the second install, and the first one still
-        imported = run(env / "bin" / "python", "-c", probe, cwd=work)
-        assert imported.returncode == 0, imported.stderr[-4000:]
-        running, built = imported.stdout.split()
-        assert running == built, imported.stdout
+    probe = ("import torch, msprobe_cpp; from msprobe_cpp import _torch_check as c; "
+             "print(torch.__version__, c.built_for(c.extension_file())[0])")
+
+    def each_imports() -> None:
+        for env in (other, venv):  # the last install, and the other one still
+            imported = run(env / "bin" / "python", "-c", probe, cwd=work)
+            assert imported.returncode == 0, imported.stderr[-4000:]  # never an abort (rc 134, 139)
+            running, built = imported.stdout.split()
+            assert running == built, imported.stdout
+    each_imports()
     trained = run(other / "bin" / "python", "-c", TRAIN, cwd=work)
     assert trained.returncode == 0, trained.stderr[-4000:]
+    # Issue 44: installed again from the same copy, in both orders. Each build folder is up to
+    # date (nothing compiles); the shared build/lib.* once kept the last torch's library, and the
+    # next install copied it into a venv of the other torch.
+    for env in (venv, other):
+        r = run(env / "bin" / "pip", "install", "--no-build-isolation", "--no-index", "--no-deps",
+                "--force-reinstall", "-v", repo)
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+        assert "Building CXX object" not in r.stdout + r.stderr
+        each_imports()
     assert len(list((repo / "build").glob("temp.*/cmake-*"))) == 2  # one build folder per torch

@@ -19,15 +19,25 @@ def import_from(root: pathlib.Path) -> subprocess.CompletedProcess:
 
 
 def test_the_build_records_the_torch_it_is_built_for():
-    from msprobe_cpp import _built_for
-    assert _built_for.TORCH_VERSION == torch.__version__
-    assert pathlib.Path(_built_for.TORCH_INIT_FILE).resolve() == pathlib.Path(torch.__file__).resolve()
+    from msprobe_cpp import _torch_check
+    library = _torch_check.extension_file()
+    version, init_file = _torch_check.built_for(library)
+    assert version == torch.__version__
+    assert pathlib.Path(init_file).resolve() == pathlib.Path(torch.__file__).resolve()
+    assert not (pathlib.Path(library).parent / "_built_for.py").exists()  # nothing beside it can disagree
 
 
 def test_a_package_built_for_another_torch_is_an_import_error_naming_both(tmp_path):
+    from msprobe_cpp import _torch_check
     package = tmp_path / "msprobe_cpp"
     shutil.copytree(PACKAGE_ROOT / "msprobe_cpp", package)
-    (package / "_built_for.py").write_text('TORCH_VERSION = "9.9.9"\nTORCH_INIT_FILE = "/elsewhere/torch/__init__.py"\n')
+    library = pathlib.Path(_torch_check.extension_file(str(package)))
+    data = library.read_bytes()
+    at = data.index(_torch_check.MARKER) + len(_torch_check.MARKER)
+    end = data.index(b"\n", at)
+    # What another torch's build says of itself (never loaded: refused first, so the bytes after
+    # it may move).
+    library.write_bytes(data[:at] + b"9.9.9|/elsewhere/torch/__init__.py" + data[end:])
     done = import_from(tmp_path)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
@@ -40,10 +50,24 @@ def test_a_package_built_for_another_torch_is_an_import_error_naming_both(tmp_pa
 OTHER = ROOT / "build-torch2" / "pkg" if torch.__version__.startswith("1.") else ROOT / "python"
 
 
-@pytest.mark.skipif(not (OTHER / "msprobe_cpp" / "_built_for.py").exists(),
+def other_library() -> pathlib.Path:
+    return next(iter(sorted((OTHER / "msprobe_cpp").glob("_C.*.so"))), OTHER / "none")
+
+
+@pytest.mark.skipif(not other_library().exists(),
                     reason="the other torch's build is not here (tools/common.sh torch2_build / build)")
-def test_the_other_torchs_real_build_is_refused_before_it_loads():
-    done = import_from(OTHER)
+@pytest.mark.parametrize("beside", ["its-own-package", "this-package"])
+def test_the_other_torchs_real_build_is_refused_before_it_loads(tmp_path, beside):
+    """Issue 44: what the library was compiled against decides, whatever package files lie beside
+    it (a shared build folder once put 1.13's library beside files written for 2.13)."""
+    root = OTHER
+    if beside == "this-package":
+        root = tmp_path
+        shutil.copytree(PACKAGE_ROOT / "msprobe_cpp", tmp_path / "msprobe_cpp")
+        for mine in (tmp_path / "msprobe_cpp").glob("_C.*.so"):
+            mine.unlink()
+        shutil.copy2(other_library(), tmp_path / "msprobe_cpp" / other_library().name)
+    done = import_from(root)
     assert done.returncode == 1 and "terminate called" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("ImportError: msprobe_cpp's extension was built for torch "), \
         done.stderr
