@@ -124,8 +124,9 @@ setup(
     python_requires=">=3.8",
     package_dir={"": "python"},
     packages=["msprobe_cpp"],
+    py_modules=["msprobe_cpp_cli"],  # the console command's --version and --help, without torch
     ext_modules=[Extension("msprobe_cpp._C", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
-    entry_points={"console_scripts": ["msprobe-cpp = msprobe_cpp.__main__:main"]},
+    entry_points={"console_scripts": ["msprobe-cpp = msprobe_cpp_cli:main"]},
     zip_safe=False,
 )

@@ -98,4 +98,5 @@ torch2_build() {
   # The package's Python files beside that extension (copies: the source tree's own _C is 1.13's).
   rm -f "$TORCH2_PKG/msprobe_cpp/_built_for.py"  # what builds before issue 44 wrote
   cp -u "$ROOT"/python/msprobe_cpp/*.py "$TORCH2_PKG/msprobe_cpp/"
+  cp -u "$ROOT"/python/*.py "$TORCH2_PKG/"  # msprobe_cpp_cli.py, the console command
 }

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <iostream>
@@ -94,7 +95,7 @@ void bind_tools(py::module_& m) {
       "_cli",
       [](const std::vector<std::string>& args) {
         py::gil_scoped_release release;
-        const int status = cli_main(args, std::cout, std::cerr);
+        const int status = cli_main(args, std::cout, std::cerr, isatty(STDOUT_FILENO) == 1);
         std::cout.flush();
         return status;
       },

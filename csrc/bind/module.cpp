@@ -15,6 +15,8 @@ using namespace msprobe;
 // program can catch it. `used`: kept although nothing here reads it.
 [[gnu::used]] static const char kBuiltFor[] =
     "\nmsprobe_cpp-built-for-torch:" MSPROBE_TORCH_VERSION "|" MSPROBE_TORCH_INIT_FILE "\n";
+// Likewise the version, for `msprobe-cpp --version` without torch (python/msprobe_cpp/__main__.py).
+[[gnu::used]] static const char kVersion[] = "\nmsprobe_cpp-version:" MSPROBE_VERSION "\n";
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "msprobe_cpp engine: sessions, API and module hooks, statistics, writers";

@@ -27,8 +27,8 @@ const char* kUsage =
     "  --threshold X  numerical mutation threshold, a number > 0 (default 1e5)\n"
     "  --compat       msprobe 1.1.1's exact verdicts (non-finite scalars ignored,\n"
     "                 no backward inheritance)\n"
-    "  --format F     json (default) or text: each finding with its source line, then\n"
-    "                 the probable origin\n"
+    "  --format F     text (the default on a terminal: each finding with its source\n"
+    "                 line, then the probable origin) or json (the default elsewhere)\n"
     "  --fail-on L    the lowest level that makes the exit status 1 (default medium)\n"
     "\n"
     "exit status: 0 no anomaly at or above --fail-on, 1 such anomalies found,\n"
@@ -57,8 +57,10 @@ bool parse_level(const std::string& text, Severity& out) {
   return false;
 }
 
-int check_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int check_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+               bool terminal) {
   CheckOptions options;
+  options.text = terminal;
   bool have_path = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -109,7 +111,8 @@ const char* version() {
   return MSPROBE_VERSION;
 }
 
-int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+             bool terminal) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     out << kUsage;
     return args.empty() ? 2 : 0;
@@ -118,7 +121,7 @@ int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostre
     out << "msprobe-cpp " << version() << "\n";
     return 0;
   }
-  if (args[0] == "check") return check_main({args.begin() + 1, args.end()}, out, err);
+  if (args[0] == "check") return check_main({args.begin() + 1, args.end()}, out, err, terminal);
   err << "msprobe-cpp: unknown command \"" << args[0] << "\"\n" << kUsage;
   return 2;
 }

@@ -8,8 +8,10 @@
 
 namespace msprobe {
 
-// `args` without the program name. Returns the exit status.
-int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// `args` without the program name. Returns the exit status. `terminal`: `out` is a terminal,
+// where check's report is text unless --format json asks for JSON.
+int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+             bool terminal = false);
 
 // The project's version, as CMake's project() declares it.
 const char* version();

@@ -33,5 +33,5 @@ int hand_replay_to_python(int argc, char** argv) {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "replay") return hand_replay_to_python(argc, argv);
-  return msprobe::cli_main(args, std::cout, std::cerr);
+  return msprobe::cli_main(args, std::cout, std::cerr, isatty(STDOUT_FILENO) == 1);
 }

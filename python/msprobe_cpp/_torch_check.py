@@ -23,16 +23,24 @@ def extension_file(package_dir: str = PACKAGE_DIR) -> Optional[str]:
     return None
 
 
-def built_for(library: str) -> Optional[Tuple[str, str]]:
-    """(torch version, torch's __init__.py) that `library` was compiled against, read from its
-    bytes; None when it records none."""
+def text_in(library: str, start: bytes, end: bytes) -> Optional[str]:
+    """The text compiled into `library` that begins with `start`, up to `end` (neither included),
+    read from its bytes without loading it; None when it holds none."""
     with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        at = data.find(MARKER)
+        at = data.find(start)
         if at < 0:
             return None
-        end = data.find(b"\n", at + len(MARKER))
-        version, _, init_file = data[at + len(MARKER):end].decode("utf-8", "replace").partition("|")
-        return version, init_file
+        return data[at + len(start):data.find(end, at + len(start))].decode("utf-8", "replace")
+
+
+def built_for(library: str) -> Optional[Tuple[str, str]]:
+    """(torch version, torch's __init__.py) that `library` was compiled against; None when it
+    records none."""
+    text = text_in(library, MARKER, b"\n")
+    if text is None:
+        return None
+    version, _, init_file = text.partition("|")
+    return version, init_file
 
 
 def check_built_for(torch: Any) -> None:

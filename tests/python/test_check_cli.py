@@ -486,3 +486,51 @@ def test_a_backward_inherits_only_from_the_forwards_of_its_own_file(cli, tmp_pat
     assert reports[str(second)]["high_priority_apis"] == []
     text = run(cli, tmp_path, "--format", "text").stdout.splitlines()
     assert "  critical\tTorch.exp.0.backward\tInputNormalOutputAnomalyScene\toutput [0]" in text
+
+
+# --- issue 44: what a person reads -----------------------------------------------------------------
+
+def on_a_terminal(command: List[str]) -> str:
+    """What `command` writes to a terminal (a pseudo-terminal as its stdout)."""
+    import pty
+    master, slave = pty.openpty()
+    try:
+        subprocess.run(command, stdout=slave, stderr=subprocess.DEVNULL, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    finally:
+        os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other side is closed: all read
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return b"".join(chunks).decode()
+
+
+@pytest.mark.parametrize("how", ["binary", "python -m"])
+def test_check_writes_text_on_a_terminal_and_json_elsewhere(cli, fixtures, how):
+    dump = str(fixtures / "mlp_overflow_check_L1" / "dump.json")
+    command = [str(cli)] if how == "binary" else [sys.executable, "-m", "msprobe_cpp"]
+    text = on_a_terminal(command + ["check", dump])
+    assert not text.lstrip().startswith("{") and "Tensor.__mul__.1.forward" in text, text
+    assert json.loads(on_a_terminal(command + ["check", dump, "--format", "json"]))["high_priority_apis"]
+    assert json.loads(run(cli, dump).stdout)["high_priority_apis"]  # through a pipe: JSON
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], []])
+def test_the_console_commands_version_and_help_need_no_torch(cli, args):
+    """The installed `msprobe-cpp` (msprobe_cpp_cli:main) answers these from the extension's file:
+    the same bytes as the binary, and torch is never imported."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c",
+                           "import sys, msprobe_cpp_cli; sys.exit(msprobe_cpp_cli.main(sys.argv[1:]))", *args],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    binary = subprocess.run([str(cli), *args], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (binary.returncode, binary.stdout)
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "import time:" in line]
+    assert "torch" not in imported and "msprobe_cpp" not in imported, [m for m in imported if "torch" in m]
