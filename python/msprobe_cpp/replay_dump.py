@@ -87,15 +87,18 @@ def overflowed_dtype(record: Dict[str, Any]) -> Optional[torch.dtype]:
     return getattr(torch, outputs[0]["dtype"].replace("torch.", ""), None) if outputs else None
 
 
+def _finite(entry: Any) -> bool:
+    """Whether an argument's recorded statistics hold no NaN/inf (a list's, each of its items)."""
+    if isinstance(entry, list):
+        return all(_finite(e) for e in entry)
+    if isinstance(entry, dict) and entry.get("type") == "torch.Tensor":
+        return all(not isinstance(entry.get(k), float) or (entry[k] == entry[k] and abs(entry[k]) != float("inf"))
+                   for k in ("Max", "Min"))
+    return True
+
+
 def inputs_finite(record: Dict[str, Any]) -> bool:
-    def finite(entry: Any) -> bool:
-        if isinstance(entry, list):
-            return all(finite(e) for e in entry)
-        if isinstance(entry, dict) and entry.get("type") == "torch.Tensor":
-            return all(not isinstance(entry.get(k), float) or (entry[k] == entry[k] and abs(entry[k]) != float("inf"))
-                       for k in ("Max", "Min"))
-        return True
-    return finite(record.get("input_args") or []) and finite(list((record.get("input_kwargs") or {}).values()))
+    return _finite(record.get("input_args") or []) and _finite(list((record.get("input_kwargs") or {}).values()))
 
 
 def replay_record(call: str, record: Dict[str, Any], tensors: pathlib.Path) -> Dict[str, Any]:
@@ -105,6 +108,11 @@ def replay_record(call: str, record: Dict[str, Any], tensors: pathlib.Path) -> D
         return out
     if not inputs_finite(record):
         out["not_replayed"] = "not replayed: its inputs hold NaN/inf already (the overflow started upstream)"
+        return out
+    if _finite(record.get("output") or []):
+        # Flagged for finite values that jumped (a numerical mutation, a lead): nothing overflowed
+        # to replay, and a finite replay would read as the device's fault (issue 44).
+        out["not_replayed"] = "not replayed: its recorded outputs are finite (a lead, not an overflow)"
         return out
     try:
         fn = api_callable(call)

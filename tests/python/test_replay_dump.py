@@ -123,3 +123,19 @@ def test_a_dump_without_tensor_data_is_one_line_and_exit_2(tmp_path):
                    "tensor data (task tensor, or an overflow_check dump)\n")
     status, _, err = replay(str(tmp_path / "nothing"))
     assert status == 2 and err.count("\n") == 1 and "no such file or folder" in err
+
+
+def test_a_call_whose_recorded_outputs_are_finite_is_never_called_an_overflow(tmp_path):
+    """Issue 44: an rsqrt flagged for finite values that jumped (a numerical mutation: a LoRA
+    dump's) was replayed and called "an abnormal overflow (the device's kernel)"."""
+    folder = tmp_path / "step0" / "rank"
+    tiny = torch.full((4,), 1e-12)
+    data = {"Torch.rsqrt.0.forward": {
+        "input_args": [saved(folder, "Torch.rsqrt.0.forward.input.0.pt", tiny)], "input_kwargs": {},
+        "output": [tensor(1e6, 1e6, 1e6, 2e6, shape=[4])]}}  # 1e6 / 2e-12: above the threshold
+    dump = write_dump(folder / "dump.json", data, task="tensor")
+    status, out, err = replay(str(dump), "--format", "json")
+    assert status == 0, err
+    [record] = json.loads(out)[str(dump)]
+    assert record["call"] == "Torch.rsqrt.0.forward" and record["replay"] == []
+    assert record["not_replayed"] == "not replayed: its recorded outputs are finite (a lead, not an overflow)"
