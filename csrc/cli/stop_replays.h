@@ -1,14 +1,25 @@
-// What the live guard's replays said at the stop that wrote a dump (issue 23): read from the
-// overflow_report.json beside its dump.json, for `check --format text`.
+// What the live guard said at the stop that wrote a dump (issues 23 and 44): read from the
+// overflow_report.json beside its dump.json, so that `check --format text` reports the stop's
+// verdict first and its own offline reading beside it.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace msprobe {
 
-// The report's first_anomaly replay verdicts and its not_replayed reason, one line each; none when
-// there is no report, it holds no replay, or it cannot be read (the check goes on without them).
-std::vector<std::string> stop_replay_lines(const std::string& dump_file);
+struct LiveStop {
+  std::string call;    // first_anomaly.api_name
+  std::string origin;  // "op", "input", "parameter", "peer", or "" (none)
+  std::string parameter;
+  std::string note;
+  bool absorbed = false;
+  std::vector<std::string> replay_lines;  // the replay verdicts and the not_replayed reason
+};
+
+// The report's first_anomaly; none when there is no report or it cannot be read (the check goes
+// on without it).
+std::optional<LiveStop> read_live_stop(const std::string& dump_file);
 
 }  // namespace msprobe

@@ -121,17 +121,32 @@ void write_text_report(std::ostream& out, const std::string& dump_file, const Fi
     batch.clear();
   });
   write_batch(out, dump_file, batch, origin ? &*origin : nullptr, origin_source);
+  // The live guard's verdict comes first where the stop left one: it saw what a dump does not
+  // record (which tensor is a parameter, which -inf is a mask, what came before the step).
+  const std::optional<LiveStop> live = read_live_stop(dump_file);
+  if (live) {
+    out << "  the live stop (overflow_report.json): " << live->call
+        << (live->origin.empty() ? "" : ", origin " + live->origin)
+        << (live->parameter.empty() ? "" : ", parameter " + live->parameter)
+        << (live->absorbed ? ", absorbed: no stop" : "") << "\n";
+    if (!live->note.empty()) out << "    " << live->note << "\n";
+    for (const std::string& line : live->replay_lines) out << "    " << line << "\n";
+  }
+  const char* reading = live ? "  offline reading (this dump's statistics alone): " : "  ";
   if (origin) {
-    out << "  probable origin: " << *origin << " ("
+    out << reading << "probable origin: " << *origin << " ("
         << (critical ? "critical" : "high; no call is critical") << ")"
         << (origin_source.empty() ? "" : " at " + origin_source) << "\n";
   } else {
-    out << "  probable origin: none named (medium findings only: anomalies that entered calls "
+    out << reading
+        << "probable origin: none named (medium findings only: anomalies that entered calls "
            "and left them clean)\n";
   }
-  const std::vector<std::string> replays = stop_replay_lines(dump_file);
-  if (!replays.empty()) out << "  at the stop (overflow_report.json):\n";
-  for (const std::string& line : replays) out << "    " << line << "\n";
+  if (live && (!origin || *origin != live->call)) {
+    out << "    it differs from the live stop's, which stands: the live guard knew what a dump "
+           "does not record (which tensors are parameters or buffers, which -inf is a deliberate "
+           "mask, what was written before the step)\n";
+  }
 }
 
 }  // namespace msprobe

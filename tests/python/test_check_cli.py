@@ -534,3 +534,30 @@ def test_the_console_commands_version_and_help_need_no_torch(cli, args):
     assert (done.returncode, done.stdout) == (binary.returncode, binary.stdout)
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "import time:" in line]
     assert "torch" not in imported and "msprobe_cpp" not in imported, [m for m in imported if "torch" in m]
+
+
+def test_check_of_a_live_dump_gives_the_live_stops_verdict_first(cli, tmp_path):
+    """Issue 44: on a parameter-origin stop's dump, `check` names what the stop named (the NaN
+    weight), and says its own reading of the statistics differs where it does."""
+    import torch
+    import torch.nn as nn
+    import msprobe_cpp
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    with torch.no_grad():
+        model[2].weight[0, 0] = float("nan")  # a bad checkpoint's weight
+    debugger = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"))
+    debugger.start(model)
+    with pytest.raises(msprobe_cpp.OverflowError) as stop:
+        model(torch.randn(2, 4)).sum().backward()
+    debugger._release()
+    e = stop.value
+    assert (e.origin, e.parameter) == ("parameter", "2.weight")
+    out = subprocess.run([str(cli), "check", e.dump_dir, "--format", "text"], capture_output=True, text=True)
+    lines = out.stdout.splitlines()
+    assert f"  the live stop (overflow_report.json): {e.call}, origin parameter, parameter 2.weight" in lines, \
+        out.stdout
+    assert "    " + e.note in lines
+    offline = next(line for line in lines if line.startswith("  offline reading"))
+    agrees = f"probable origin: {e.call} " in offline
+    assert agrees != any(line.startswith("    it differs from the live stop's") for line in lines), out.stdout

@@ -71,6 +71,7 @@ def run_demo(tmp_path, mode: str) -> Dict:
     out["stderr"] = p.stderr.replace(str(tmp_path), "<run>")
     out["stdout"] = p.stdout
     assert "Training stopped by msprobe_cpp" in p.stdout and "Ending the run" in p.stdout  # the story ran
+    out["folder"] = tmp_path
     return out
 
 
@@ -212,3 +213,20 @@ def test_the_lines_of_a_stop_are_out_before_the_process_dies(tmp_path):
     lines = tool_lines(p.stderr)
     assert lines and lines[0].startswith("msprobe_cpp: step 2 flagged: "), p.stderr
     assert any(line.startswith("  first anomaly: ") and "origin parameter" in line for line in lines)
+
+
+def test_check_on_the_demos_dump_names_the_live_stops_verdict(terminal, cli):
+    """Issue 44: `check` once named the causal mask's masked_fill as step 11's probable origin; the
+    stop named the NaN weight, and overflow_report.json beside dump.json says so."""
+    folder = terminal["folder"] / "demo_dump" / "step11" / "rank"
+    first = json.loads((folder / "overflow_report.json").read_text())["first_anomaly"]
+    assert (first["origin"], first["parameter"]) == ("parameter", "blocks.1.mlp.fc1.weight")
+    out = subprocess.run([str(cli), "check", str(folder / "dump.json"), "--format", "text"],
+                         capture_output=True, text=True, timeout=60)
+    lines = out.stdout.splitlines()
+    assert (f"  the live stop (overflow_report.json): {first['api_name']}, origin parameter, "
+            "parameter blocks.1.mlp.fc1.weight") in lines, out.stdout
+    live = lines.index(f"  the live stop (overflow_report.json): {first['api_name']}, origin parameter, "
+                       "parameter blocks.1.mlp.fc1.weight")
+    offline = next(i for i, line in enumerate(lines) if line.startswith("  offline reading"))
+    assert live < offline  # the stop's verdict first

@@ -166,7 +166,10 @@ def test_check_prints_the_stops_replays(tmp_path, cli):
     out = subprocess.run([str(cli), "check", str(dump), "--format", "text"], capture_output=True, text=True)
     assert out.returncode == 1, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[-2:] == ["  at the stop (overflow_report.json):", "    " + e.replay[0]["verdict"]]
+    # Issue 44: the live stop's verdict first, then the dump's own reading beside it (they agree).
+    live = lines.index(f"  the live stop (overflow_report.json): {e.call}, origin op")
+    assert "    " + e.replay[0]["verdict"] in lines[live:]
+    assert lines[-1].startswith(f"  offline reading (this dump's statistics alone): probable origin: {e.call} ")
     (dump.parent / "overflow_report.json").unlink()  # without the report: the findings alone
     out = subprocess.run([str(cli), "check", str(dump), "--format", "text"], capture_output=True, text=True)
-    assert "at the stop" not in out.stdout and out.stdout.splitlines()[-1].startswith("  probable origin:")
+    assert "live stop" not in out.stdout and out.stdout.splitlines()[-1].startswith("  probable origin:")
