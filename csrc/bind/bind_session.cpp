@@ -1,5 +1,7 @@
 // _C.Session: what PrecisionDebugger (debugger.py) asks of one debugger's engine.
 #include <pybind11/pybind11.h>
+
+#include <filesystem>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -138,6 +140,24 @@ void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
       .def_property_readonly(
           "watching", [](const Session& s) { return s.config().watching(); },
           "Task overflow_check.")
+      .def(
+          "on_line",
+          [](const Session& s, size_t apis, size_t modules) {
+            // Said once, at the first start(): what the tool does to this run (issue 44).
+            const Config& c = s.config();
+            std::string hooked;
+            if (apis) hooked = std::to_string(apis) + " torch APIs";
+            if (modules) {
+              hooked += (hooked.empty() ? "" : " and ") + std::to_string(modules) + " modules";
+            }
+            return "msprobe_cpp: on: task " + std::string(to_string(c.task)) + ", level " +
+                   to_string(c.level) + "; " + (hooked.empty() ? "nothing" : hooked) +
+                   " hooked; " +
+                   (c.watching() ? "flagged steps are dumped under " : "steps are dumped under ") +
+                   std::filesystem::absolute(c.dump_path).lexically_normal().string();
+          },
+          py::arg("apis"), py::arg("modules"),
+          "The line said at the first start(): the task, the level, what is hooked, the dumps.")
       .def_property_readonly(
           "stats_cache_hits", [](Session& s) { return s.capture().stats_cache().hits(); },
           "Statistics reused for a tensor version already seen in the step.")

@@ -204,6 +204,10 @@ class ApiHooks:
     def installed(self) -> bool:
         return bool(self._saved)
 
+    def __len__(self) -> int:
+        """How many attributes are wrapped."""
+        return len(self._saved)
+
     def install(self, watching: bool = False, extra: Sequence[Tuple[str, str]] = (),
                 wrap_ops_path: str = os.path.join(RULES_DIR, "support_wrap_ops.yaml")) -> None:
         """msprobe's list; with `watching` (task overflow_check) the casts too; then `extra`."""

@@ -1,6 +1,7 @@
 """PrecisionDebugger: msprobe's entry point, backed by the C++ session."""
 import atexit
 import json
+import logging
 import operator
 import reprlib
 import os
@@ -177,6 +178,7 @@ class PrecisionDebugger:
         self._hooked_modules: Set[int] = set()
         self._done = False
         self._warned: Set[str] = set()
+        self._said_on = False  # the line of the first start()
         self._last_start_step: Optional[int] = None
         self._stopped = False
         self._loss_scaler: Any = None  # given to start()
@@ -271,6 +273,9 @@ class PrecisionDebugger:
             self._peer = peer_stop.create(self._session)
         if self._peer is not None:
             self._peer.check()
+        if not self._said_on:
+            self._said_on = True
+            log.say(logging.INFO, self._session.on_line(len(self._api_hooks), len(self._hooked_modules)))
         self._session.start(_rank())
         self._collects_step = self._session.collecting  # the step and rank are selected
 

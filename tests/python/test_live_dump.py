@@ -1,5 +1,6 @@
 """Live dump end to end: real training loops under PrecisionDebugger (task statistics)."""
 import json
+import os
 import pathlib
 import subprocess
 from typing import Dict, List
@@ -369,6 +370,15 @@ def test_unwritable_dump_path_is_a_config_error(tmp_path):
     assert str(err.value) == (f'PrecisionDebugger: dump_path: cannot write dumps under "{blocker}/dump": '
                               f'"{blocker}" is not a folder')
     assert snapshot() == before
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_a_dump_path_where_no_folder_can_be_made_is_a_config_error_at_construction():
+    """Issue 44: /proc passes access(W_OK) for root, and the failure came only at the first stop."""
+    with pytest.raises(msprobe_cpp.ConfigError) as err:
+        msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path="/proc/dump")
+    assert str(err.value).startswith('PrecisionDebugger: dump_path: cannot write dumps under "/proc/dump": '
+                                     'a folder cannot be made in "/proc" ('), str(err.value)
 
 
 def test_a_failed_write_costs_the_dump_not_the_training(tmp_path, capfd):

@@ -47,6 +47,16 @@ void check_writable(const std::string& path, const std::string& source) {
     reason = "\"" + p.string() + "\" is not a folder";
   } else if (access(p.c_str(), W_OK | X_OK) != 0) {
     reason = "\"" + p.string() + "\" is not writable";
+  } else {
+    // access() says yes to root everywhere, /proc and read-only mounts included: a folder made
+    // and removed at once is the answer (issue 44: /proc/dump failed only at the first stop).
+    const fs::path probe = p / (".msprobe_cpp-probe-" + std::to_string(getpid()));
+    const bool made = fs::create_directory(probe, ec);
+    if (ec) {
+      reason = "a folder cannot be made in \"" + p.string() + "\" (" + ec.message() + ")";
+    } else if (made) {
+      fs::remove(probe, ec);
+    }
   }
   if (!reason.empty()) {
     throw ConfigError(source + ": dump_path: cannot write dumps under \"" + path + "\": " + reason);
