@@ -19,14 +19,15 @@ happens, step by step:
 Both flagged steps are on disk (overflow_nums -1), each with an overflow_report.json that tells the
 same story without the terminal.
 """
+import importlib.util
 import pathlib
 import shutil
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
-# The source tree's package where tools/demo.sh built it in place; else the installed one (pip): a
-# source package without its extension would shadow it.
-if any((HERE.parent / "python" / "msprobe_cpp").glob("_C*.so")):
+# The installed package (pip) where there is one; else the source tree's, which tools/demo.sh
+# builds in place. Put first, the source tree's would shadow an installed build (issue 44).
+if importlib.util.find_spec("msprobe_cpp") is None:
     sys.path.insert(0, str(HERE.parent / "python"))
 sys.path.insert(0, str(HERE.parent / "tests" / "python"))  # the demo's model
 

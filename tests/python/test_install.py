@@ -182,3 +182,15 @@ def test_pip_install_into_a_venv(tmp_path, fixtures):
         assert "Building CXX object" not in r.stdout + r.stderr
         each_imports()
     assert len(list((repo / "build").glob("temp.*/cmake-*"))) == 2  # one build folder per torch
+
+
+def test_the_demo_imports_an_installed_package_before_the_source_trees(tmp_path):
+    """Issue 44: run from a venv where the package is installed, the demo imported the source
+    tree's build instead."""
+    installed = tmp_path / "site" / "msprobe_cpp"
+    installed.mkdir(parents=True)
+    (installed / "__init__.py").write_text('raise SystemExit("the installed msprobe_cpp")\n')
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "train_overflow_demo.py")], cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")), capture_output=True, text=True,
+                          timeout=300)
+    assert done.stderr.strip().endswith("the installed msprobe_cpp"), done.stderr[-2000:]
