@@ -441,14 +441,27 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
                     const nlohmann::json& overrides, const std::string& base_dir) {
   Loc root(source);
   if (!doc.is_object()) fail(root, "a JSON object", doc);
-  check_keys(doc, root, kTopKeys, kIgnoredTopKeys);
+  // Every bad field is told at once, one line each (issue 44): a user fixes a config in one go,
+  // not one run per mistake. Each part below fails on its own.
+  std::vector<std::string> errors;
+  auto attempt = [&errors](auto&& part) {
+    try {
+      part();
+    } catch (const ConfigError& e) {
+      // A field read by two parts (async_dump) is told once.
+      if (std::find(errors.begin(), errors.end(), e.what()) == errors.end()) {
+        errors.emplace_back(e.what());
+      }
+    }
+  };
+  attempt([&] { check_keys(doc, root, kTopKeys, kIgnoredTopKeys); });
   if (!overrides.is_null()) {
     if (!overrides.is_object()) {
       fail(Loc(kDebugger), "keyword arguments as a JSON object", overrides);
     }
-    check_override_keys(overrides);
+    attempt([&] { check_override_keys(overrides); });
   }
-  check_ignored_top_level(doc, root);
+  attempt([&] { check_ignored_top_level(doc, root); });
   std::vector<std::string> warnings;
   if (const json* v = find(doc, "enable_dataloader"); v && *v == true) {
     warnings.push_back(root.child("enable_dataloader").str() +
@@ -460,8 +473,17 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   // one (msprobe's template config.json ships "dump_path": "").
   TopLevel top(doc, source, overrides);
   Config config;
-  if (auto f = top.get("task")) config.task = parse_task(*f->value, f->at);
-  if (auto f = top.get("dump_path")) {
+  attempt([&] {
+    if (auto f = top.get("task")) config.task = parse_task(*f->value, f->at);
+  });
+  attempt([&] {
+    auto f = top.get("dump_path");
+    // A misspelt "dump_path" was told already, with the right name.
+    const bool misspelt = std::any_of(errors.begin(), errors.end(), [](const std::string& e) {
+      return e.find("did you mean \"dump_path\"") != std::string::npos;
+    });
+    if (!f && misspelt) return;
+    if (!f) fail_missing(root.child("dump_path"), "a non-empty string (required)");
     config.dump_path = parse_nonempty_string(*f->value, f->at);
     // The OS stops a path at its first NUL: "d\0/../x" would write to "d".
     for (char c : config.dump_path) {
@@ -469,22 +491,39 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
         fail(f->at, "a path without NUL or control characters", *f->value);
       }
     }
-  } else {
-    fail_missing(root.child("dump_path"), "a non-empty string (required)");
-  }
-  if (auto f = top.get("rank")) config.rank = parse_ranges(*f->value, f->at);
-  if (auto f = top.get("extra_apis")) config.extra_apis = parse_api_names(*f->value, f->at);
-  if (auto f = top.get("step")) config.step = parse_ranges(*f->value, f->at);
-  if (auto f = top.get("level")) config.level = parse_level(*f->value, f->at);
-  if (auto f = top.get("statistics")) config.statistics = parse_collect(*f->value, f->at, true);
-  if (auto f = top.get("tensor")) config.tensor = parse_collect(*f->value, f->at, false);
-  {
+  });
+  attempt([&] {
+    if (auto f = top.get("rank")) config.rank = parse_ranges(*f->value, f->at);
+  });
+  attempt([&] {
+    if (auto f = top.get("extra_apis")) config.extra_apis = parse_api_names(*f->value, f->at);
+  });
+  attempt([&] {
+    if (auto f = top.get("step")) config.step = parse_ranges(*f->value, f->at);
+  });
+  attempt([&] {
+    if (auto f = top.get("level")) config.level = parse_level(*f->value, f->at);
+  });
+  attempt([&] {
+    if (auto f = top.get("statistics")) config.statistics = parse_collect(*f->value, f->at, true);
+  });
+  attempt([&] {
+    if (auto f = top.get("tensor")) config.tensor = parse_collect(*f->value, f->at, false);
+  });
+  attempt([&] {
     const json* section = find(doc, "overflow_check");
     config.overflow_check =
         parse_overflow(section, root.child("overflow_check"), overrides, base_dir);
-  }
+  });
   // msprobe's top-level key, also a keyword argument (which wins).
-  if (auto f = top.get("async_dump")) config.async_dump = parse_bool(*f->value, f->at);
+  attempt([&] {
+    if (auto f = top.get("async_dump")) config.async_dump = parse_bool(*f->value, f->at);
+  });
+  if (!errors.empty()) {
+    std::string all = errors.front();
+    for (size_t i = 1; i < errors.size(); ++i) all += "\n" + errors[i];
+    throw ConfigError(all);
+  }
   config.warnings = std::move(warnings);
   return config;
 }

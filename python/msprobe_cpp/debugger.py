@@ -273,7 +273,7 @@ class PrecisionDebugger:
             self._peer = peer_stop.create(self._session)
         if self._peer is not None:
             self._peer.check()
-        if not self._said_on:
+        if not self._said_on and _rank() <= 0:  # the same on every rank: rank 0 says it
             self._said_on = True
             log.say(logging.INFO, self._session.on_line(len(self._api_hooks), len(self._hooked_modules)))
         self._session.start(_rank())

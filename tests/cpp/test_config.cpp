@@ -268,6 +268,15 @@ TEST(ConfigTest, EnumNames) {
   EXPECT_STREQ(to_string(Severity::Critical), "critical");
 }
 
+// Issue 44: every bad field of a file at once, one line each, in the order of the fields' reading.
+TEST(ConfigTest, EveryErrorOfAFileIsToldAtOnce) {
+  EXPECT_EQ(config_error(R"({"levle": "L1", "task": "nope", "dump_path": "", "step": "x"})"),
+            "config.json: levle: unknown key; did you mean \"level\"?\n"
+            "config.json: task: expected one of statistics, tensor, overflow_check, got \"nope\"\n"
+            "config.json: dump_path: expected a non-empty string, got \"\"\n"
+            "config.json: step: expected a list of integers >= 0 and \"a-b\" ranges, got \"x\"");
+}
+
 TEST(ConfigTest, DidYouMean) {
   EXPECT_EQ(config_error(R"({"dump_path": "d", "levle": "L1"})"),
             R"(config.json: levle: unknown key; did you mean "level"?)");

@@ -27,7 +27,7 @@ from dist_runs import (TORCHRUN_STANDALONE, Launch, Run, _alive, _env, assert_fi
 from dumps import load as read_dump_file  # noqa: E402
 from gloo import free_port, needs_gloo  # noqa: E402
 from large_scale_worker import DOCUMENTED_FIELDS, RECV_SENTINEL  # noqa: E402
-from testenv import TESTS  # noqa: E402
+from testenv import ON_LINE, TESTS, said_besides_on_line  # noqa: E402
 
 import msprobe_cpp  # noqa: E402
 
@@ -80,8 +80,9 @@ def bare(tmp_path_factory):
 def tool_lines(run: Run) -> list:
     """What the tool said on any rank: its logger's lines, and any line of a process's output that
     names it (the default handler prints to stderr)."""
-    said = [f"rank {r}: {level}: {text}" for r, res in enumerate(run.results) for level, text in res["log_lines"]]
-    return said + [line for log in run.logs for line in log.splitlines() if "msprobe_cpp" in line]
+    said = [f"rank {r}: {level}: {text}" for r, res in enumerate(run.results) for level, text in res["log_lines"]
+            if not text.startswith(ON_LINE)]
+    return said + [line for log in run.logs for line in said_besides_on_line(log).splitlines() if "msprobe_cpp" in line]
 
 
 def assert_clean_and_identical(run: Run, ref: Run, task: str, *, quiet: bool = False) -> None:

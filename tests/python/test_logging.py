@@ -7,6 +7,7 @@ The demo (examples/train_overflow_demo.py) is the story: five steps the loss sca
 op that overflows at step 8, a bad parameter at step 11."""
 import json
 import logging
+import re
 import subprocess
 import sys
 import threading
@@ -230,3 +231,33 @@ def test_check_on_the_demos_dump_names_the_live_stops_verdict(terminal, cli):
                        "parameter blocks.1.mlp.fc1.weight")
     offline = next(i for i, line in enumerate(lines) if line.startswith("  offline reading"))
     assert live < offline  # the stop's verdict first
+
+
+def test_the_first_start_says_once_what_the_tool_does_to_the_run(tmp_path):
+    """Issue 44: nothing said the tool was on, or with what."""
+    import torch
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append((record.levelname, record.getMessage()))
+    logger = logging.getLogger("msprobe_cpp")
+    keep = Keep()
+    logger.addHandler(keep)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+        debugger = msprobe_cpp.PrecisionDebugger(task="overflow_check", level="mix", dump_path=str(tmp_path / "d"))
+        for _ in range(2):
+            debugger.start(model)
+            model(torch.randn(1, 2))
+            debugger.stop()
+            debugger.step()
+        debugger._release()
+    finally:
+        logger.removeHandler(keep)
+    on = [(level, text) for level, text in records if text.startswith("msprobe_cpp: on: ")]
+    assert len(on) == 1, records
+    level, text = on[0]
+    assert level == "INFO"
+    assert re.match(r"msprobe_cpp: on: task overflow_check, level mix; [1-9][0-9]+ torch APIs and ", text), text
+    assert text.endswith(f" torch APIs and 2 modules hooked; flagged steps are dumped under {tmp_path / 'd'}"), text

@@ -29,3 +29,12 @@ def float32_sums(t) -> bool:
     """Whether `t`'s statistics come from the device path, whose Mean and Norm accumulate in
     float32 (float64 for float64 tensors)."""
     return t.device.type != "cpu" or GENERIC_PATH[0]
+
+
+ON_LINE = "msprobe_cpp: on: "  # the INFO line of a debugger's first start() (issue 44)
+
+
+def said_besides_on_line(text: str) -> str:
+    """A process's output without the line every debugger says at its first start(): what a
+    clean run must otherwise leave empty."""
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith(ON_LINE))
