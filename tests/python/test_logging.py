@@ -212,7 +212,8 @@ def test_the_lines_of_a_stop_are_out_before_the_process_dies(tmp_path):
                        timeout=300)
     assert p.returncode == 3, p.stderr[-3000:]
     lines = tool_lines(p.stderr)
-    assert lines and lines[0].startswith("msprobe_cpp: step 2 flagged: "), p.stderr
+    assert lines and lines[0].startswith("msprobe_cpp: on: "), p.stderr  # the first start's line
+    assert lines[1].startswith("msprobe_cpp: step 2 flagged: "), p.stderr
     assert any(line.startswith("  first anomaly: ") and "origin parameter" in line for line in lines)
 
 
