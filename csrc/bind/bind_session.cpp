@@ -1,9 +1,9 @@
 // _C.Session: what PrecisionDebugger (debugger.py) asks of one debugger's engine.
 #include <pybind11/pybind11.h>
 
-#include <filesystem>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -151,8 +151,7 @@ void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
               hooked += (hooked.empty() ? "" : " and ") + std::to_string(modules) + " modules";
             }
             return "msprobe_cpp: on: task " + std::string(to_string(c.task)) + ", level " +
-                   to_string(c.level) + "; " + (hooked.empty() ? "nothing" : hooked) +
-                   " hooked; " +
+                   to_string(c.level) + "; " + (hooked.empty() ? "nothing" : hooked) + " hooked; " +
                    (c.watching() ? "flagged steps are dumped under " : "steps are dumped under ") +
                    std::filesystem::absolute(c.dump_path).lexically_normal().string();
           },
