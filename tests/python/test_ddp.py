@@ -14,9 +14,9 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed  # noqa: E402
 from dist_runs import (assert_finite_state, assert_states_equal, clean_bare_run, error_name,  # noqa: E402
-from testenv import said_besides_on_line
                        run_ranks)
 from gloo import needs_gloo  # noqa: E402
+from testenv import said_besides_on_line  # noqa: E402
 
 import msprobe_cpp  # noqa: E402
 from dumps import load as read_dump_file

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed  # noqa: E402
 from dist_runs import PEER_RUN, run_ranks  # noqa: E402
-from testenv import said_besides_on_line
+from testenv import said_besides_on_line  # noqa: E402
 from gloo import needs_gloo  # noqa: E402
 from dumps import load as read_dump_file
 
