@@ -18,7 +18,7 @@ import torch
 
 import msprobe_cpp
 from dumps import load as read_dump_file
-from testenv import PACKAGE_ROOT, TESTS
+from testenv import PACKAGE_ROOT, TESTS, said_besides_on_line
 
 TRAIN = """
 import sys
@@ -156,7 +156,7 @@ def test_start_after_kill_removes_unfinished_folders(tmp_path, capfd, task, asyn
     dbg = msprobe_cpp.PrecisionDebugger(task=task, dump_path=str(dump), level="L1", step=[10 ** 6])
     dbg.start()
     dbg.start()  # said once
-    said = capfd.readouterr().err
+    said = said_besides_on_line(capfd.readouterr().err)
     assert unfinished(dump) == []
     # The killed run's two finished steps are told too (issue 33), once, before the orphans.
     earlier = (f"msprobe_cpp: warning: {dump} holds 2 step folders of an earlier run (rank): a step this run "

@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import msprobe_cpp
+from testenv import said_besides_on_line
 from dumps import debugger, report, steps_on_disk, load as read_dump_file
 from models import fp16_overflow_at, make_model, run_steps
 
@@ -54,7 +55,7 @@ def test_fp16_overflow_stops_training_at_its_step(tmp_path, capfd):
     assert saved.dtype == torch.float16 and torch.isinf(saved).any()
     assert report(tmp_path, 3)["critical_apis"] == [e.call]
     # The one-screen summary: the flagged call apart from the expected mask findings.
-    summary = capfd.readouterr().err.splitlines()
+    summary = said_besides_on_line(capfd.readouterr().err).splitlines()
     assert summary[0].startswith("msprobe_cpp: step 3 flagged: ")
     assert f"  critical: {e.call}" in summary
     assert any(l.startswith("  expected (") and "Tensor.masked_fill.0.forward" in l for l in summary)
