@@ -1,6 +1,7 @@
 #include "live/capture/call_stack.h"
 
 #include <frameobject.h>
+#include <pybind11/pybind11.h>
 
 #include <algorithm>
 #include <fstream>
@@ -17,6 +18,37 @@ bool under_folder(const std::string& path, const std::string& folder) {
 }
 
 constexpr size_t kMaxFrames = 64;
+
+namespace py = pybind11;
+
+// The lines Python's linecache holds for `file`: code compiled from a string that the compiler
+// registered there (an IPython or Jupyter cell), which is on no disk. GIL required.
+std::vector<std::string> linecache_lines(const std::string& file) {
+  std::vector<std::string> out;
+  try {
+    const py::list lines = py::module_::import("linecache").attr("getlines")(file);
+    for (const py::handle line : lines) out.push_back(py::str(line).cast<std::string>());
+  } catch (const py::error_already_set&) {
+    out.clear();  // no such lines: the frame keeps its path alone
+  }
+  return out;
+}
+
+// "In [7]" where `file` is an IPython cell (its compiler maps cell files to execution counts),
+// else "". IPython is asked only where the program imported it. GIL required.
+std::string notebook_cell(const std::string& file) {
+  try {
+    const py::dict modules = py::module_::import("sys").attr("modules");
+    if (!modules.contains("IPython")) return "";
+    const py::object shell = modules["IPython"].attr("get_ipython")();
+    if (shell.is_none() || !py::hasattr(shell, "compile")) return "";
+    const py::object count =
+        shell.attr("compile").attr("_filename_map").attr("get")(file, py::none());
+    return count.is_none() ? "" : "In [" + py::str(count).cast<std::string>() + "]";
+  } catch (const py::error_already_set&) {
+    return "";  // another IPython's layout: the path it is
+  }
+}
 
 std::string attr_string(PyObject* obj, const char* name) {
   PyObject* v = PyObject_GetAttrString(obj, name);
@@ -113,6 +145,9 @@ const std::string& CodeRegistry::source_line(const std::string& file, int line) 
     std::vector<std::string> content;
     std::ifstream in(file);
     for (std::string l; std::getline(in, l);) content.push_back(strip(l));
+    if (content.empty()) {
+      for (std::string& l : linecache_lines(file)) content.push_back(strip(l));
+    }
     lines = source_lines_.emplace(file, std::move(content)).first;
   }
   if (line < 1 || static_cast<size_t>(line) > lines->second.size()) return kNone;
@@ -150,6 +185,10 @@ std::optional<std::string> CodeRegistry::first_frame_outside(const CallStack& st
     }
     if (skipped) continue;
     const int line = line_of(f);
+    const std::string cell = notebook_cell(ci.filename);
+    if (!cell.empty()) {
+      return cell + ", line " + std::to_string(line) + ": " + source_line(ci.filename, line);
+    }
     return ci.filename + ":" + std::to_string(line) + ": " + source_line(ci.filename, line);
   }
   return std::nullopt;

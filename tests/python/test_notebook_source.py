@@ -1,0 +1,46 @@
+"""Issue 44: a stop made in a notebook cell names the cell and its code. Jupyter's kernel compiles
+each cell from a string under a file name like <tmp>/ipykernel_27142/693198277.py that is on no
+disk: its lines are in Python's linecache, and IPython's compiler maps the file to the cell's
+execution count. (A real kernel through nbclient is the next step: its packages are not pinned
+yet.)"""
+import linecache
+import sys
+import types
+
+import torch
+import torch.nn as nn
+
+import msprobe_cpp
+
+CELL = "/tmp/ipykernel_0/693198277.py"  # no such file
+CODE = """\
+model = nn.Linear(4, 4)
+x = torch.randn(2, 4, requires_grad=True)
+y = torch.log(x - x)
+"""
+
+
+def run_cell(tmp_path) -> msprobe_cpp.OverflowError:
+    linecache.cache[CELL] = (len(CODE), None, CODE.splitlines(True), CELL)
+    debugger = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"))
+    debugger.start()
+    try:
+        exec(compile(CODE, CELL, "exec"), {"nn": nn, "torch": torch})
+    except msprobe_cpp.OverflowError as e:
+        return e
+    finally:
+        debugger._release()
+        linecache.cache.pop(CELL, None)
+    raise AssertionError("no stop")
+
+
+def test_a_cells_source_line_shows_its_code(tmp_path):
+    e = run_cell(tmp_path)
+    assert e.source == f"{CELL}:3: y = torch.log(x - x)", e.source
+
+
+def test_under_ipython_the_source_line_names_the_cell(tmp_path, monkeypatch):
+    shell = types.SimpleNamespace(compile=types.SimpleNamespace(_filename_map={CELL: 7}))
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    e = run_cell(tmp_path)
+    assert e.source == "In [7], line 3: y = torch.log(x - x)", e.source
