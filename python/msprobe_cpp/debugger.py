@@ -140,6 +140,17 @@ class _OnTheDebugger:
         return self._method.__get__(debugger, owner)
 
 
+class _StartedModel:
+    """A model given to start(), held weakly: its prefix's number (model1.), and the ids the
+    debugger keeps for it."""
+
+    def __init__(self, ref: "weakref.ref[torch.nn.Module]", number: int) -> None:
+        self.ref = ref
+        self.number = number
+        self.parameter_ids: Set[int] = set()
+        self.module_ids: Set[int] = set()
+
+
 class PrecisionDebugger:
     """Collects msprobe-format dumps of a training run, and guards it against overflows.
 
@@ -174,7 +185,10 @@ class PrecisionDebugger:
         self._api_hooks = ApiHooks()
         self._module_handles: List[Any] = []
         self._dump_handles: List[Any] = []  # module_dump()'s
-        self._models: List[torch.nn.Module] = []
+        # The started models, weakly (a notebook that builds a new model in each run of a cell
+        # must not keep every earlier one alive): each with its prefix's number and the ids of
+        # its parameters and modules, dropped when it goes (ids are reused).
+        self._models: List[_StartedModel] = []
         self._hooked_modules: Set[int] = set()
         self._done = False
         self._warned: Set[str] = set()
@@ -231,14 +245,14 @@ class PrecisionDebugger:
             self._release()
             return
         models = _models_of(model) or self._default_models
-        if self._session.modules_hooked and not models and not self._models:
+        if self._session.modules_hooked and not models and not self._live_models():
             raise ValueError(f"PrecisionDebugger.start: level {self._session.level} records modules, "
                              "so start(model) needs the model")
         if loss_scaler is not None:
             if not callable(getattr(loss_scaler, "get_scale", None)):
                 raise TypeError("PrecisionDebugger.start: loss_scaler needs a get_scale() method")
             self._loss_scaler = loss_scaler
-        new_models = [m for m in models if all(m is not h for h in self._models)]
+        new_models = [m for m in models if all(m is not h for h in self._live_models())]
         step = self._session.current_step
         if step == self._last_start_step:
             if self._stopped and not new_models:
@@ -349,6 +363,21 @@ class PrecisionDebugger:
         self._default_models = []
         self._hooked_modules = set()
 
+    def _live_models(self) -> List[torch.nn.Module]:
+        """The started models still alive; those gone are forgotten, with their parameters' and
+        modules' ids."""
+        live = []
+        for started in list(self._models):
+            model = started.ref()
+            if model is None:
+                self._models.remove(started)
+                for pid in started.parameter_ids:
+                    self._parameter_names.pop(pid, None)
+                self._hooked_modules -= started.module_ids
+            else:
+                live.append(model)
+        return live
+
     def _warn_once(self, cause: str, text: str) -> None:
         if cause not in self._warned:
             self._warned.add(cause)
@@ -374,12 +403,18 @@ class PrecisionDebugger:
         enclosing module is tracked (no module records and no backward hooks, so nothing about
         the model's autograd graph changes). A second model's names carry a prefix (`model1.`),
         so they can't be taken for the first one's."""
-        prefix = "" if not self._models else f"model{len(self._models)}."
-        self._models.append(model)
+        self._live_models()
+        taken = {started.number for started in self._models}
+        number = next(n for n in range(len(taken) + 1) if n not in taken)
+        prefix = f"model{number}." if number else ""
+        started = _StartedModel(weakref.ref(model), number)
+        self._models.append(started)
         if self._session.watching:
             root = getattr(model, "_orig_mod", model)
             for name, p in root.named_parameters():
-                self._parameter_names.setdefault(id(p), prefix + name)
+                if id(p) not in self._parameter_names:
+                    self._parameter_names[id(p)] = prefix + name
+                    started.parameter_ids.add(id(p))
         record = self._session.modules_hooked
         if not (record or self._session.watching):
             return
@@ -401,6 +436,7 @@ class PrecisionDebugger:
             if module is model or id(module) in self._hooked_modules:
                 continue  # the root passed to start() is not itself recorded
             self._hooked_modules.add(id(module))
+            started.module_ids.add(id(module))
             pre, post = _C.module_hooks(prefix + name, type(module).__name__, record)
             self._module_handles += [_register_pre_hook(module, pre), module.register_forward_hook(post)]
         if self._session.watching:
@@ -424,7 +460,7 @@ class PrecisionDebugger:
             self._peer.check()
         if not self._collects_step or self._last_start_step != self._session.current_step:
             return  # not a started step of this debugger, or one its step or rank list leaves out
-        started = self._parameter_names if self._models else None
+        started = self._parameter_names if self._live_models() else None
         # Its GradScaler found these gradients finite a moment ago: no second look.
         if self._scaled_by is None or not scaler_checked(self._scaled_by, optimizer):
             bad = _C.nonfinite_gradients(local_gradients(optimizer, started))

@@ -44,3 +44,29 @@ def test_under_ipython_the_source_line_names_the_cell(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
     e = run_cell(tmp_path)
     assert e.source == "In [7], line 3: y = torch.log(x - x)", e.source
+
+
+def test_a_model_the_program_no_longer_references_is_let_go_and_the_next_gets_no_prefix(tmp_path):
+    """Issue 44: re-running a notebook cell that builds a new model and starts it kept every earlier
+    model alive, and named the new one's modules `model3.`."""
+    import gc
+    import json
+    import weakref
+    debugger = msprobe_cpp.PrecisionDebugger(level="mix", dump_path=str(tmp_path / "dump"))
+
+    def run_the_cell() -> "weakref.ref[nn.Module]":
+        model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        debugger.start(model)
+        model(torch.randn(2, 4))
+        debugger.stop()
+        debugger.step()
+        return weakref.ref(model)
+
+    runs = [run_the_cell() for _ in range(3)]
+    gc.collect()
+    debugger._release()
+    assert [r() for r in runs] == [None, None, None]
+    for step in range(3):
+        data = json.loads((tmp_path / "dump" / f"step{step}" / "rank" / "dump.json").read_text())["data"]
+        assert "Module.0.Linear.forward.0" in data, sorted(data)
+        assert not any(name.startswith("Module.model") for name in data), sorted(data)
