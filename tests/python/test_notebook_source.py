@@ -7,6 +7,7 @@ import linecache
 import sys
 import types
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -70,3 +71,39 @@ def test_a_model_the_program_no_longer_references_is_let_go_and_the_next_gets_no
         data = json.loads((tmp_path / "dump" / f"step{step}" / "rank" / "dump.json").read_text())["data"]
         assert "Module.0.Linear.forward.0" in data, sorted(data)
         assert not any(name.startswith("Module.model") for name in data), sorted(data)
+
+
+def test_in_a_real_jupyter_kernel(tmp_path):
+    """The same through nbclient and ipykernel (test-only, pinned in requirements-torch2.txt): the
+    stop's source names the cell, and re-running a cell that builds and starts a new model keeps
+    no earlier one alive."""
+    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("ipykernel")
+    from testenv import PACKAGE_ROOT
+    cells = [
+        f"import sys; sys.path.insert(0, {str(PACKAGE_ROOT)!r})\n"
+        "import gc, weakref, torch, torch.nn as nn, msprobe_cpp\n"
+        f"debugger = msprobe_cpp.PrecisionDebugger(task='overflow_check', level='mix', dump_path={str(tmp_path / 'dump')!r})\n"
+        "refs = []",
+        "model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())\n"
+        "debugger.start(model)\n"
+        "model(torch.randn(2, 4)); debugger.stop(); debugger.step(); refs.append(weakref.ref(model))",
+        "model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())\n"
+        "debugger.start(model)\n"
+        "model(torch.randn(2, 4)); debugger.stop(); debugger.step(); refs.append(weakref.ref(model))",
+        "del model; gc.collect(); print('alive', sum(r() is not None for r in refs))",
+        "x = torch.randn(2, 4, requires_grad=True)\n"
+        "keep = nn.Linear(4, 4); debugger.start(keep)\n"
+        "try:\n"
+        "    y = torch.log(x - x)\n"
+        "except msprobe_cpp.OverflowError as e:\n"
+        "    print('source', e.source)",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    printed = ["".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
+               for cell in notebook.cells]
+    assert printed[3] == "alive 0\n", printed
+    assert printed[4] == "source In [5], line 4: y = torch.log(x - x)\n", printed
