@@ -3,7 +3,7 @@ debugger makes before each optimizer step (python/msprobe_cpp/gradient_guard.py,
 _C.nonfinite_gradients), against an uninstrumented training step of the same model, in one
 process.
 
-Models: TinyGPT (tests/python/models.py, the hook_overhead bench's) and, where transformers is
+Models: TinyGPT (examples/tinygpt.py, the hook_overhead bench's) and, where transformers is
 installed (the torch 2 venv), hf_gpt2 and hf_llama_sdpa of the real-model zoo
 (tests/python/real_models.py). For each: the median of --reps uninstrumented training steps
 (zero_grad, forward, backward, optimizer step), then the median of --reps checks of that step's

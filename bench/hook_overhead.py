@@ -1,6 +1,6 @@
 """Per-step cost of the live dump: instrumented / uninstrumented training-step time, in one process.
 
-Workloads: TinyGPT from tests/python/models.py (4 blocks, d=64, seq 32, AdamW) and a small ConvNet
+Workloads: TinyGPT from examples/tinygpt.py (4 blocks, d=64, seq 32, AdamW) and a small ConvNet
 (conv/batchnorm/relu/pool twice, linear), batch 8, torch.set_num_threads(1). The configurations:
 task `statistics` at L1, mix and L0, with a `step` list that covers every step it runs, so each
 step is dumped and the files stop() writes are part of the cost; and `overflow-L1`, task

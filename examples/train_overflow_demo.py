@@ -2,7 +2,7 @@
 
     /usr/bin/python3 examples/train_overflow_demo.py      (tools/demo.sh runs it)
 
-The model is the TinyGPT of tests/python/models.py (4 blocks, causal -inf attention mask, AdamW).
+The model is TinyGPT, beside this file in tinygpt.py (4 blocks, causal -inf attention mask, AdamW).
 Block 2 computes its attention scores in float16, so a dynamic loss scaler scales the loss; what
 happens, step by step:
 
@@ -29,12 +29,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 # builds in place. Put first, the source tree's would shadow an installed build (issue 44).
 if importlib.util.find_spec("msprobe_cpp") is None:
     sys.path.insert(0, str(HERE.parent / "python"))
-sys.path.insert(0, str(HERE.parent / "tests" / "python"))  # the demo's model
+sys.path.insert(0, str(HERE))  # the demo's model, tinygpt.py
 
 import torch  # noqa: E402
 
 import msprobe_cpp  # noqa: E402
-from models import DynamicLossScaler, compute_loss, make_batches, make_model, make_optimizer  # noqa: E402
+from tinygpt import DynamicLossScaler, TinyGPT, next_token_loss, token_batches  # noqa: E402
 
 FP16_BLOCK = 2
 BAD_TEMPERATURE_STEP = 8
@@ -44,7 +44,8 @@ BAD_CHECKPOINT_STEP = 11
 def main() -> int:
     torch.set_num_threads(1)
     shutil.rmtree("demo_dump", ignore_errors=True)  # the config's dump_path: start clean
-    model = make_model("gpt")
+    torch.manual_seed(0)
+    model = TinyGPT()
     step = {"now": 0}
 
     def fp16_scores(block: int, scores: torch.Tensor) -> torch.Tensor:
@@ -54,7 +55,7 @@ def main() -> int:
         return (scores.half() * temperature).float()
 
     model.inject = fp16_scores
-    opt = make_optimizer(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
     scaler = DynamicLossScaler(2.0 ** 32)
 
     def on_overflow(o: msprobe_cpp.Overflow) -> None:
@@ -62,7 +63,7 @@ def main() -> int:
 
     debugger = msprobe_cpp.PrecisionDebugger(config_path=str(HERE / "overflow_config.json"),
                                              on_overflow=on_overflow)
-    for i, (x, y) in enumerate(make_batches(model, 16)):
+    for i, (x, y) in enumerate(token_batches(model, 16)):
         step["now"] = i
         if i == BAD_CHECKPOINT_STEP:
             with torch.no_grad():
@@ -70,7 +71,7 @@ def main() -> int:
         debugger.start(model, loss_scaler=scaler)
         try:
             opt.zero_grad(set_to_none=True)
-            loss = compute_loss(model, x, y)
+            loss = next_token_loss(model, x, y)
             scaler.scale_loss(loss).backward()
             stepped = scaler.step(opt, i)
         except msprobe_cpp.OverflowError as e:

@@ -27,6 +27,7 @@ std::optional<LiveStop> read_live_stop(const std::string& dump_file) {
   const auto first = doc.find("first_anomaly");
   if (first == doc.end() || !first->is_object()) return std::nullopt;
   LiveStop stop;
+  stop.json = first->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   stop.call = string_at(*first, "api_name");
   stop.origin = string_at(*first, "origin");
   stop.parameter = string_at(*first, "parameter");

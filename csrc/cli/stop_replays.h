@@ -1,6 +1,7 @@
 // What the live guard said at the stop that wrote a dump (issues 23 and 44): read from the
 // overflow_report.json beside its dump.json, so that `check --format text` reports the stop's
-// verdict first and its own offline reading beside it.
+// verdict first and its own offline reading beside it, and its JSON report holds it as
+// `live_stop`.
 #pragma once
 
 #include <optional>
@@ -16,6 +17,7 @@ struct LiveStop {
   std::string note;
   bool absorbed = false;
   std::vector<std::string> replay_lines;  // the replay verdicts and the not_replayed reason
+  std::string json;                       // first_anomaly as the report holds it, on one line
 };
 
 // The report's first_anomaly; none when there is no report or it cannot be read (the check goes

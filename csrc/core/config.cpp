@@ -179,18 +179,28 @@ CollectSection parse_collect(const json& section, const Loc& at, bool is_statist
     ignored = {"file_format", "online_run_ut",          "nfs_path", "host", "port",
                "tls_path",    "online_run_ut_recompute"};
   }
-  check_keys(section, at, known, ignored);
+  ErrorList errors;
+  errors.attempt([&] { check_keys(section, at, known, ignored); });
 
   CollectSection out;
-  if (const json* v = find(section, "scope")) out.scope = parse_scope(*v, at.child("scope"));
-  if (const json* v = find(section, "list")) out.list = parse_string_list(*v, at.child("list"));
-  if (const json* v = find(section, "data_mode")) {
-    out.data_mode = parse_data_mode(*v, at.child("data_mode"));
-  }
-  if (const json* v = find(section, "summary_mode")) {
-    out.summary_mode = parse_enum(*v, at.child("summary_mode"), kSummaryModes);
-  }
-  if (!is_statistics) check_tensor_extras(section, at);
+  errors.attempt([&] {
+    if (const json* v = find(section, "scope")) out.scope = parse_scope(*v, at.child("scope"));
+  });
+  errors.attempt([&] {
+    if (const json* v = find(section, "list")) out.list = parse_string_list(*v, at.child("list"));
+  });
+  errors.attempt([&] {
+    if (const json* v = find(section, "data_mode")) {
+      out.data_mode = parse_data_mode(*v, at.child("data_mode"));
+    }
+  });
+  errors.attempt([&] {
+    if (const json* v = find(section, "summary_mode")) {
+      out.summary_mode = parse_enum(*v, at.child("summary_mode"), kSummaryModes);
+    }
+  });
+  if (!is_statistics) errors.attempt([&] { check_tensor_extras(section, at); });
+  errors.throw_if_any();
   return out;
 }
 
@@ -268,9 +278,10 @@ int64_t parse_sync_batch_calls(const json& value, const Loc& at) {
 // its folder, those from a keyword against the working directory.
 OverflowSection parse_overflow(const json* section, const Loc& at, const json& overrides,
                                const std::string& base_dir) {
+  ErrorList errors;
   if (section) {
     require_object(*section, at);
-    check_keys(*section, at, kOverflowKeys, {"check_mode"});
+    errors.attempt([&] { check_keys(*section, at, kOverflowKeys, {"check_mode"}); });
   }
   struct Value {
     const json* value;
@@ -285,28 +296,40 @@ OverflowSection parse_overflow(const json* section, const Loc& at, const json& o
     return std::nullopt;
   };
 
+  // Each key on its own, so that every bad one is told.
+  auto read = [&](const char* key, auto&& parse) {
+    errors.attempt([&] {
+      if (auto v = get(key)) parse(*v->value, v->at, v->from_file);
+    });
+  };
   OverflowSection out;
-  if (auto v = get("overflow_nums")) out.overflow_nums = parse_overflow_nums(*v->value, v->at);
-  if (auto v = get("action")) out.action = parse_enum(*v->value, v->at, kActions);
-  if (auto v = get("stop_level")) out.stop_level = parse_enum(*v->value, v->at, kSeverities);
-  if (auto v = get("stop_on")) out.stop_on = parse_stop_on(*v->value, v->at);
-  if (auto v = get("mutation_threshold")) {
-    out.mutation_threshold = parse_threshold(*v->value, v->at);
-  }
-  if (auto v = get("rules"))
-    out.rules = parse_rules(*v->value, v->at, v->from_file ? base_dir : "");
-  if (auto v = get("compat")) out.compat = parse_bool(*v->value, v->at);
-  if (auto v = get("dump_skipped_steps")) out.dump_skipped_steps = parse_bool(*v->value, v->at);
-  if (auto v = get("min_loss_scale")) out.min_loss_scale = parse_min_loss_scale(*v->value, v->at);
-  if (auto v = get("sync")) out.sync = parse_enum(*v->value, v->at, kSyncModes);
-  if (auto v = get("replay")) out.replay = parse_bool(*v->value, v->at);
-  if (auto v = get("headroom")) out.headroom = parse_headroom(*v->value, v->at);
-  if (auto v = get("sync_batch_calls")) {
-    out.sync_batch_calls = parse_sync_batch_calls(*v->value, v->at);
-  }
+  read("overflow_nums",
+       [&](const json& v, const Loc& w, bool) { out.overflow_nums = parse_overflow_nums(v, w); });
+  read("action",
+       [&](const json& v, const Loc& w, bool) { out.action = parse_enum(v, w, kActions); });
+  read("stop_level",
+       [&](const json& v, const Loc& w, bool) { out.stop_level = parse_enum(v, w, kSeverities); });
+  read("stop_on", [&](const json& v, const Loc& w, bool) { out.stop_on = parse_stop_on(v, w); });
+  read("mutation_threshold",
+       [&](const json& v, const Loc& w, bool) { out.mutation_threshold = parse_threshold(v, w); });
+  read("rules", [&](const json& v, const Loc& w, bool from_file) {
+    out.rules = parse_rules(v, w, from_file ? base_dir : "");
+  });
+  read("compat", [&](const json& v, const Loc& w, bool) { out.compat = parse_bool(v, w); });
+  read("dump_skipped_steps",
+       [&](const json& v, const Loc& w, bool) { out.dump_skipped_steps = parse_bool(v, w); });
+  read("min_loss_scale",
+       [&](const json& v, const Loc& w, bool) { out.min_loss_scale = parse_min_loss_scale(v, w); });
+  read("sync", [&](const json& v, const Loc& w, bool) { out.sync = parse_enum(v, w, kSyncModes); });
+  read("replay", [&](const json& v, const Loc& w, bool) { out.replay = parse_bool(v, w); });
+  read("headroom", [&](const json& v, const Loc& w, bool) { out.headroom = parse_headroom(v, w); });
+  read("sync_batch_calls", [&](const json& v, const Loc& w, bool) {
+    out.sync_batch_calls = parse_sync_batch_calls(v, w);
+  });
   if (const json* v = section ? find(*section, "check_mode") : nullptr) {
-    if (!v->is_string()) fail(at.child("check_mode"), "a string", *v);
+    if (!v->is_string()) errors.attempt([&] { fail(at.child("check_mode"), "a string", *v); });
   }
+  errors.throw_if_any();
   return out;
 }
 
@@ -441,19 +464,8 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
                     const nlohmann::json& overrides, const std::string& base_dir) {
   Loc root(source);
   if (!doc.is_object()) fail(root, "a JSON object", doc);
-  // Every bad field is told at once, one line each (issue 44): a user fixes a config in one go,
-  // not one run per mistake. Each part below fails on its own.
-  std::vector<std::string> errors;
-  auto attempt = [&errors](auto&& part) {
-    try {
-      part();
-    } catch (const ConfigError& e) {
-      // A field read by two parts (async_dump) is told once.
-      if (std::find(errors.begin(), errors.end(), e.what()) == errors.end()) {
-        errors.emplace_back(e.what());
-      }
-    }
-  };
+  ErrorList errors;
+  auto attempt = [&errors](auto&& part) { errors.attempt(part); };
   attempt([&] { check_keys(doc, root, kTopKeys, kIgnoredTopKeys); });
   if (!overrides.is_null()) {
     if (!overrides.is_object()) {
@@ -479,9 +491,7 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   attempt([&] {
     auto f = top.get("dump_path");
     // A misspelt "dump_path" was told already, with the right name.
-    const bool misspelt = std::any_of(errors.begin(), errors.end(), [](const std::string& e) {
-      return e.find("did you mean \"dump_path\"") != std::string::npos;
-    });
+    const bool misspelt = errors.mentions("did you mean \"dump_path\"");
     if (!f && misspelt) return;
     if (!f) fail_missing(root.child("dump_path"), "a non-empty string (required)");
     config.dump_path = parse_nonempty_string(*f->value, f->at);
@@ -519,11 +529,7 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   attempt([&] {
     if (auto f = top.get("async_dump")) config.async_dump = parse_bool(*f->value, f->at);
   });
-  if (!errors.empty()) {
-    std::string all = errors.front();
-    for (size_t i = 1; i < errors.size(); ++i) all += "\n" + errors[i];
-    throw ConfigError(all);
-  }
+  errors.throw_if_any();
   config.warnings = std::move(warnings);
   return config;
 }

@@ -101,12 +101,28 @@ std::string join(const std::vector<std::string>& words, const std::string& sep) 
   return out;
 }
 
+void ErrorList::add(const std::string& error) {
+  // A field read by two parts (async_dump) is told once.
+  if (std::find(errors_.begin(), errors_.end(), error) == errors_.end()) errors_.push_back(error);
+}
+
+bool ErrorList::mentions(const std::string& text) const {
+  return std::any_of(errors_.begin(), errors_.end(),
+                     [&](const std::string& e) { return e.find(text) != std::string::npos; });
+}
+
+void ErrorList::throw_if_any() const {
+  if (errors_.empty()) return;
+  throw ConfigError(join(errors_, "\n"));
+}
+
 // Rejects keys outside `known` and `ignored`; only `known` is listed, the ignored ones exist for
 // msprobe compatibility and are not worth advertising.
 void check_keys(const json& object, const Loc& at, const std::vector<std::string>& known,
                 const std::vector<std::string>& ignored) {
   std::vector<std::string> all = known;
   all.insert(all.end(), ignored.begin(), ignored.end());
+  ErrorList unknown;
   for (const auto& entry : object.items()) {
     const std::string& key = entry.key();
     if (std::find(all.begin(), all.end(), key) != all.end()) continue;
@@ -116,8 +132,9 @@ void check_keys(const json& object, const Loc& at, const std::vector<std::string
     } else {
       message += "allowed: " + join(known);
     }
-    throw ConfigError(message);
+    unknown.add(message);
   }
+  unknown.throw_if_any();
 }
 
 const json* find(const json& object, const std::string& key) {

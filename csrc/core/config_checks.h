@@ -49,6 +49,28 @@ class Loc {
   std::string path_;
 };
 
+// Every bad field of a file is told at once, one line each (issue 44): a user fixes a config in
+// one go, not one run per mistake. Each part of the reading is attempted on its own; a part that
+// fails is told and the reading goes on.
+class ErrorList {
+ public:
+  template <typename Part>
+  void attempt(Part&& part) {
+    try {
+      part();
+    } catch (const ConfigError& e) {
+      add(e.what());
+    }
+  }
+  void add(const std::string& error);
+  bool mentions(const std::string& text) const;
+  // One ConfigError holding every line, when there is any.
+  void throw_if_any() const;
+
+ private:
+  std::vector<std::string> errors_;
+};
+
 // The value as JSON on one line, shortened so a huge list cannot flood the message.
 std::string show(const json& value);
 // ConfigError "<where>: expected <expected>, got <value>".

@@ -63,6 +63,10 @@ void Report::write(JsonWriter& w, const std::function<void(const std::string&)>&
     w.key("peer_stop");
     write_peer_stop(w, *peer_stop);
   }
+  if (live_stop) {
+    w.key("live_stop");
+    w.value_raw(*live_stop);
+  }
   w.end_object();
   if (sink) sink(w.take_chunk());
 }

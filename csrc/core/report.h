@@ -29,6 +29,9 @@ struct Report {
   // module, source line and counts.
   std::optional<OverflowFacts> first_anomaly;
   std::optional<PeerOverflow> peer_stop;  // overflow_report.json of a rank stopped by a peer
+  // check only: the first_anomaly of the overflow_report.json beside the dump, as JSON text, so
+  // that the report carries the live stop's verdict beside its own offline reading.
+  std::optional<std::string> live_stop;
 
   bool empty() const { return findings.empty(); }
   // Writes the report object where `w` stands. With a `sink`, `w`'s text is handed to it as it

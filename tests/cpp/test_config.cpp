@@ -277,6 +277,27 @@ TEST(ConfigTest, EveryErrorOfAFileIsToldAtOnce) {
             "config.json: step: expected a list of integers >= 0 and \"a-b\" ranges, got \"x\"");
 }
 
+// Inside a section too: every bad key and every bad value, in the order they are read.
+TEST(ConfigTest, EveryErrorOfASectionIsToldAtOnce) {
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "overflow_check": {"overflow_num": 2,
+      "action": "halt", "stop_level": "low", "headroom": 2, "replya": true}})"),
+            "config.json: overflow_check.overflow_num: unknown key; did you mean "
+            "\"overflow_nums\"?\n"
+            "config.json: overflow_check.replya: unknown key; did you mean \"replay\"?\n"
+            "config.json: overflow_check.action: expected one of raise, continue, got \"halt\"\n"
+            "config.json: overflow_check.stop_level: expected one of critical, high, medium, got "
+            "\"low\"\n"
+            "config.json: overflow_check.headroom: expected a number from 0 (off) up to, not "
+            "including, 1, got 2");
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "statistics": {"scope": 3, "summary_mode": "x"},
+      "tensor": {"list": [1], "online_run_ut": true}})"),
+            "config.json: statistics.scope: expected [] or two call names, got 3\n"
+            "config.json: statistics.summary_mode: expected one of statistics, md5, got \"x\"\n"
+            "config.json: tensor.list[0]: expected a non-empty string, got 1\n"
+            "config.json: tensor.online_run_ut: online run_ut is an msprobe feature that "
+            "msprobe_cpp does not support; expected false, got true");
+}
+
 TEST(ConfigTest, DidYouMean) {
   EXPECT_EQ(config_error(R"({"dump_path": "d", "levle": "L1"})"),
             R"(config.json: levle: unknown key; did you mean "level"?)");

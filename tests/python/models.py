@@ -9,15 +9,17 @@ as the debugger does not change any value) produce bit-identical losses.
 """
 from __future__ import annotations
 
-import math
+import pathlib
+import sys
 from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# f(block_index, attention_scores) -> attention_scores
-InjectFn = Callable[[int, torch.Tensor], torch.Tensor]
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
+from tinygpt import (MASK_MODES, DynamicLossScaler, InjectFn, TinyGPT,  # noqa: E402,F401  the demo's model
+                     next_token_loss, token_batches)
 
 
 class MLP(nn.Module):
@@ -57,119 +59,6 @@ class ConvNet(nn.Module):
         return self.fc(torch.flatten(x, 1))
 
 
-# How the attention masks its future positions: masked_fill with a -inf scalar, the same on two
-# halves joined by torch.cat, or adding a registered buffer that holds -inf; "none" attends to
-# every position (no -inf anywhere: the benches' clean-path reference).
-MASK_MODES = ("masked_fill", "cat", "buffer", "none")
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, d: int, n_heads: int, seq: int, index: int, mask_mode: str = "masked_fill") -> None:
-        super().__init__()
-        assert mask_mode in MASK_MODES, mask_mode
-        self.mask_mode = mask_mode
-        assert d % n_heads == 0, "d must be a multiple of n_heads"
-        self.d = d
-        self.n_heads = n_heads
-        self.scale = 1.0 / math.sqrt(d // n_heads)
-        self.index = index
-        # Set through TinyGPT.inject; a plain attribute, not a submodule, so it never appears in
-        # the module tree (and so never in an L0 dump).
-        self.inject: Optional[InjectFn] = None
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.register_buffer("mask", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
-        if mask_mode == "buffer":
-            self.register_buffer("neg_mask", torch.full((seq, seq), float("-inf")).triu(1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        hd = c // self.n_heads
-        q, k, v = self.qkv(x).split(self.d, dim=2)
-        q = q.view(b, t, self.n_heads, hd).transpose(1, 2)
-        k = k.view(b, t, self.n_heads, hd).transpose(1, 2)
-        v = v.view(b, t, self.n_heads, hd).transpose(1, 2)
-        att = q @ k.transpose(-2, -1) * self.scale
-        if self.inject is not None:
-            att = self.inject(self.index, att)
-        future = self.mask[:, :, :t, :t] == 0 if self.mask_mode != "none" else None
-        if self.mask_mode == "cat":
-            h = t // 2
-            att = torch.cat([att[..., :h].masked_fill(future[..., :h], float("-inf")),
-                             att[..., h:].masked_fill(future[..., h:], float("-inf"))], dim=-1)
-        elif self.mask_mode == "buffer":
-            att = att + self.neg_mask[:t, :t]
-        elif self.mask_mode == "none":
-            pass
-        else:
-            att = att.masked_fill(future, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = att @ v
-        y = y.transpose(1, 2).contiguous().view(b, t, c)
-        return self.proj(y)
-
-
-class FeedForward(nn.Module):
-    def __init__(self, d: int) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(d, 4 * d)
-        self.fc2 = nn.Linear(4 * d, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x)))
-
-
-class Block(nn.Module):
-    def __init__(self, d: int, n_heads: int, seq: int, index: int, mask_mode: str = "masked_fill") -> None:
-        super().__init__()
-        self.ln1 = nn.LayerNorm(d)
-        self.attn = CausalSelfAttention(d, n_heads, seq, index, mask_mode)
-        self.ln2 = nn.LayerNorm(d)
-        self.mlp = FeedForward(d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class TinyGPT(nn.Module):
-    """GPT-style language model. `model.inject = f` makes every block call f(block_index, scores) on
-    its attention scores before the causal mask (tests use it to plant an overflow in one block);
-    with inject None nothing extra is called."""
-
-    def __init__(self, vocab: int = 64, d: int = 64, n_blocks: int = 4, seq: int = 32, n_heads: int = 4,
-                 inject: Optional[InjectFn] = None, mask_mode: str = "masked_fill") -> None:
-        super().__init__()
-        self.vocab = vocab
-        self.seq = seq
-        self.tok_emb = nn.Embedding(vocab, d)
-        self.pos_emb = nn.Embedding(seq, d)
-        self.blocks = nn.ModuleList([Block(d, n_heads, seq, i, mask_mode) for i in range(n_blocks)])
-        self.ln_f = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab)
-        self.inject = inject
-
-    # A property rather than a parameter of forward(): an extra forward argument would show up in
-    # every module record of an L0/mix dump.
-    @property
-    def inject(self) -> Optional[InjectFn]:
-        return self._inject
-
-    @inject.setter
-    def inject(self, fn: Optional[InjectFn]) -> None:
-        self._inject = fn
-        for blk in self.blocks:
-            blk.attn.inject = fn
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        _, t = idx.shape
-        pos = torch.arange(t, device=idx.device)
-        x = self.tok_emb(idx) + self.pos_emb(pos)
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.ln_f(x))
-
-
 def make_model(kind: str, seed: int = 0, **kw: Any) -> nn.Module:
     """Seeds torch, then builds "gpt" (TinyGPT, keywords passed on), "mlp" or "convnet"."""
     torch.manual_seed(seed)
@@ -190,13 +79,12 @@ def make_batches(model: nn.Module, steps: int, *, seed: int = 0, batch: int = 8,
                  dtype: torch.dtype = torch.float32, device: str = "cpu") -> List[Batch]:
     """`steps` (input, target) pairs drawn from a private generator: the global RNG is not touched,
     so nothing the model, the optimizer or a debugger draws can shift the data."""
+    if isinstance(model, TinyGPT):
+        return [(x.to(device), y.to(device)) for x, y in token_batches(model, steps, seed=seed, batch=batch)]
     g = torch.Generator().manual_seed(seed)
     out: List[Batch] = []
     for _ in range(steps):
-        if isinstance(model, TinyGPT):
-            tokens = torch.randint(0, model.vocab, (batch, model.seq + 1), generator=g)
-            x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()  # targets: next tokens
-        elif isinstance(model, MLP):
+        if isinstance(model, MLP):
             x = torch.randn(batch, MLP.in_features, generator=g).to(dtype)
             y = torch.randint(0, MLP.classes, (batch,), generator=g)
         elif isinstance(model, ConvNet):
@@ -224,10 +112,9 @@ def make_optimizer(model: nn.Module, optimizer: str = "adamw", lr: float = 1e-3,
 
 
 def compute_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    out = model(x)
     if isinstance(model, TinyGPT):
-        return F.cross_entropy(out.view(-1, model.vocab), y.view(-1))
-    return F.cross_entropy(out, y)
+        return next_token_loss(model, x, y)
+    return F.cross_entropy(model(x), y)
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
@@ -245,36 +132,6 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y:
         debugger.stop()
         debugger.step()
     return loss
-
-
-class DynamicLossScaler:
-    """Dynamic loss scaling as fp16 trainers do it, written out (PyTorch 1.13's GradScaler needs
-    CUDA): scale the loss; when a gradient is not finite, skip the optimizer step and halve the
-    scale; otherwise unscale the gradients and step. `halve=False` makes a broken scaler."""
-
-    def __init__(self, scale: float, halve: bool = True) -> None:
-        self.scale = scale
-        self.halve = halve
-        self.skipped: List[int] = []
-
-    def get_scale(self) -> float:
-        return self.scale
-
-    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
-        return loss * self.scale
-
-    def step(self, opt: torch.optim.Optimizer, index: int) -> bool:
-        """Returns whether the optimizer stepped."""
-        grads = [p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None]
-        if all(bool(torch.isfinite(g).all()) for g in grads):
-            for g in grads:
-                g.div_(self.scale)
-            opt.step()
-            return True
-        self.skipped.append(index)
-        if self.halve:
-            self.scale *= 0.5
-        return False
 
 
 def train(model: nn.Module, steps: int, *, seed: int = 0, batch: int = 8, lr: float = 1e-3,

@@ -561,3 +561,14 @@ def test_check_of_a_live_dump_gives_the_live_stops_verdict_first(cli, tmp_path):
     offline = next(line for line in lines if line.startswith("  offline reading"))
     agrees = f"probable origin: {e.call} " in offline
     assert agrees != any(line.startswith("    it differs from the live stop's") for line in lines), out.stdout
+    # The JSON report carries the same verdict, as overflow_report.json holds it.
+    as_json = subprocess.run([str(cli), "check", e.dump_dir, "--format", "json"], capture_output=True, text=True)
+    (report,) = json.loads(as_json.stdout).values()
+    live = report["live_stop"]
+    assert (live["api_name"], live["origin"], live["parameter"], live["note"]) == \
+        (e.call, "parameter", "2.weight", e.note)
+    # A dump without a stop beside it has none.
+    os.remove(pathlib.Path(e.dump_dir) / "overflow_report.json")
+    (report,) = json.loads(subprocess.run([str(cli), "check", e.dump_dir, "--format", "json"],
+                                          capture_output=True, text=True).stdout).values()
+    assert "live_stop" not in report

@@ -271,8 +271,9 @@ def test_mappings_are_recorded_as_msprobe_records_them(tmp_path):
             return self.m(x)
 
     dbg = msprobe_cpp.PrecisionDebugger(task="tensor", dump_path=str(tmp_path / "d"), level="L0")
-    dbg.start(Net())
-    Net.forward(dbg._models[0], torch.ones(2))
+    net = Net()
+    dbg.start(net)
+    net(torch.ones(2))
     dbg.stop()
     rank = tmp_path / "d" / "step0" / "rank"
     out = read_dump_file(rank)["data"]["Module.m.Mappings.forward.0"]["output"]

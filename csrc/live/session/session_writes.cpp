@@ -95,7 +95,8 @@ std::string Session::write_step(bool at_stop, bool hand_over) {
     // At L1 the overflow guard keeps a module stack of the started model: it names the parents.
     f->construct = config_.level != Level::L1 || (s.watch && !s.models.empty());
     if (s.watch) {
-      f->report = Report{Findings(s.watch->findings()), s.decisions->first_anomaly(), s.peer_stop};
+      f->report = Report{Findings(s.watch->findings()), s.decisions->first_anomaly(), s.peer_stop,
+                         std::nullopt};
       f->judgements = s.watch->judgements();
     }
     return f;
