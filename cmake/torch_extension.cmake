@@ -30,10 +30,22 @@ target_compile_definitions(msprobe_extension PRIVATE
   PYBIND11_BUILD_ABI="${TORCH_PYBIND11_BUILD_ABI}"
   MSPROBE_VERSION="${PROJECT_VERSION}"
   MSPROBE_TORCH_VERSION="${TORCH_VERSION}" MSPROBE_TORCH_INIT_FILE="${TORCH_INIT_FILE}")
-# torch's headers cost 6-8 s of parsing in every file that includes them, most of the build: the
-# files are compiled in batches, each batch one translation unit. (A precompiled header was
-# measured too: its 350 MB image costs about as much to load as the parse it saves.)
-set_target_properties(msprobe_extension PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 5)
+# torch's headers cost 6-8 s of parsing in every translation unit that includes them, most of the
+# build: the files are compiled in unity batches. A developer's build keeps batches of five, so an
+# edit recompiles five files; a one-shot build (setup.py: pip install) asks for as many batches as
+# it runs jobs (MSPROBE_UNITY_BATCHES), which parses the headers once per core: 98 s -> 61 s on two
+# cores (bench/README.md). A precompiled header was measured too: its 350 MB image costs about as
+# much to load as the parse it saves.
+set(MSPROBE_UNITY_BATCHES 0 CACHE STRING
+    "Translation units for the extension's files (0: batches of five files)")
+set(unity_batch_size 5)
+if(MSPROBE_UNITY_BATCHES GREATER 0)
+  list(LENGTH EXTENSION_SOURCES source_count)
+  math(EXPR unity_batch_size
+       "(${source_count} + ${MSPROBE_UNITY_BATCHES} - 1) / ${MSPROBE_UNITY_BATCHES}")
+endif()
+set_target_properties(msprobe_extension PROPERTIES UNITY_BUILD ON
+                      UNITY_BUILD_BATCH_SIZE ${unity_batch_size})
 target_link_libraries(msprobe_extension PRIVATE msprobe_cli ${torch_libraries})
 
 # The package finds its wrap list where an installed one has it: the one copy of the rules file,
