@@ -5,6 +5,7 @@ install_packages
 echo "== include graph and class sizes"
 "$PYTHON" "$ROOT/tools/include_graph.py" --quiet
 "$PYTHON" "$ROOT/tools/class_sizes.py" --quiet
+"$PYTHON" "$ROOT/tools/function_sizes.py" --quiet
 # A new compiler warning fails the suite (MSPROBE_WERROR=OFF lets it through, for a local run).
 MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" build
 echo "== ctest"

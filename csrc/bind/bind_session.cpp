@@ -227,10 +227,14 @@ void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
             }
           },
           py::arg("optimizer"), py::arg("state"), py::arg("parameter"), py::arg("more"),
-          "Before an optimizer step: its state of `parameter` holds NaN/inf (and `more` others).")
-      .def(
-          "set_peer_stopped", [](Session& s) { s.peer_stop().set(); },
-          "Another rank stopped (the watcher thread): the hooks raise its stop.")
+          "Before an optimizer step: its state of `parameter` holds NaN/inf (and `more` others).");
+}
+
+// torch.distributed: another rank's stop, as the watcher thread hands it over.
+void bind_peer_stop(py::class_<Session, std::shared_ptr<Session>>& c) {
+  c.def(
+       "set_peer_stopped", [](Session& s) { s.peer_stop().set(); },
+       "Another rank stopped (the watcher thread): the hooks raise its stop.")
       .def(
           "stop_for_peer",
           [](Session& s, int rank, int64_t step, const std::string& call,
@@ -256,6 +260,7 @@ void bind_session(py::module_& m) {
   bind_lifecycle(c);
   bind_config(c);
   bind_guard(c);
+  bind_peer_stop(c);
 }
 
 }  // namespace msprobe

@@ -333,6 +333,17 @@ OverflowSection parse_overflow(const json* section, const Loc& at, const json& o
   return out;
 }
 
+std::string parse_dump_path(const json& value, const Loc& at) {
+  std::string path = parse_nonempty_string(value, at);
+  // The OS stops a path at its first NUL: "d\0/../x" would write to "d".
+  for (char c : path) {
+    if (static_cast<unsigned char>(c) < 0x20) {
+      fail(at, "a path without NUL or control characters", value);
+    }
+  }
+  return path;
+}
+
 const std::vector<std::string> kTopKeys = {"task",   "dump_path",      "rank",
                                            "step",   "level",          "statistics",
                                            "tensor", "overflow_check", "extra_apis"};
@@ -465,15 +476,14 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   Loc root(source);
   if (!doc.is_object()) fail(root, "a JSON object", doc);
   ErrorList errors;
-  auto attempt = [&errors](auto&& part) { errors.attempt(part); };
-  attempt([&] { check_keys(doc, root, kTopKeys, kIgnoredTopKeys); });
+  errors.attempt([&] { check_keys(doc, root, kTopKeys, kIgnoredTopKeys); });
   if (!overrides.is_null()) {
     if (!overrides.is_object()) {
       fail(Loc(kDebugger), "keyword arguments as a JSON object", overrides);
     }
-    attempt([&] { check_override_keys(overrides); });
+    errors.attempt([&] { check_override_keys(overrides); });
   }
-  attempt([&] { check_ignored_top_level(doc, root); });
+  errors.attempt([&] { check_ignored_top_level(doc, root); });
   std::vector<std::string> warnings;
   if (const json* v = find(doc, "enable_dataloader"); v && *v == true) {
     warnings.push_back(root.child("enable_dataloader").str() +
@@ -485,50 +495,37 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   // one (msprobe's template config.json ships "dump_path": "").
   TopLevel top(doc, source, overrides);
   Config config;
-  attempt([&] {
-    if (auto f = top.get("task")) config.task = parse_task(*f->value, f->at);
-  });
-  attempt([&] {
-    auto f = top.get("dump_path");
+  // Each field on its own, so that every bad one is told.
+  auto read = [&](const char* key, auto&& parse) {
+    errors.attempt([&] {
+      if (auto f = top.get(key)) parse(*f->value, f->at);
+    });
+  };
+  read("task", [&](const json& v, const Loc& at) { config.task = parse_task(v, at); });
+  errors.attempt([&] {
     // A misspelt "dump_path" was told already, with the right name.
-    const bool misspelt = errors.mentions("did you mean \"dump_path\"");
-    if (!f && misspelt) return;
-    if (!f) fail_missing(root.child("dump_path"), "a non-empty string (required)");
-    config.dump_path = parse_nonempty_string(*f->value, f->at);
-    // The OS stops a path at its first NUL: "d\0/../x" would write to "d".
-    for (char c : config.dump_path) {
-      if (static_cast<unsigned char>(c) < 0x20) {
-        fail(f->at, "a path without NUL or control characters", *f->value);
-      }
+    if (!top.get("dump_path") && !errors.mentions("did you mean \"dump_path\"")) {
+      fail_missing(root.child("dump_path"), "a non-empty string (required)");
     }
   });
-  attempt([&] {
-    if (auto f = top.get("rank")) config.rank = parse_ranges(*f->value, f->at);
-  });
-  attempt([&] {
-    if (auto f = top.get("extra_apis")) config.extra_apis = parse_api_names(*f->value, f->at);
-  });
-  attempt([&] {
-    if (auto f = top.get("step")) config.step = parse_ranges(*f->value, f->at);
-  });
-  attempt([&] {
-    if (auto f = top.get("level")) config.level = parse_level(*f->value, f->at);
-  });
-  attempt([&] {
-    if (auto f = top.get("statistics")) config.statistics = parse_collect(*f->value, f->at, true);
-  });
-  attempt([&] {
-    if (auto f = top.get("tensor")) config.tensor = parse_collect(*f->value, f->at, false);
-  });
-  attempt([&] {
+  read("dump_path",
+       [&](const json& v, const Loc& at) { config.dump_path = parse_dump_path(v, at); });
+  read("rank", [&](const json& v, const Loc& at) { config.rank = parse_ranges(v, at); });
+  read("extra_apis",
+       [&](const json& v, const Loc& at) { config.extra_apis = parse_api_names(v, at); });
+  read("step", [&](const json& v, const Loc& at) { config.step = parse_ranges(v, at); });
+  read("level", [&](const json& v, const Loc& at) { config.level = parse_level(v, at); });
+  read("statistics",
+       [&](const json& v, const Loc& at) { config.statistics = parse_collect(v, at, true); });
+  read("tensor",
+       [&](const json& v, const Loc& at) { config.tensor = parse_collect(v, at, false); });
+  errors.attempt([&] {
     const json* section = find(doc, "overflow_check");
     config.overflow_check =
         parse_overflow(section, root.child("overflow_check"), overrides, base_dir);
   });
   // msprobe's top-level key, also a keyword argument (which wins).
-  attempt([&] {
-    if (auto f = top.get("async_dump")) config.async_dump = parse_bool(*f->value, f->at);
-  });
+  read("async_dump", [&](const json& v, const Loc& at) { config.async_dump = parse_bool(v, at); });
   errors.throw_if_any();
   config.warnings = std::move(warnings);
   return config;

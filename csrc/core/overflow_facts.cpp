@@ -32,6 +32,85 @@ void write_optional_string(JsonWriter& w, const char* key, const std::optional<s
   }
 }
 
+// "op (this call made NaN/inf from finite inputs)": the origin and what it means here.
+std::string origin_words(const OverflowFacts& f) {
+  const std::string name = to_string(*f.origin);
+  switch (*f.origin) {
+    case Origin::Op:
+      return name + " (this call made NaN/inf from finite inputs)";
+    case Origin::Input:
+      return name +
+             " (NaN/inf came in with a tensor argument that no call of this step made: the batch?)";
+    case Origin::Parameter:
+      return name + (f.optimizer_state
+                         ? " (NaN/inf came in with the optimizer's state: " + *f.optimizer_state +
+                               " of parameter " + f.parameter.value_or("?") + ")"
+                         : " (NaN/inf came in with parameter " + f.parameter.value_or("?") + ")");
+    case Origin::Peer:
+      return name + " (NaN/inf came from another rank through this collective)";
+  }
+  return name;
+}
+
+// "step 6 50%, step 7 90% of float16's range: grew".
+std::string history_text(const HeadroomTrend& trend) {
+  std::string text;
+  for (size_t i = 0; i < trend.history.size(); ++i) {
+    const HeadroomPoint& p = trend.history[i];
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%sstep %lld %.0f%%", i ? ", " : "",
+                  static_cast<long long>(p.step), p.fraction * 100.0);
+    text += buf;
+  }
+  return text + " of " + trend.dtype.substr(trend.dtype.rfind('.') + 1) + "'s range: " + trend.text;
+}
+
+// Where the step's files went, or why there are none.
+std::string dump_words(const OverflowFacts& f) {
+  if (!f.dump_error.empty()) return "not written: " + f.dump_error;
+  if (f.dump_dir.empty()) return "none (overflow_nums reached: no more dumps are written)";
+  return f.dump_dir + "  (overflow_report.json, dump.json, dump_tensor_data/)";
+}
+
+void write_caught(JsonWriter& w, const OverflowFacts& f) {
+  w.key("held");
+  w.value_bool(true);
+  w.key("caught");
+  if (f.caught_at.empty()) {
+    w.value_null();
+    return;
+  }
+  w.begin_object();
+  w.key("call");
+  w.value_string(f.caught_at);
+  w.key("how");
+  w.value_string(f.caught_how);
+  w.end_object();
+}
+
+void write_history(JsonWriter& w, const HeadroomTrend& trend) {
+  w.key("history");
+  w.begin_object();
+  w.key("dtype");
+  w.value_string(trend.dtype);
+  w.key("steps");
+  w.begin_array();
+  for (const HeadroomPoint& p : trend.history) {
+    w.begin_object();
+    w.key("step");
+    w.value_int(p.step);
+    w.key("max");
+    w.value_float(p.magnitude);
+    w.key("fraction");
+    w.value_float(p.fraction);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("trend");
+  w.value_string(trend.text);
+  w.end_object();
+}
+
 }  // namespace
 
 void write_detail_fields(JsonWriter& w, const Finding& f) {
@@ -100,25 +179,7 @@ std::string OverflowFacts::message() const {
   std::string m = "msprobe_cpp: overflow at step " + std::to_string(step) + ", rank " +
                   std::to_string(rank) + ": " + f.call + " (" + to_string(f.severity) + ", " +
                   scene_name(f.scene) + ")";
-  if (origin) {
-    m += "\n  origin: " + std::string(to_string(*origin));
-    switch (*origin) {
-      case Origin::Op:
-        m += " (this call made NaN/inf from finite inputs)";
-        break;
-      case Origin::Input:
-        m += " (NaN/inf came in with a tensor argument that no call of this step made: the batch?)";
-        break;
-      case Origin::Parameter:
-        m += optimizer_state ? " (NaN/inf came in with the optimizer's state: " + *optimizer_state +
-                                   " of parameter " + parameter.value_or("?") + ")"
-                             : " (NaN/inf came in with parameter " + parameter.value_or("?") + ")";
-        break;
-      case Origin::Peer:
-        m += " (NaN/inf came from another rank through this collective)";
-        break;
-    }
-  }
+  if (origin) m += "\n  origin: " + origin_words(*this);
   if (!caught_at.empty()) {
     m += "\n  caught: at " + caught_at + ", where the NaN/inf " + caught_how +
          " (held until then: it was in tensors that need no gradient, which the program may "
@@ -139,18 +200,7 @@ std::string OverflowFacts::message() const {
          "the model uncompiled (its _orig_mod) to see the call where it is written";
   }
   for (const ArgFacts& t : tensors) m += "\n  " + t.text();
-  if (history) {
-    m += "\n  history: ";
-    for (size_t i = 0; i < history->history.size(); ++i) {
-      const HeadroomPoint& p = history->history[i];
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%sstep %lld %.0f%%", i ? ", " : "",
-                    static_cast<long long>(p.step), p.fraction * 100.0);
-      m += buf;
-    }
-    m += " of " + history->dtype.substr(history->dtype.rfind('.') + 1) +
-         "'s range: " + history->text;
-  }
+  if (history) m += "\n  history: " + history_text(*history);
   for (const ReplayFacts& r : replay) m += "\n  " + r.verdict;
   if (!not_replayed.empty()) m += "\n  " + not_replayed;
   if (!gradients.empty()) {
@@ -169,13 +219,7 @@ std::string OverflowFacts::message() const {
     m += "\n  intended? an ignore rule in a file named by overflow_check.rules silences it:\n" +
          ignore_rule_snippet();
   }
-  if (!dump_error.empty()) {
-    m += "\n  dump:   not written: " + dump_error;
-  } else if (dump_dir.empty()) {
-    m += "\n  dump:   none (overflow_nums reached: no more dumps are written)";
-  } else {
-    m += "\n  dump:   " + dump_dir + "  (overflow_report.json, dump.json, dump_tensor_data/)";
-  }
+  m += "\n  dump:   " + dump_words(*this);
   return m;
 }
 
@@ -270,49 +314,14 @@ void OverflowFacts::write(JsonWriter& w) const {
   w.value_bool(masked);
   w.key("absorbed");
   w.value_bool(absorbed);
-  if (held) {
-    w.key("held");
-    w.value_bool(true);
-    w.key("caught");
-    if (caught_at.empty()) {
-      w.value_null();
-    } else {
-      w.begin_object();
-      w.key("call");
-      w.value_string(caught_at);
-      w.key("how");
-      w.value_string(caught_how);
-      w.end_object();
-    }
-  }
+  if (held) write_caught(w, *this);
   w.key("note");
   w.value_string(note);
   if (raised_calls_later > 0) {  // batched sync only
     w.key("raised_calls_later");
     w.value_int(raised_calls_later);
   }
-  if (history) {
-    w.key("history");
-    w.begin_object();
-    w.key("dtype");
-    w.value_string(history->dtype);
-    w.key("steps");
-    w.begin_array();
-    for (const HeadroomPoint& p : history->history) {
-      w.begin_object();
-      w.key("step");
-      w.value_int(p.step);
-      w.key("max");
-      w.value_float(p.magnitude);
-      w.key("fraction");
-      w.value_float(p.fraction);
-      w.end_object();
-    }
-    w.end_array();
-    w.key("trend");
-    w.value_string(history->text);
-    w.end_object();
-  }
+  if (history) write_history(w, *history);
   if (replay_tried) {
     w.key("replay");
     w.begin_array();

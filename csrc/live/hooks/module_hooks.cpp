@@ -15,6 +15,62 @@ namespace py = pybind11;
 
 namespace msprobe {
 
+namespace {
+
+// The forward's positional and keyword inputs, as entries (and, when the guard watches, as the
+// live tensors it judges).
+void record_inputs(Session& s, OpenModuleCall& open, py::handle inputs, py::handle kwargs) {
+  const EntryOptions& options = s.capture().options();
+  const bool watching = s.config().watching();
+  open.inputs = item_entries(inputs.ptr(), options, options.stem(open.name, "input"),
+                             watching ? &open.live.inputs : nullptr);
+  if (!PyDict_Check(kwargs.ptr())) return;
+  for (auto kv : py::reinterpret_borrow<py::dict>(kwargs)) {
+    const std::string key = py::str(kv.first);
+    open.kwargs.emplace_back(
+        key, kwarg_entry(kv.second.ptr(), key, options, options.kwarg_stem(open.name, key),
+                         watching ? &open.live.kwargs.emplace_back() : nullptr));
+  }
+}
+
+void hook_backward(const std::shared_ptr<Session>& s, const std::string& backward_key,
+                   const std::string& base, const OpenModuleCall& open, py::handle output) {
+  try {
+    attach_module_backward(s, backward_key, base, *open.backward, output.ptr(), open.stack);
+  } catch (const std::exception& e) {
+    // The model must train on: this module's backward records are skipped, said once.
+    if (s->said().first("module backward " + base)) {
+      say_warning("the backward records of " + base +
+                  " are skipped: its autograd nodes could not be hooked (" + e.what() + ")");
+    }
+  }
+}
+
+// The forward's record, its outputs added to what the pre-hook opened.
+StoredCall finished_call(Session& s, OpenModuleCall& open, py::handle output) {
+  StoredCall call;
+  call.epoch = open.epoch;
+  call.record.name = std::move(open.name);
+  call.record.has_inputs = open.selected.inputs;
+  call.record.has_outputs = open.selected.outputs;
+  call.record.inputs = std::move(open.inputs);
+  call.record.kwargs = std::move(open.kwargs);
+  if (open.selected.outputs) {
+    const EntryOptions& options = s.capture().options();
+    call.record.outputs =
+        item_entries(output.ptr(), options, options.stem(call.record.name, "output"),
+                     s.config().watching() ? &open.live.outputs : nullptr);
+  }
+  call.stack = std::move(open.stack);
+  call.parent = std::move(open.parent);
+  if (s.config().watching() && s.config().level == Level::L0) {
+    open.live.enclosing = enclosing_calls();
+  }
+  return call;
+}
+
+}  // namespace
+
 py::tuple make_module_hooks(const std::string& qualname, const std::string& class_name, bool record,
                             bool dumped) {
   const std::string base = "Module." + qualname + "." + class_name;
@@ -40,20 +96,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     open.listed = selection.has_list() && selection.listed(open.name);
     open.parent = enclosing_module();
     if (open.selected.forward) {
-      const EntryOptions& options = s->capture().options();
-      if (open.selected.inputs) {
-        const bool watching = s->config().watching();
-        open.inputs = item_entries(inputs.ptr(), options, options.stem(open.name, "input"),
-                                   watching ? &open.live.inputs : nullptr);
-        if (PyDict_Check(kwargs.ptr())) {
-          for (auto kv : py::reinterpret_borrow<py::dict>(kwargs)) {
-            const std::string key = py::str(kv.first);
-            open.kwargs.emplace_back(
-                key, kwarg_entry(kv.second.ptr(), key, options, options.kwarg_stem(open.name, key),
-                                 watching ? &open.live.kwargs.emplace_back() : nullptr));
-          }
-        }
-      }
+      if (open.selected.inputs) record_inputs(*s, open, inputs, kwargs);
       open.stack = s->capture_stack();
     }
     open.backward = module_backward_start(inputs.ptr());
@@ -68,36 +111,9 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     std::shared_ptr<Session> s = current_session();
     if (!s || !on(*s)) return;
     s->selection().end(open.name);
-    if (open.backward) {
-      try {
-        attach_module_backward(s, backward_key, base, *open.backward, output.ptr(), open.stack);
-      } catch (const std::exception& e) {
-        // The model must train on: this module's backward records are skipped, said once.
-        if (s->said().first("module backward " + base)) {
-          say_warning("the backward records of " + base +
-                      " are skipped: its autograd nodes could not be hooked (" + e.what() + ")");
-        }
-      }
-    }
+    if (open.backward) hook_backward(s, backward_key, base, open, output);
     if (!open.selected.forward) return;
-    StoredCall call;
-    call.epoch = open.epoch;
-    call.record.name = std::move(open.name);
-    call.record.has_inputs = open.selected.inputs;
-    call.record.has_outputs = open.selected.outputs;
-    call.record.inputs = std::move(open.inputs);
-    call.record.kwargs = std::move(open.kwargs);
-    if (open.selected.outputs) {
-      const EntryOptions& options = s->capture().options();
-      call.record.outputs =
-          item_entries(output.ptr(), options, options.stem(call.record.name, "output"),
-                       s->config().watching() ? &open.live.outputs : nullptr);
-    }
-    call.stack = std::move(open.stack);
-    call.parent = std::move(open.parent);
-    if (s->config().watching() && s->config().level == Level::L0) {
-      open.live.enclosing = enclosing_calls();
-    }
+    StoredCall call = finished_call(*s, open, output);
     submit(*s, std::move(call), std::move(open.live));
   };
 

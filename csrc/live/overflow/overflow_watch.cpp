@@ -146,73 +146,13 @@ void OverflowWatch::remember_outputs(const CallRecord& rec, const LiveTensors& l
 void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, const LiveTensors& live,
                                  Traced& out, bool model_output) const {
   if (!is_anomalous(e, detector_.options().compat)) return;
-  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  if (auto it = known_.find(impl); it != known_.end() && it->second.weak.lock().get() == impl) {
-    if (it->second.explained) {
-      out.kinds.add_tensor(e);
-    } else {
-      out.explained = false;  // downstream of an earlier anomaly
-      if (it->second.held < 0) {
-        out.unheld = true;
-      } else if (out.held < 0) {
-        out.held = it->second.held;
-      }
-    }
-    return;
-  }
+  if (trace_known(e, t, out)) return;
   // torch.tensor(-inf), x.new_tensor(inf), torch.full((), -inf): a constant in tensor form.
   if (t.numel() == 1 && !kinds_of(e).n[0] && !model_output) {
     out.kinds.add_constant(e);
     return;
   }
-  if (auto p = models_.find(t)) {
-    // A constant mask buffer: -inf on purpose. NaN never is, and running statistics are state.
-    if (p->buffer && !p->running_stat && !kinds_of(e).n[0] &&
-        (p->never_written || only_minus_inf(e))) {
-      out.kinds.add_tensor(e);
-      return;
-    }
-    out.explained = false;
-    if (!out.origin) {
-      out.origin = Origin::Parameter;
-      out.parameter = p->name;
-      out.running_stat = p->running_stat;
-      if (p->running_stat) {
-        out.note = running_stat_text(p->name) + " holds " + kinds_text(kinds_of(e)) +
-                   " (a checkpoint's, or written before this step)";
-      } else {
-        out.note = (p->buffer ? "buffer " : "parameter ") + p->name +
-                   (p->written_this_step ? " was written during this step"
-                                         : " was last written before this step began");
-      }
-    }
-    return;
-  }
-  // After a backward anomaly, tensors nobody recorded making are its gradients (the optimizer,
-  // a loss scaler's unscale_, clip_grad_norm_ read them): downstream, not a new origin.
-  if (backward_anomaly_) {
-    out.explained = false;
-    return;
-  }
-  // Without one, a parameter's gradient holding NaN/inf was left by an earlier step (one that a
-  // loss scaler skipped, or that the program caught a stop in) and is being added onto.
-  if (auto p = models_.gradient_of(t)) {
-    out.explained = false;
-    if (!out.origin && !compiled_outputs_.empty()) {
-      out.origin = Origin::Op;
-      out.note = "the gradient of parameter " + *p +
-                 " was made by the backward of a compiled region (torch.compile) that ran in this "
-                 "step, whose calls are not recorded: run the model uncompiled (its _orig_mod) to "
-                 "find the op";
-    }
-    if (!out.origin) {
-      out.origin = Origin::Input;
-      out.note = "the gradient of parameter " + *p +
-                 " holds NaN/inf from an earlier step: zero it (optimizer.zero_grad()) before this "
-                 "step accumulates onto it";
-    }
-    return;
-  }
+  if (trace_model_tensor(e, t, out) || trace_gradient(t, out)) return;
   // A mask made before the step (an attribute, not a buffer), or a tensor holding one infinity
   // only: what torch.full(..., ±inf) or fill_(±inf) make, which msprobe's wrap list does not
   // record.
@@ -221,7 +161,85 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, const Live
     return;
   }
   out.explained = false;
-  if (out.origin) return;
+  if (!out.origin) trace_unmade(t, live, out);
+}
+
+// A tensor an earlier call of this step made: explained by it, or downstream of its anomaly.
+bool OverflowWatch::trace_known(const Entry& e, const at::Tensor& t, Traced& out) const {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  auto it = known_.find(impl);
+  if (it == known_.end() || it->second.weak.lock().get() != impl) return false;
+  if (it->second.explained) {
+    out.kinds.add_tensor(e);
+  } else {
+    out.explained = false;  // downstream of an earlier anomaly
+    if (it->second.held < 0) {
+      out.unheld = true;
+    } else if (out.held < 0) {
+      out.held = it->second.held;
+    }
+  }
+  return true;
+}
+
+// A parameter or buffer of a started model.
+bool OverflowWatch::trace_model_tensor(const Entry& e, const at::Tensor& t, Traced& out) const {
+  auto p = models_.find(t);
+  if (!p) return false;
+  // A constant mask buffer: -inf on purpose. NaN never is, and running statistics are state.
+  if (p->buffer && !p->running_stat && !kinds_of(e).n[0] &&
+      (p->never_written || only_minus_inf(e))) {
+    out.kinds.add_tensor(e);
+    return true;
+  }
+  out.explained = false;
+  if (out.origin) return true;
+  out.origin = Origin::Parameter;
+  out.parameter = p->name;
+  out.running_stat = p->running_stat;
+  if (p->running_stat) {
+    out.note = running_stat_text(p->name) + " holds " + kinds_text(kinds_of(e)) +
+               " (a checkpoint's, or written before this step)";
+  } else {
+    out.note = (p->buffer ? "buffer " : "parameter ") + p->name +
+               (p->written_this_step ? " was written during this step"
+                                     : " was last written before this step began");
+  }
+  return true;
+}
+
+bool OverflowWatch::trace_gradient(const at::Tensor& t, Traced& out) const {
+  // After a backward anomaly, tensors nobody recorded making are its gradients (the optimizer,
+  // a loss scaler's unscale_, clip_grad_norm_ read them): downstream, not a new origin.
+  if (backward_anomaly_) {
+    out.explained = false;
+    return true;
+  }
+  // Without one, a parameter's gradient holding NaN/inf was left by an earlier step (one that a
+  // loss scaler skipped, or that the program caught a stop in) and is being added onto.
+  auto p = models_.gradient_of(t);
+  if (!p) return false;
+  out.explained = false;
+  if (!out.origin && !compiled_outputs_.empty()) {
+    out.origin = Origin::Op;
+    out.note = "the gradient of parameter " + *p +
+               " was made by the backward of a compiled region (torch.compile) that ran in this "
+               "step, whose calls are not recorded: run the model uncompiled (its _orig_mod) to "
+               "find the op";
+  }
+  if (!out.origin) {
+    out.origin = Origin::Input;
+    out.note = "the gradient of parameter " + *p +
+               " holds NaN/inf from an earlier step: zero it (optimizer.zero_grad()) before this "
+               "step accumulates onto it";
+  }
+  return true;
+}
+
+// What no recorded call of this step made: a compiled region's output, another module's
+// parameter, the enclosing code's work at L0, or else what came in (the batch).
+void OverflowWatch::trace_unmade(const at::Tensor& t, const LiveTensors& live, Traced& out) const {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (auto it = compiled_outputs_.find(impl);
       it != compiled_outputs_.end() && it->second.lock().get() == impl) {
     out.origin = Origin::Op;

@@ -107,6 +107,8 @@ class Session {
   // hand_over: under async_dump, the write thread writes the files and this returns at once.
   std::string write_step(bool at_stop = false, bool hand_over = false);
   void take_back_calls(FinishedStep& done);
+  // The step's calls, taken out of the state with what its files need (the state's lock held).
+  FinishedStep take_step_calls(StepState& s) const;
   const std::string& staging_of(StepState& s) const;
   // Task overflow_check: a flagged call's evidence (flagged_evidence.h), attached after the lock
   // to the stored call, the `index`-th of the step whose epoch is `epoch`.

@@ -51,6 +51,31 @@ const std::string& Session::staging_of(StepState& s) const {
   return s.staging;
 }
 
+FinishedStep Session::take_step_calls(StepState& s) const {
+  FinishedStep f;
+  f.step = s.step;
+  f.rank = s.rank;
+  f.dir = paths_.dir_of(s);
+  f.folder = s.folder();
+  // A later write of the step is built anew: this one's folder is renamed into place.
+  f.staging = staging_of(s);
+  s.staging.clear();
+  f.again = s.published;
+  f.calls = std::move(s.calls);
+  s.calls.clear();
+  // The next step makes about as many calls: its records then go to one block, not to one
+  // that grows by doubling, moving every record made so far each time.
+  s.calls.reserve(f.calls.size());
+  // At L1 the overflow guard keeps a module stack of the started model: it names the parents.
+  f.construct = config_.level != Level::L1 || (s.watch && !s.models.empty());
+  if (s.watch) {
+    f.report = Report{Findings(s.watch->findings()), s.decisions->first_anomaly(), s.peer_stop,
+                      std::nullopt};
+    f.judgements = s.watch->judgements();
+  }
+  return f;
+}
+
 std::string Session::write_step(bool at_stop, bool hand_over) {
   if (config_.async_dump) {
     // A write of this step still in progress gives its calls back before new ones join them.
@@ -78,27 +103,7 @@ std::string Session::write_step(bool at_stop, bool hand_over) {
       say = std::move(d.say);
       if (!d.dump) return f;
     }
-    f.emplace();
-    f->step = s.step;
-    f->rank = s.rank;
-    f->dir = paths_.dir_of(s);
-    f->folder = s.folder();
-    // A later write of the step is built anew: this one's folder is renamed into place.
-    f->staging = staging_of(s);
-    s.staging.clear();
-    f->again = s.published;
-    f->calls = std::move(s.calls);
-    s.calls.clear();
-    // The next step makes about as many calls: its records then go to one block, not to one
-    // that grows by doubling, moving every record made so far each time.
-    s.calls.reserve(f->calls.size());
-    // At L1 the overflow guard keeps a module stack of the started model: it names the parents.
-    f->construct = config_.level != Level::L1 || (s.watch && !s.models.empty());
-    if (s.watch) {
-      f->report = Report{Findings(s.watch->findings()), s.decisions->first_anomaly(), s.peer_stop,
-                         std::nullopt};
-      f->judgements = s.watch->judgements();
-    }
+    f.emplace(take_step_calls(s));
     return f;
   });
   for (std::string& line : held_lines) msprobe::say(LogLevel::Info, std::move(line));
