@@ -157,9 +157,9 @@ class RecordParser {
       } else if (key == "Norm"sv) {
         e.norm = numeric_string(scalar_field(field, "Norm"));
       } else if (key == "Max_except_inf_nan"sv) {
-        e.max_except = numeric_string(scalar_field(field, "Max_except_inf_nan"));
+        e.finite.max = numeric_string(scalar_field(field, "Max_except_inf_nan"));
       } else if (key == "Min_except_inf_nan"sv) {
-        e.min_except = numeric_string(scalar_field(field, "Min_except_inf_nan"));
+        e.finite.min = numeric_string(scalar_field(field, "Min_except_inf_nan"));
       } else if (key == "requires_grad"sv) {
         e.requires_grad = scalar_field(field, "requires_grad");
       } else if (key == "value"sv) {

@@ -73,8 +73,8 @@ void write_entry(JsonWriter& w, const Entry& e) {
     write_stat(w, "Mean", e.mean);
     write_stat(w, "Norm", e.norm);
     write_stat(w, "requires_grad", e.requires_grad);
-    if (e.max_except.present()) write_stat(w, "Max_except_inf_nan", e.max_except);
-    if (e.min_except.present()) write_stat(w, "Min_except_inf_nan", e.min_except);
+    if (e.finite.max.present()) write_stat(w, "Max_except_inf_nan", e.finite.max);
+    if (e.finite.min.present()) write_stat(w, "Min_except_inf_nan", e.finite.min);
     if (!e.md5.empty()) {
       w.key("md5");
       w.value_string(e.md5);

@@ -89,8 +89,8 @@ CallDecision OverflowDecisions::on_fed_collective(const Verdict& v) {
   OverflowEvent e;
   e.facts = std::move(*pending_backward_);
   pending_backward_.reset();
-  e.facts.caught_at = v.finding->call;
-  e.facts.caught_how = "went into a collective";
+  e.facts.caught.call = v.finding->call;
+  e.facts.caught.how = "went into a collective";
   e.notify = !step_overflow_;
   if (e.notify) step_overflow_ = e.facts;
   e.raise = options_.action == Action::Raise && options_.stops_on(Origin::Op);
@@ -105,8 +105,8 @@ CallDecision OverflowDecisions::on_caught(const Verdict& v) {
   h.caught = true;
   OverflowEvent e;
   e.facts = h.facts;
-  e.facts.caught_at = v.finding->call;
-  e.facts.caught_how = v.caught_how;
+  e.facts.caught.call = v.finding->call;
+  e.facts.caught.how = v.caught_how;
   e.notify = !step_overflow_ && !pending_backward_ && !reached_gradients_;
   e.raise = v.stop;
   if (e.notify) step_overflow_ = e.facts;
@@ -157,20 +157,21 @@ std::optional<OverflowEvent> OverflowDecisions::backward_verdict(
         "no model was given to start(): a backward anomaly counts as reaching the "
         "parameter gradients";
   } else {
-    facts.gradients = std::move(gradients);
-    if (facts.gradients.empty()) {
-      facts.masked = true;
+    facts.gradients.parameters = std::move(gradients);
+    if (facts.gradients.parameters.empty()) {
+      facts.gradients.masked = true;
       facts.note = kMaskedNote;
     }
   }
-  if (!facts.masked && loss_scaled_) {
+  if (!facts.gradients.masked && loss_scaled_) {
     // The loss scaler is expected to skip this step; step() hears whether it did.
     if (!reached_gradients_) reached_gradients_ = facts;
     return std::nullopt;
   }
   e.notify = !step_overflow_;
   if (e.notify) step_overflow_ = facts;
-  e.raise = !facts.masked && options_.action == Action::Raise && options_.stops_on(Origin::Op);
+  e.raise =
+      !facts.gradients.masked && options_.action == Action::Raise && options_.stops_on(Origin::Op);
   if (!e.notify && !e.raise) return std::nullopt;
   return e;
 }
@@ -253,7 +254,7 @@ std::optional<OverflowEvent> OverflowDecisions::optimizer_gradients(
     }
     e.raise = options_.action == Action::Raise && options_.stops_on(*e.facts.origin);
   }
-  e.facts.gradients = std::move(gradients);
+  e.facts.gradients.parameters = std::move(gradients);
   e.notify = !step_overflow_;
   if (e.notify) step_overflow_ = e.facts;
   return e;
@@ -342,14 +343,9 @@ void OverflowDecisions::set_raised_calls_later(const std::string& call, int64_t 
   }
 }
 
-void OverflowDecisions::set_replay(const std::string& call, const std::vector<ReplayFacts>& replay,
-                                   const std::string& not_replayed) {
+void OverflowDecisions::set_replay(const std::string& call, const ReplayOutcome& replay) {
   for (auto* kept : {&step_overflow_, &pending_backward_, &reached_gradients_}) {
-    if (*kept && (*kept)->finding.call == call) {
-      (*kept)->replay_tried = true;
-      (*kept)->replay = replay;
-      (*kept)->not_replayed = not_replayed;
-    }
+    if (*kept && (*kept)->finding.call == call) (*kept)->replay = replay;
   }
 }
 

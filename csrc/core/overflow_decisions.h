@@ -134,8 +134,7 @@ class OverflowDecisions {
   void set_source(const std::string& call, const std::optional<std::string>& source);
   void set_raised_calls_later(const std::string& call, int64_t later);
   // The replays of `call` (an op origin), made before the stop is raised and the files written.
-  void set_replay(const std::string& call, const std::vector<ReplayFacts>& replay,
-                  const std::string& not_replayed);
+  void set_replay(const std::string& call, const ReplayOutcome& replay);
 
   void new_step();
 

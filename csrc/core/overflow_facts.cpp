@@ -67,24 +67,24 @@ std::string history_text(const HeadroomTrend& trend) {
 
 // Where the step's files went, or why there are none.
 std::string dump_words(const OverflowFacts& f) {
-  if (!f.dump_error.empty()) return "not written: " + f.dump_error;
-  if (f.dump_dir.empty()) return "none (overflow_nums reached: no more dumps are written)";
-  return f.dump_dir + "  (overflow_report.json, dump.json, dump_tensor_data/)";
+  if (!f.dump.error.empty()) return "not written: " + f.dump.error;
+  if (f.dump.dir.empty()) return "none (overflow_nums reached: no more dumps are written)";
+  return f.dump.dir + "  (overflow_report.json, dump.json, dump_tensor_data/)";
 }
 
 void write_caught(JsonWriter& w, const OverflowFacts& f) {
   w.key("held");
   w.value_bool(true);
   w.key("caught");
-  if (f.caught_at.empty()) {
+  if (f.caught.call.empty()) {
     w.value_null();
     return;
   }
   w.begin_object();
   w.key("call");
-  w.value_string(f.caught_at);
+  w.value_string(f.caught.call);
   w.key("how");
-  w.value_string(f.caught_how);
+  w.value_string(f.caught.how);
   w.end_object();
 }
 
@@ -180,8 +180,8 @@ std::string OverflowFacts::message() const {
                   std::to_string(rank) + ": " + f.call + " (" + to_string(f.severity) + ", " +
                   scene_name(f.scene) + ")";
   if (origin) m += "\n  origin: " + origin_words(*this);
-  if (!caught_at.empty()) {
-    m += "\n  caught: at " + caught_at + ", where the NaN/inf " + caught_how +
+  if (!caught.call.empty()) {
+    m += "\n  caught: at " + caught.call + ", where the NaN/inf " + caught.how +
          " (held until then: it was in tensors that need no gradient, which the program may "
          "still clean)";
   }
@@ -201,18 +201,18 @@ std::string OverflowFacts::message() const {
   }
   for (const ArgFacts& t : tensors) m += "\n  " + t.text();
   if (history) m += "\n  history: " + history_text(*history);
-  for (const ReplayFacts& r : replay) m += "\n  " + r.verdict;
-  if (!not_replayed.empty()) m += "\n  " + not_replayed;
-  if (!gradients.empty()) {
+  for (const ReplayFacts& r : replay.verdicts) m += "\n  " + r.verdict;
+  if (!replay.not_replayed.empty()) m += "\n  " + replay.not_replayed;
+  if (const std::vector<std::string>& bad = gradients.parameters; !bad.empty()) {
     m += "\n  non-finite gradients:";
-    for (size_t i = 0; i < gradients.size() && i < 8; ++i) m += (i ? ", " : " ") + gradients[i];
-    if (gradients.size() > 8) m += " (and " + std::to_string(gradients.size() - 8) + " more)";
+    for (size_t i = 0; i < bad.size() && i < 8; ++i) m += (i ? ", " : " ") + bad[i];
+    if (bad.size() > 8) m += " (and " + std::to_string(bad.size() - 8) + " more)";
   }
   // A replay that was finite wider says the values outgrew the dtype: a real overflow, which no
   // ignore rule should hide. Only where that is not known is an intended NaN/inf (log(0)) likely.
-  const bool outgrew_dtype = std::any_of(replay.begin(), replay.end(), [](const ReplayFacts& r) {
-    return r.kind == "wider" && r.finite;
-  });
+  const bool outgrew_dtype =
+      std::any_of(replay.verdicts.begin(), replay.verdicts.end(),
+                  [](const ReplayFacts& r) { return r.kind == "wider" && r.finite; });
   // A rule silences anomalous outputs: NaN/inf written into running statistics is in none.
   if (finding.scene == Scene::InputNormalOutputAnomaly && origin == Origin::Op && !started_model &&
       !outgrew_dtype && !finding.output_indices.empty()) {
@@ -256,7 +256,7 @@ std::string OverflowFacts::absorbed_line() const {
 
 void fit_replay_advice(OverflowFacts& facts) {
   if (!facts.history || !facts.history->jumped) return;
-  for (ReplayFacts& r : facts.replay) {
+  for (ReplayFacts& r : facts.replay.verdicts) {
     const size_t advice = r.verdict.find("; keep this op in");
     if (r.kind != "wider" || !r.finite || advice == std::string::npos) continue;
     r.verdict.erase(advice);
@@ -308,10 +308,10 @@ void OverflowFacts::write(JsonWriter& w) const {
   w.end_array();
   w.key("gradients");
   w.begin_array();
-  for (const std::string& g : gradients) w.value_string(g);
+  for (const std::string& g : gradients.parameters) w.value_string(g);
   w.end_array();
   w.key("masked");
-  w.value_bool(masked);
+  w.value_bool(gradients.masked);
   w.key("absorbed");
   w.value_bool(absorbed);
   if (held) write_caught(w, *this);
@@ -322,16 +322,16 @@ void OverflowFacts::write(JsonWriter& w) const {
     w.value_int(raised_calls_later);
   }
   if (history) write_history(w, *history);
-  if (replay_tried) {
+  if (replay.tried) {
     w.key("replay");
     w.begin_array();
-    for (const ReplayFacts& r : replay) r.write(w);
+    for (const ReplayFacts& r : replay.verdicts) r.write(w);
     w.end_array();
     w.key("not_replayed");
-    if (not_replayed.empty()) {
+    if (replay.not_replayed.empty()) {
       w.value_null();
     } else {
-      w.value_string(not_replayed);
+      w.value_string(replay.not_replayed);
     }
   }
   w.key("step");

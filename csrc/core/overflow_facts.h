@@ -54,6 +54,34 @@ struct ReplayFacts {
   void write(JsonWriter& w) const;
 };
 
+// Where held NaN/inf did damage: the call, and what the NaN/inf did there ("entered a tensor
+// that requires grad"). Both empty when it did none.
+struct CaughtAt {
+  std::string call;
+  std::string how;
+};
+
+// Where a stop's step was written. Both empty: not written (overflow_nums reached).
+struct DumpPlace {
+  std::string dir;
+  std::string error;  // why the step's files could not be written
+};
+
+// An op origin's replays: what they said, and why a replay was not done ("not replayed: an
+// in-place call ..."; empty when every replay ran).
+struct ReplayOutcome {
+  bool tried = false;
+  std::vector<ReplayFacts> verdicts;
+  std::string not_replayed;
+};
+
+// A backward finding: the parameters whose gradients are not finite; `masked` when the anomaly
+// reached none of them.
+struct ReachedGradients {
+  std::vector<std::string> parameters;
+  bool masked = false;
+};
+
 struct OverflowFacts {
   Finding finding;
   std::optional<Origin> origin;          // none: downstream of an origin, or a mutation
@@ -64,33 +92,26 @@ struct OverflowFacts {
   std::optional<std::string> module;  // the enclosing module call
   std::optional<std::string> source;  // "<file>:<line>: <code>" of the innermost user frame
   std::vector<ArgFacts> tensors;
-  std::vector<std::string> gradients;  // backward: parameters whose gradients are not finite
-  std::string note;                    // one more line of explanation, or empty
-  bool masked = false;                 // backward anomaly that reached no parameter gradient
+  ReachedGradients gradients;
+  std::string note;  // one more line of explanation, or empty
   // Foreign NaN/inf (origin says whence) that this call turned into finite outputs: no stop.
   bool absorbed = false;
   // The damage rule (docs/overflow-detection.md): the NaN/inf was made in, or came in with, a
-  // tensor that needs no gradient, and was held until it did damage at `caught_at` (how says
-  // what it did there); both empty when the stop is where it was made.
+  // tensor that needs no gradient, and was held until it did damage at `caught`; `caught` is
+  // empty when the stop is where it was made.
   bool held = false;
+  CaughtAt caught;
   // The call is a started model's forward: judged, never recorded (msprobe records none), so
   // no ignore rule applies to it.
   bool started_model = false;
-  std::string caught_at;
-  std::string caught_how;
   int64_t step = 0;
   int rank = 0;
-  std::string dump_dir;    // empty: the step is not written (overflow_nums reached, or dump_error)
-  std::string dump_error;  // why the step's files could not be written
+  DumpPlace dump;
   // Batched sync: how many hooked calls ran between this call and the raise.
   int64_t raised_calls_later = 0;
-  // Op-origin stops (overflow_check.replay): what the replays said, and why a replay was not done
-  // ("not replayed: an in-place call ..."; empty when every replay ran).
   // A 16-bit call site's largest magnitudes over the steps before this one, and their trend.
   std::optional<HeadroomTrend> history;
-  bool replay_tried = false;
-  std::vector<ReplayFacts> replay;
-  std::string not_replayed;
+  ReplayOutcome replay;  // op-origin stops (overflow_check.replay)
 
   // The exception's message: several lines, each fact on its own.
   std::string message() const;

@@ -118,6 +118,11 @@ struct NonFiniteCounts {
   bool known() const { return nan >= 0; }
 };
 
+// A tensor's Max_except_inf_nan and Min_except_inf_nan.
+struct FiniteExtremes {
+  Scalar max, min;
+};
+
 // One argument entry: a tensor's statistics, a scalar, null, a nested list, or a mapping (a dict,
 // a dataclass such as Hugging Face's ModelOutput, a namedtuple: msprobe writes each as a JSON
 // object of its fields).
@@ -141,9 +146,9 @@ struct Entry {
   std::string dtype;
   Shape shape;
   Scalar max, min, mean, norm;
-  // msprobe's Max_except_inf_nan / Min_except_inf_nan: the extreme over the finite elements (NaN
+  // msprobe's Max_except_inf_nan / Min_except_inf_nan: the extremes over the finite elements (NaN
   // when there is none), present only where Max / Min itself is NaN or ±inf.
-  Scalar max_except, min_except;
+  FiniteExtremes finite;
   NonFiniteCounts nonfinite;  // anomalous tensors of the live guard
   Scalar requires_grad;
   Scalar value;  // non-tensor objects

@@ -120,7 +120,7 @@ std::string step_summary(const Report& report, const std::vector<Judgement>& jud
     if (first->origin) text += std::string(", origin ") + to_string(*first->origin);
     if (first->absorbed) {
       text += ", absorbed: no stop";
-    } else if (first->held && first->caught_at.empty()) {
+    } else if (first->held && first->caught.call.empty()) {
       text += ", did no damage: no stop";
     }
     text += ")\n";

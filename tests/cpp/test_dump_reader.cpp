@@ -281,9 +281,9 @@ TEST(DumpReader, ExceptInfNanFieldsRoundTripInMsprobesPlace) {
                        entry + "]}}}");
   ASSERT_EQ(recs.size(), 1u);
   const Entry& e = recs[0].outputs.at(0);
-  EXPECT_FALSE(e.max_except.present());
-  ASSERT_TRUE(e.min_except.present());
-  EXPECT_EQ(e.min_except.number, -0.25);
+  EXPECT_FALSE(e.finite.max.present());
+  ASSERT_TRUE(e.finite.min.present());
+  EXPECT_EQ(e.finite.min.number, -0.25);
   JsonWriter w(0);
   write_entry(w, e);
   std::string compact = w.take();

@@ -147,16 +147,16 @@ TEST(Headroom, AJumpedHistoryTurnsTheWiderReplayAdviceToWhatChanged) {
   r.verdict =
       "replay in float32: finite (max 1.8e+09 > float16 max 65504): the values exceed float16; "
       "keep this op in float32 or scale its inputs";
-  facts.replay = {r};
+  facts.replay.verdicts = {r};
   fit_replay_advice(facts);
-  EXPECT_EQ(facts.replay[0].verdict, r.verdict);  // no history: as the replay said
+  EXPECT_EQ(facts.replay.verdicts[0].verdict, r.verdict);  // no history: as the replay said
   Headroom h(0.5);
   for (int64_t step = 0; step < 3; ++step) h.observe(kSite, step, "torch.float16", 600.0);
   facts.history = h.trend(kSite, 3);
   fit_replay_advice(facts);
-  EXPECT_EQ(facts.replay[0].verdict.find("keep this op"), std::string::npos);
-  EXPECT_NE(facts.replay[0].verdict.find("jumped since the last step"), std::string::npos);
-  EXPECT_NE(facts.replay[0].verdict.find("the learning rate"), std::string::npos);
+  EXPECT_EQ(facts.replay.verdicts[0].verdict.find("keep this op"), std::string::npos);
+  EXPECT_NE(facts.replay.verdicts[0].verdict.find("jumped since the last step"), std::string::npos);
+  EXPECT_NE(facts.replay.verdicts[0].verdict.find("the learning rate"), std::string::npos);
 }
 
 }  // namespace msprobe

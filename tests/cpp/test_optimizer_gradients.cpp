@@ -32,7 +32,7 @@ TEST(OptimizerGradients, AveragedAcrossRanksTheyAreAPeersAndStop) {
   EXPECT_TRUE(e->notify);
   EXPECT_EQ(e->facts.origin, Origin::Peer);
   EXPECT_EQ(e->facts.finding.call, "(before SGD.step)");
-  EXPECT_EQ(e->facts.gradients, (std::vector<std::string>{"fc.weight", "fc.bias"}));
+  EXPECT_EQ(e->facts.gradients.parameters, (std::vector<std::string>{"fc.weight", "fc.bias"}));
   EXPECT_NE(e->facts.note.find("the gradients of fc.weight and 1 more, averaged across the ranks"),
             std::string::npos)
       << e->facts.note;

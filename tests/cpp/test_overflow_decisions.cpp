@@ -158,8 +158,9 @@ TEST_F(Decisions, ABackwardOpOriginWaitsForTheEndOfThePass) {
   EXPECT_TRUE(e->notify);
   EXPECT_TRUE(e->raise);
   EXPECT_EQ(e->facts.finding.call, "Torch.sqrt.0.backward");
-  EXPECT_EQ(e->facts.gradients, (std::vector<std::string>{"net.0.weight", "net.0.bias"}));
-  EXPECT_FALSE(e->facts.masked);
+  EXPECT_EQ(e->facts.gradients.parameters,
+            (std::vector<std::string>{"net.0.weight", "net.0.bias"}));
+  EXPECT_FALSE(e->facts.gradients.masked);
   EXPECT_FALSE(d.backward_pass_ended());  // judged once
 }
 
@@ -171,7 +172,7 @@ TEST_F(Decisions, ABackwardAnomalyThatReachedNoGradientIsMaskedAndDoesNotStop) {
   ASSERT_TRUE(e);
   EXPECT_TRUE(e->notify);
   EXPECT_FALSE(e->raise);
-  EXPECT_TRUE(e->facts.masked);
+  EXPECT_TRUE(e->facts.gradients.masked);
   EXPECT_EQ(e->facts.note, kMaskedNote);
 }
 
@@ -182,7 +183,7 @@ TEST_F(Decisions, WithoutAModelABackwardAnomalyCountsAsReachingTheGradients) {
   auto e = d.backward_verdict(false, {});
   ASSERT_TRUE(e);
   EXPECT_TRUE(e->raise);
-  EXPECT_FALSE(e->facts.masked);
+  EXPECT_FALSE(e->facts.gradients.masked);
   EXPECT_NE(e->facts.note.find("no model was given to start()"), std::string::npos);
 }
 
@@ -276,7 +277,7 @@ TEST_F(Decisions, ABackwardOpOriginInAScaledStepIsTheScalersUntilStep) {
   ASSERT_TRUE(s.event);
   EXPECT_TRUE(s.event->raise);
   EXPECT_EQ(s.event->facts.finding.call, "Torch.sqrt.0.backward");
-  EXPECT_EQ(s.event->facts.gradients, std::vector<std::string>{"w"});
+  EXPECT_EQ(s.event->facts.gradients.parameters, std::vector<std::string>{"w"});
 }
 
 // Gradient accumulation: each backward pass has an end of its own to judge at, so an origin in
@@ -423,7 +424,7 @@ TEST_F(Decisions, AHeldOriginIsToldOnlyWhenCaughtOrAbsorbed) {
   ASSERT_TRUE(c.event);
   EXPECT_TRUE(c.event->raise && c.event->notify);
   EXPECT_EQ(c.event->facts.finding.call, "Torch.log.0.forward");
-  EXPECT_EQ(c.event->facts.caught_at, "Tensor.__add__.1.forward");
+  EXPECT_EQ(c.event->facts.caught.call, "Tensor.__add__.1.forward");
   EXPECT_TRUE(c.event->facts.held);
   EXPECT_TRUE(d.finish_held({HeldEnd{}}).empty());  // caught: nothing absorbed
 
@@ -544,7 +545,7 @@ TEST_F(Decisions, ABackwardOriginThatFeedsACollectiveStopsThere) {
   ASSERT_TRUE(c.event.has_value());
   EXPECT_TRUE(c.event->raise);
   EXPECT_EQ(c.event->facts.finding.call, "Torch.sqrt.0.backward");
-  EXPECT_EQ(c.event->facts.caught_at, "Distributed.reduce_scatter_tensor.0.forward");
+  EXPECT_EQ(c.event->facts.caught.call, "Distributed.reduce_scatter_tensor.0.forward");
   EXPECT_FALSE(d.backward_pass_ended());  // told already
 }
 

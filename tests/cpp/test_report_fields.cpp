@@ -55,16 +55,16 @@ Report report_with_every_field() {
   scalar.type = "float";
   scalar.value = -1.0;
   facts.tensors = {tensor, scalar};
-  facts.gradients = {"fc.weight"};
+  facts.gradients.parameters = {"fc.weight"};
   facts.note = "a note";
-  facts.masked = true;
+  facts.gradients.masked = true;
   facts.absorbed = true;
   facts.held = true;
-  facts.caught_at = "Functional.linear.0.forward";
-  facts.caught_how = "a parameter's gradient";
+  facts.caught.call = "Functional.linear.0.forward";
+  facts.caught.how = "a parameter's gradient";
   facts.raised_calls_later = 2;
   facts.history = HeadroomTrend{"torch.float16", {{6, 0.5, 32752.0}, {7, 0.9, 58953.6}}, "grew"};
-  facts.replay_tried = true;
+  facts.replay.tried = true;
   ReplayFacts replay;
   replay.kind = "wider";
   replay.dtype = "torch.float32";
@@ -73,8 +73,8 @@ Report report_with_every_field() {
   replay.max = 1.79e6;
   replay.min = -1.0;
   replay.verdict = "replay in float32: finite";
-  facts.replay = {replay};
-  facts.not_replayed = "not replayed: an in-place call";
+  facts.replay.verdicts = {replay};
+  facts.replay.not_replayed = "not replayed: an in-place call";
   facts.step = 8;
 
   Report r;

@@ -80,8 +80,7 @@ Entry tensor_entry_unguarded(const at::Tensor& t, const EntryOptions& options,
     e.min = std::move(cached->min);
     e.mean = std::move(cached->mean);
     e.norm = std::move(cached->norm);
-    e.max_except = std::move(cached->max_except);
-    e.min_except = std::move(cached->min_except);
+    e.finite = std::move(cached->finite);
     e.nonfinite = cached->nonfinite;
     e.md5 = std::move(cached->md5);
     e.pending_stats = cached->pending_stats;
@@ -90,8 +89,8 @@ Entry tensor_entry_unguarded(const at::Tensor& t, const EntryOptions& options,
   e.unwritten = unwritten_memory().holds(t);
   if (options.md5 && !cached) e.md5 = tensor_crc(t);
   if (cache && !cached)
-    cache->put(t, DataStats{e.max, e.min, e.mean, e.norm, e.max_except, e.min_except, e.nonfinite,
-                            e.md5, e.pending_stats});
+    cache->put(
+        t, DataStats{e.max, e.min, e.mean, e.norm, e.finite, e.nonfinite, e.md5, e.pending_stats});
   if (options.saver && options.file_names) {
     // Made safe and unique: a module name may hold '/' or NUL, and data_name names the file as
     // it is written.

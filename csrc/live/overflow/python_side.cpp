@@ -65,8 +65,8 @@ void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
   std::shared_ptr<HeldArguments> kept = std::move(raising_call_arguments());
   std::optional<CallArguments> held;
   std::string gone;  // why the arguments cannot be used
-  if (!facts.caught_at.empty()) {
-    gone = "the call's NaN/inf was held (no gradient) and caught at " + facts.caught_at +
+  if (!facts.caught.call.empty()) {
+    gone = "the call's NaN/inf was held (no gradient) and caught at " + facts.caught.call +
            ", after its arguments were let go";
   }
   if (const CallArguments* current = current_call_arguments();
@@ -82,7 +82,7 @@ void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
   auto handle_or_none = [](PyObject* o) {
     return o ? py::reinterpret_borrow<py::object>(o) : py::object(py::none());
   };
-  facts.replay_tried = true;
+  facts.replay.tried = true;
   try {
     py::object out =
         side.replay(facts.finding.call, held ? handle_or_none(held->original) : py::none(),
@@ -98,13 +98,13 @@ void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
       if (!r["max"].is_none()) f.max = r["max"].cast<double>();
       if (!r["min"].is_none()) f.min = r["min"].cast<double>();
       f.verdict = py::str(r["verdict"]);
-      facts.replay.push_back(std::move(f));
+      facts.replay.verdicts.push_back(std::move(f));
     }
-    if (!out["not_replayed"].is_none()) facts.not_replayed = py::str(out["not_replayed"]);
+    if (!out["not_replayed"].is_none()) facts.replay.not_replayed = py::str(out["not_replayed"]);
   } catch (py::error_already_set& e) {
-    facts.not_replayed = std::string("not replayed: ") + e.what();
+    facts.replay.not_replayed = std::string("not replayed: ") + e.what();
   } catch (const std::exception& e) {
-    facts.not_replayed = std::string("not replayed: ") + e.what();
+    facts.replay.not_replayed = std::string("not replayed: ") + e.what();
   }
   fit_replay_advice(facts);
   session.guard().set_replay(facts);
@@ -162,16 +162,16 @@ py::dict overflow_fields(const OverflowFacts& facts, bool has_call) {
   kw["output_anomaly_indices"] = f.output_indices;
   kw["module"] = optional_str(facts.module);
   kw["source"] = optional_str(facts.source);
-  kw["dump_dir"] = facts.dump_dir.empty() ? py::object(py::none()) : py::str(facts.dump_dir);
+  kw["dump_dir"] = facts.dump.dir.empty() ? py::object(py::none()) : py::str(facts.dump.dir);
   kw["tensors"] = tensors;
-  kw["gradients"] = facts.gradients;
-  kw["masked"] = facts.masked;
+  kw["gradients"] = facts.gradients.parameters;
+  kw["masked"] = facts.gradients.masked;
   kw["absorbed"] = facts.absorbed;
-  kw["caught"] = facts.caught_at.empty() ? py::object(py::none()) : py::str(facts.caught_at);
-  kw["caught_how"] = facts.caught_how;
+  kw["caught"] = facts.caught.call.empty() ? py::object(py::none()) : py::str(facts.caught.call);
+  kw["caught_how"] = facts.caught.how;
   kw["note"] = facts.note;
   py::list replay;
-  for (const ReplayFacts& r : facts.replay) {
+  for (const ReplayFacts& r : facts.replay.verdicts) {
     py::dict d;
     d["kind"] = r.kind;
     d["dtype"] = r.dtype;
@@ -183,8 +183,8 @@ py::dict overflow_fields(const OverflowFacts& facts, bool has_call) {
     replay.append(d);
   }
   kw["replay"] = replay;
-  kw["not_replayed"] =
-      facts.not_replayed.empty() ? py::object(py::none()) : py::str(facts.not_replayed);
+  kw["not_replayed"] = facts.replay.not_replayed.empty() ? py::object(py::none())
+                                                         : py::str(facts.replay.not_replayed);
   kw["message"] = facts.message();
   // A peer's stop fills these (peer_stop.py), a collective's result a peer fed fills
   // peer_rank; every other stop has them too, so that every documented field of OverflowError
@@ -246,9 +246,9 @@ void handle_overflow_event(Session& session, const OverflowEvent& event, py::obj
   OverflowFacts facts = event.facts;
   replay_op(session, *side, facts);
   const std::string write_error = session.end_step_for_raise();
-  if (!write_error.empty() && !facts.dump_dir.empty()) {
-    facts.dump_dir.clear();  // never name a folder that is not there
-    facts.dump_error = write_error;
+  if (!write_error.empty() && !facts.dump.dir.empty()) {
+    facts.dump.dir.clear();  // never name a folder that is not there
+    facts.dump.error = write_error;
   }
   py::object overflow = overflow_object(*side, facts);
   if (side->on_stop && !side->on_stop.is_none()) side->on_stop(overflow);

@@ -57,7 +57,7 @@ OverflowFacts OverflowGuard::facts_of(const StepState& s, const StoredCall& call
   if (!facts.module && !is_backward_name(call.record.name)) facts.module = started_model_forward();
   facts.step = s.step;
   facts.rank = s.rank < 0 ? 0 : s.rank;
-  if (s.decisions->budget_left()) facts.dump_dir = paths_.dir_of(s);
+  if (s.decisions->budget_left()) facts.dump.dir = paths_.dir_of(s);
   // The source line is added by add(), outside the lock (it needs the GIL).
   facts.tensors = anomalous_args(call.record, facts.finding, config_.overflow_check.compat);
   if (s.headroom)
@@ -85,7 +85,7 @@ std::optional<OverflowEvent> OverflowGuard::judge_model_output(StoredCall&& call
 
 void OverflowGuard::set_replay(const OverflowFacts& facts) {
   state_.with_lock([&](StepState& s) {
-    if (s.decisions) s.decisions->set_replay(facts.finding.call, facts.replay, facts.not_replayed);
+    if (s.decisions) s.decisions->set_replay(facts.finding.call, facts.replay);
   });
 }
 
@@ -122,7 +122,7 @@ std::optional<OverflowEvent> LossScaleWatch::judge(double before, double after) 
       f.finding.call = "(loss scaler)";
       f.step = s.step;
       f.rank = s.rank < 0 ? 0 : s.rank;
-      if (s.decisions->budget_left()) f.dump_dir = paths_.dir_of(s);
+      if (s.decisions->budget_left()) f.dump.dir = paths_.dir_of(s);
       return f;
     });
   });
@@ -156,7 +156,7 @@ OverflowFacts optimizer_step_facts(const StepState& s, const SessionPaths& paths
   f.module = "(none: " + optimizer + ".step runs outside the model)";
   f.step = s.step;
   f.rank = s.rank < 0 ? 0 : s.rank;
-  if (s.decisions->budget_left()) f.dump_dir = paths.dir_of(s);
+  if (s.decisions->budget_left()) f.dump.dir = paths.dir_of(s);
   return f;
 }
 

@@ -148,8 +148,8 @@ void set_statistics(Entry& e, double max, double min, double mean, double norm,
   e.mean = Scalar::of_float(mean);
   e.norm = Scalar::of_float(norm);
   e.pending_stats = -1;
-  if (!std::isfinite(max)) e.max_except = Scalar::of_float(facts.max_except);
-  if (!std::isfinite(min)) e.min_except = Scalar::of_float(facts.min_except);
+  if (!std::isfinite(max)) e.finite.max = Scalar::of_float(facts.max_except);
+  if (!std::isfinite(min)) e.finite.min = Scalar::of_float(facts.min_except);
   e.nonfinite = facts.counts;
 }
 

@@ -20,7 +20,8 @@ namespace msprobe {
 
 // The part of a tensor's entry that depends on its data alone.
 struct DataStats {
-  Scalar max, min, mean, norm, max_except, min_except;
+  Scalar max, min, mean, norm;
+  FiniteExtremes finite;
   NonFiniteCounts nonfinite;
   std::string md5;
   int32_t pending_stats = -1;  // still on the device: the PendingStats slot (valid for the step)

@@ -99,8 +99,7 @@ Entry tensor_stats_entry(const at::Tensor& t, PendingStats* pending) {
     e.min = inner.min;
     e.mean = inner.mean;
     e.norm = inner.norm;
-    e.max_except = inner.max_except;
-    e.min_except = inner.min_except;
+    e.finite = inner.finite;
     e.nonfinite = inner.nonfinite;
     return e;
   }
