@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
-# The whole test suite: GoogleTest (ctest) for the core, pytest end to end.
+# The whole test suite: GoogleTest (ctest) for the core, pytest end to end, on both torches.
+#
+#   bash tools/test.sh            # both tiers (CI, .ci/run)
+#   bash tools/test.sh --fast     # the fast tier: the checks, ctest and pytest -m "not slow"
+#                                 # (no multi-process runs, installs, model zoos or kernels)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+tier=()
+case "${1:-}" in
+  "") ;;
+  --fast) tier=(-m "not slow") ;;
+  *)
+    echo "usage: bash tools/test.sh [--fast]" >&2
+    exit 2
+    ;;
+esac
 install_packages
-echo "== include graph and class sizes"
+echo "== include graph, class and function sizes"
 "$PYTHON" "$ROOT/tools/include_graph.py" --quiet
 "$PYTHON" "$ROOT/tools/class_sizes.py" --quiet
 "$PYTHON" "$ROOT/tools/function_sizes.py" --quiet
@@ -10,18 +23,18 @@ echo "== include graph and class sizes"
 MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" build
 echo "== ctest"
 ctest --test-dir "$BUILD" --output-on-failure -j"$(nproc)"
-echo "== pytest"
+echo "== pytest${tier:+ (the fast tier)}"
 cd "$ROOT"
 # MSPROBE_TEST_INSTALL=1: also pip-install a fresh copy into a venv (tests/python/test_install.py).
 PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
   MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
-  "$PYTHON" -m pytest tests/python -q -p no:cacheprovider
+  "$PYTHON" -m pytest tests/python -q -p no:cacheprovider "${tier[@]}"
 
 # The same suite on PyTorch 2.x (MSPROBE_SKIP_TORCH2=1 leaves it out, for a quick local run).
 [ "${MSPROBE_SKIP_TORCH2:-0}" = 1 ] && exit 0
 torch2_env
 MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" torch2_build
-echo "== pytest on $("$TORCH2_VENV/bin/python" -c 'import torch; print("torch", torch.__version__)')"
+echo "== pytest${tier:+ (the fast tier)} on $("$TORCH2_VENV/bin/python" -c 'import torch; print("torch", torch.__version__)')"
 MSPROBE_CPP_PACKAGE_ROOT="$TORCH2_PKG" PYTHONPATH="$TORCH2_PKG" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
   MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
-  "$TORCH2_VENV/bin/python" -m pytest tests/python -q -p no:cacheprovider
+  "$TORCH2_VENV/bin/python" -m pytest tests/python -q -p no:cacheprovider "${tier[@]}"

@@ -95,6 +95,7 @@ TEST_F(Decisions, OnlyTheStepsFirstFlaggedFindingNotifies) {
   const CallDecision second = on(d, downstream("Functional.relu.0.forward"));
   EXPECT_FALSE(second.event);
   EXPECT_TRUE(second.keep_tensors);  // still evidence for the dump
+  ASSERT_TRUE(d.first_anomaly());
   EXPECT_EQ(d.first_anomaly()->finding.call, "Functional.linear.0.forward");
   d.new_step();
   EXPECT_FALSE(d.first_anomaly());
@@ -138,6 +139,7 @@ TEST_F(Decisions, AFlaggedFindingOutranksAnAbsorbedOneInTheReport) {
   OverflowDecisions d(options);
   on(d, verdict("Torch.isnan.0.forward", Judgement::Absorbed, true, false, Origin::Input));
   on(d, op_origin("Torch.log.0.forward"));
+  ASSERT_TRUE(d.first_anomaly());
   EXPECT_EQ(d.first_anomaly()->finding.call, "Torch.log.0.forward");
 }
 
@@ -311,6 +313,7 @@ TEST_F(Decisions, AnAbsorbedFindingThatStopsIsAnOverflow) {
   EXPECT_TRUE(c.event->raise);
   EXPECT_FALSE(c.tell_absorbed);
   EXPECT_EQ(d.absorbed_line(), "");
+  ASSERT_TRUE(d.first_anomaly());
   EXPECT_EQ(d.first_anomaly()->finding.call, "Torch.nan_to_num.0.forward");
 }
 
@@ -392,6 +395,7 @@ TEST_F(Decisions, SourcesAndLaterCallsFillTheKeptFactsOfTheirCall) {
   OverflowDecisions d(options);
   on(d, op_origin("Torch.log.0.forward"));
   d.set_source("Torch.exp.0.forward", std::string("other.py:1: y = x.exp()"));
+  ASSERT_TRUE(d.first_anomaly());
   EXPECT_FALSE(d.first_anomaly()->source);
   d.set_source("Torch.log.0.forward", std::string("train.py:9: y = x.log()"));
   d.set_source("Torch.log.0.forward", std::string("ignored: the first source stays"));

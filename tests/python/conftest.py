@@ -11,6 +11,12 @@ import testenv  # noqa: E402
 sys.path.insert(1, str(testenv.PACKAGE_ROOT))
 
 
+def pytest_configure(config):
+    # The slow tier: multi-process runs, installs, real-model zoos, a Jupyter kernel. `tools/test.sh
+    # --fast` (pytest -m "not slow") leaves it out; the whole suite runs both tiers.
+    config.addinivalue_line("markers", "slow: a test of the slow tier (tools/test.sh --fast skips it)")
+
+
 @pytest.fixture
 def device(request):
     """The parametrized device name, as a torch device string; sets the statistics path."""
