@@ -3,7 +3,7 @@
 #
 #   bash tools/test.sh            # both tiers (CI, .ci/run)
 #   bash tools/test.sh --fast     # the fast tier: the checks, ctest and pytest -m "not slow"
-#                                 # (no multi-process runs, installs, model zoos or kernels)
+#                                 # (no multi-process runs, installs, real-model or msprobe runs)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 tier=()
 case "${1:-}" in

@@ -9,7 +9,10 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 from testenv import ROOT
+
+pytestmark = pytest.mark.slow  # tools/test.sh --fast leaves it out
 
 MEMORY_BOUND = 40e6  # bytes of peak RSS: the reader's chunk and one record, with room to spare
 

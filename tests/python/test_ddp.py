@@ -21,7 +21,7 @@ from testenv import said_besides_on_line  # noqa: E402
 import msprobe_cpp  # noqa: E402
 from dumps import load as read_dump_file
 
-pytestmark = needs_gloo
+pytestmark = [pytest.mark.slow, needs_gloo]
 
 TIMEOUT_S = 60.0
 STEPS = 5

@@ -21,7 +21,7 @@ from gloo import needs_gloo  # noqa: E402
 WORLD_SIZE = 2
 TIMEOUT_S = 120.0
 
-pytestmark = needs_gloo
+pytestmark = [pytest.mark.slow, needs_gloo]
 
 
 def write_config(tmp_path: pathlib.Path, rank: List) -> pathlib.Path:

@@ -17,7 +17,7 @@ from dist_runs import (assert_finite_state, assert_states_equal, clean_bare_run,
 from gloo import needs_gloo  # noqa: E402
 from dumps import load as read_dump_file
 
-pytestmark = needs_gloo
+pytestmark = [pytest.mark.slow, needs_gloo]
 
 WORLD = 2
 STEPS = 5

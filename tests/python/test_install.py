@@ -15,6 +15,8 @@ import pytest
 
 from testenv import ROOT
 
+pytestmark = pytest.mark.slow  # tools/test.sh --fast leaves it out
+
 installs = pytest.mark.skipif(os.environ.get("MSPROBE_TEST_INSTALL") != "1",
                               reason="set MSPROBE_TEST_INSTALL=1 (tools/test.sh does) to build and install")
 

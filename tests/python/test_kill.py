@@ -20,6 +20,8 @@ import msprobe_cpp
 from dumps import load as read_dump_file
 from testenv import PACKAGE_ROOT, TESTS, said_besides_on_line
 
+pytestmark = pytest.mark.slow  # tools/test.sh --fast leaves it out
+
 TRAIN = """
 import sys
 sys.path.insert(0, {python!r}); sys.path.insert(0, {tests!r})

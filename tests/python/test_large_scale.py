@@ -31,6 +31,8 @@ from testenv import ON_LINE, TESTS, said_besides_on_line  # noqa: E402
 
 import msprobe_cpp  # noqa: E402
 
+pytestmark = pytest.mark.slow  # tools/test.sh --fast leaves it out
+
 WORKER = TESTS / "large_scale_worker.py"
 WORLD = 2
 STEPS = 4

@@ -27,6 +27,8 @@ import msprobe_cpp
 from dumps import data_names, load
 from testenv import FIXTURES, PACKAGE_ROOT, TESTS, devices
 
+pytestmark = pytest.mark.slow  # tools/test.sh --fast leaves it out
+
 # The torch the fixtures were made with (their README): Debian 12's python3-torch.
 FIXTURE_TORCH = "1.13.0a0"
 ON_FIXTURE_TORCH = torch.__version__ == FIXTURE_TORCH

@@ -4,7 +4,10 @@ where msprobe is installed (the torch 2 venv) its dump folders hold the same rec
 import pathlib
 from typing import Dict, List
 
+import pytest
 from msprobe_runs import msprobe_installed, run_example
+
+pytestmark = pytest.mark.slow  # tools/test.sh --fast leaves it out
 
 
 def its_own_hooks(record: str) -> bool:

@@ -55,8 +55,8 @@ def _importable() -> str:
 
 
 IMPORT_ERROR = _importable()
-pytestmark = pytest.mark.skipif(bool(IMPORT_ERROR),
-                                reason=f"transformers and msprobe 1.1.1 do not import here: {IMPORT_ERROR}")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(IMPORT_ERROR),
+                                reason=f"transformers and msprobe 1.1.1 do not import here: {IMPORT_ERROR}")]
 
 # msprobe on torch 2.x records the view_as calls that torch's full backward hooks (which it
 # registers on every module at L0 and mix) make around each module call: its own machinery, which

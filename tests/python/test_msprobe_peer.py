@@ -30,7 +30,7 @@ except Exception as e:  # ImportError, or its own import-time failures on an old
 if MSPROBE_ERROR and int(torch.__version__.split(".")[0]) < 2:
     MSPROBE_ERROR = ("msprobe 1.1.1 needs PyTorch 2.x (it imports torch.optim.optimizer's "
                      "register_optimizer_step_pre_hook); it is installed in the torch 2 environment")
-pytestmark = pytest.mark.skipif(bool(MSPROBE_ERROR), reason=f"msprobe 1.1.1 is not importable here: {MSPROBE_ERROR}")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(MSPROBE_ERROR), reason=f"msprobe 1.1.1 is not importable here: {MSPROBE_ERROR}")]
 
 # Records our wrap list has and msprobe 1.1.1's lacks (issue 22 makes the lists the same).
 OUR_EXTRA_APIS = ("Tensor.split.", "Tensor.view.", "Tensor.to.", "Tensor.float.", "Tensor.clone.")

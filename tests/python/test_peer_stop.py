@@ -14,7 +14,7 @@ from dumps import load as read_dump_file
 WORLD = 3
 TIMEOUT_S = 90.0
 
-pytestmark = needs_gloo
+pytestmark = [pytest.mark.slow, needs_gloo]
 
 MODES = {"nan": ["--mode", "nan_batch", "--action", "raise"],
          "continue": ["--mode", "nan_batch", "--action", "continue"],

@@ -17,6 +17,8 @@ import real_models
 from real_models import MODELS, STEPS
 from dumps import load as read_dump_file
 
+pytestmark = pytest.mark.slow  # tools/test.sh --fast leaves it out
+
 TASKS = ["statistics", "overflow_check"]
 # Clean models whose own code makes NaN/inf on purpose in tensors that need no gradient, and
 # throws it away: T5's relative-position buckets take log(0) and cast it to long. Under the damage

@@ -7,11 +7,14 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Tuple
 
+import pytest
 import torch
 
 from dumps import tensor, write_dump
 from test_replay import train
 from testenv import PACKAGE_ROOT
+
+pytestmark = pytest.mark.slow  # tools/test.sh --fast leaves it out
 
 INF = float("inf")
 
