@@ -42,20 +42,20 @@ namespace fs = std::filesystem;
 
 constexpr const char* kDebugger = "PrecisionDebugger";
 
-const EnumTable<Task> kTasks = {{"statistics", Task::Statistics},
-                                {"tensor", Task::Tensor},
-                                {"overflow_check", Task::OverflowCheck}};
-const EnumTable<Level> kLevels = {{"L0", Level::L0}, {"L1", Level::L1}, {"mix", Level::Mix}};
-const EnumTable<SummaryMode> kSummaryModes = {{"statistics", SummaryMode::Statistics},
-                                              {"md5", SummaryMode::Md5}};
-const EnumTable<Action> kActions = {{"raise", Action::Raise}, {"continue", Action::Continue}};
-const EnumTable<SyncMode> kSyncModes = {
+constexpr EnumName<Task> kTasks[] = {{"statistics", Task::Statistics},
+                                     {"tensor", Task::Tensor},
+                                     {"overflow_check", Task::OverflowCheck}};
+constexpr EnumName<Level> kLevels[] = {{"L0", Level::L0}, {"L1", Level::L1}, {"mix", Level::Mix}};
+constexpr EnumName<SummaryMode> kSummaryModes[] = {{"statistics", SummaryMode::Statistics},
+                                                   {"md5", SummaryMode::Md5}};
+constexpr EnumName<Action> kActions[] = {{"raise", Action::Raise}, {"continue", Action::Continue}};
+constexpr EnumName<SyncMode> kSyncModes[] = {
     {"auto", SyncMode::Auto}, {"call", SyncMode::Call}, {"batch", SyncMode::Batch}};
-const EnumTable<Origin> kOrigins = {{"op", Origin::Op},
-                                    {"input", Origin::Input},
-                                    {"parameter", Origin::Parameter},
-                                    {"peer", Origin::Peer}};
-const EnumTable<Severity> kSeverities = {
+constexpr EnumName<Origin> kOrigins[] = {{"op", Origin::Op},
+                                         {"input", Origin::Input},
+                                         {"parameter", Origin::Parameter},
+                                         {"peer", Origin::Peer}};
+constexpr EnumName<Severity> kSeverities[] = {
     {"critical", Severity::Critical}, {"high", Severity::High}, {"medium", Severity::Medium}};
 
 // msprobe values this product deliberately lacks get their own message, so a user does not take
@@ -418,41 +418,15 @@ class TopLevel {
 }  // namespace
 
 const char* to_string(Task t) {
-  switch (t) {
-    case Task::Statistics:
-      return "statistics";
-    case Task::Tensor:
-      return "tensor";
-    case Task::OverflowCheck:
-      return "overflow_check";
-  }
-  return "unknown";
+  return name_of(kTasks, t);
 }
 
 const char* to_string(Level l) {
-  switch (l) {
-    case Level::L0:
-      return "L0";
-    case Level::L1:
-      return "L1";
-    case Level::Mix:
-      return "mix";
-  }
-  return "unknown";
+  return name_of(kLevels, l);
 }
 
 const char* to_string(Origin o) {
-  switch (o) {
-    case Origin::Op:
-      return "op";
-    case Origin::Input:
-      return "input";
-    case Origin::Parameter:
-      return "parameter";
-    case Origin::Peer:
-      return "peer";
-  }
-  return "unknown";
+  return name_of(kOrigins, o);
 }
 
 bool OverflowSection::stops_on(Origin o) const {
@@ -460,15 +434,7 @@ bool OverflowSection::stops_on(Origin o) const {
 }
 
 const char* to_string(Severity s) {
-  switch (s) {
-    case Severity::Medium:
-      return "medium";
-    case Severity::High:
-      return "high";
-    case Severity::Critical:
-      return "critical";
-  }
-  return "unknown";
+  return name_of(kSeverities, s);
 }
 
 Config parse_config(const nlohmann::json& doc, const std::string& source,

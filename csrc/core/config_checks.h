@@ -89,21 +89,34 @@ std::vector<std::string> parse_string_list(const json& value, const Loc& at);
 // extra_apis: names as call names spell them ("Tensor.view"), prefix and shape checked.
 std::vector<std::string> parse_api_names(const json& value, const Loc& at);
 
+// One table per enum, read by the parser and by to_string. Constant-initialized, so that a
+// name can be read before any dynamic initialization.
 template <typename E>
-using EnumTable = std::vector<std::pair<std::string, E>>;
+struct EnumName {
+  const char* name;
+  E value;
+};
 
-template <typename E>
-std::string enum_names(const EnumTable<E>& table) {
+template <typename E, size_t N>
+std::string enum_names(const EnumName<E> (&table)[N]) {
   std::vector<std::string> names;
-  for (const auto& entry : table) names.push_back(entry.first);
+  for (const auto& entry : table) names.push_back(entry.name);
   return join(names);
 }
 
-template <typename E>
-E parse_enum(const json& value, const Loc& at, const EnumTable<E>& table) {
+template <typename E, size_t N>
+const char* name_of(const EnumName<E> (&table)[N], E value) {
+  for (const auto& entry : table) {
+    if (entry.value == value) return entry.name;
+  }
+  return "unknown";
+}
+
+template <typename E, size_t N>
+E parse_enum(const json& value, const Loc& at, const EnumName<E> (&table)[N]) {
   if (value.is_string()) {
     for (const auto& entry : table) {
-      if (entry.first == value.get_ref<const std::string&>()) return entry.second;
+      if (value.get_ref<const std::string&>() == entry.name) return entry.value;
     }
   }
   fail(at, "one of " + enum_names(table), value);
