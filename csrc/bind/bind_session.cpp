@@ -179,28 +179,28 @@ void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
             if (!is_tensor(tensor.ptr())) throw py::type_error("add_model_tensor: not a tensor");
             // A DTensor parameter by its shard: what the hooks see of it (call_values).
             py::object held = held_tensor_object(tensor.ptr());
-            s.guard().models().add(name, THPVariable_Unpack(held ? held.ptr() : tensor.ptr()),
-                                   buffer);
+            s.guard().add_model_tensor(name, THPVariable_Unpack(held ? held.ptr() : tensor.ptr()),
+                                       buffer);
           },
           py::arg("name"), py::arg("tensor"), py::arg("buffer"),
           "A parameter (or buffer) of a started model, by its qualified name.")
       .def(
-          "set_loss_scaled", [](Session& s) { s.guard().loss_scale().set_scaled(); },
+          "set_loss_scaled", [](Session& s) { s.guard().set_loss_scaled(); },
           "A loss scaler scaled this step's loss: its backward findings wait for step().")
       .def(
           "mark_compiled_outputs",
           [](Session& s, py::handle output) {
             if (!s.config().watching() || !s.gate().forward()) return;
             for (const LiveArg& arg : live_args_of(output.ptr())) {
-              if (arg.tensor.defined()) s.guard().models().mark_compiled_output(arg.tensor);
-              for (const at::Tensor& t : arg.items) s.guard().models().mark_compiled_output(t);
+              if (arg.tensor.defined()) s.guard().mark_compiled_output(arg.tensor);
+              for (const at::Tensor& t : arg.items) s.guard().mark_compiled_output(t);
             }
           },
           py::arg("output"), "The tensors a torch.compile'd model returned.")
       .def(
           "judge_loss_scale",
           [](Session& s, double before, double after) {
-            if (auto event = s.guard().loss_scale().judge(before, after))
+            if (auto event = s.guard().judge_loss_scale(before, after))
               handle_overflow_event(s, *event);
           },
           py::arg("before"), py::arg("after"),

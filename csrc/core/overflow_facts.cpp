@@ -278,7 +278,7 @@ std::string OverflowFacts::ignore_rule_snippet() const {
   for (size_t i : finding.output_indices) {
     outputs += (outputs.empty() ? "output[" : ", output[") + std::to_string(i) + "]";
   }
-  if (finding.call.rfind("Module.", 0) == 0) {
+  if (is_module_name(finding.call)) {
     s += "    (it silences every module call named " + head + ".* -- " +
          finding.call.substr(dot + 1, second - dot - 1) + " and every module inside it -- whose " +
          outputs + " holds NaN/inf: msprobe's rules name a call by its first two parts)";

@@ -26,6 +26,30 @@ size_t backward_segment(const std::string& name) {
 
 }  // namespace
 
+namespace {
+constexpr const char kModulePrefix[] = "Module.";
+}  // namespace
+
+bool is_module_name(const std::string& call_name) {
+  return call_name.rfind(kModulePrefix, 0) == 0;
+}
+
+std::string module_name_base(const std::string& qualname, const std::string& class_name) {
+  return kModulePrefix + (qualname.empty() ? class_name : qualname + "." + class_name);
+}
+
+std::string rank_label(int rank) {
+  return rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
+}
+
+std::string rank_folder(int rank) {
+  return rank < 0 ? std::string("rank") : "rank" + std::to_string(rank);
+}
+
+std::string step_folder(int64_t step, int rank) {
+  return "step" + std::to_string(step) + "/" + rank_folder(rank);
+}
+
 bool is_backward_name(const std::string& call_name) {
   return backward_segment(call_name) != std::string::npos;
 }
@@ -123,6 +147,7 @@ std::string ArgPos::label() const {
 }
 
 std::string module_qualname(const std::string& call_name) {
+  if (!is_module_name(call_name)) return "";
   size_t end = call_name.size();
   for (int i = 0; i < 3 && end != std::string::npos; ++i) end = call_name.rfind('.', end - 1);
   if (end == std::string::npos || end < 7) return "";

@@ -249,6 +249,10 @@ void for_each_entry(Record& rec, F&& f) {
   for (auto& e : rec.outputs) walk(e);
 }
 
+// Module calls' names: "Module.<qualname>.<class>" + ".forward" or ".backward", then their counter.
+bool is_module_name(const std::string& call_name);
+std::string module_name_base(const std::string& qualname, const std::string& class_name);
+
 // "Tensor.add_.0.backward" and "Module.fc1.Linear.backward.0" are backward calls.
 bool is_backward_name(const std::string& call_name);
 
@@ -258,7 +262,8 @@ std::string forward_name_of(const std::string& call_name);
 // The backward call of forward call `call_name`, or "" when it is no forward name.
 std::string backward_name_of(const std::string& call_name);
 
-// A module call's qualified name: "Module.layer1.0.bn1.BatchNorm2d.forward.0" -> "layer1.0.bn1".
+// A module call's qualified name: "Module.layer1.0.bn1.BatchNorm2d.forward.0" -> "layer1.0.bn1";
+// "" for a name that is not a module call's.
 std::string module_qualname(const std::string& call_name);
 
 // msprobe 1.1.1's torch API name: the first two dot-separated parts, lower-cased.
@@ -282,6 +287,14 @@ std::optional<CallName> parse_call_name(const std::string& call_name);
 // qualified name ("Module.layers.0.fc.Linear.forward.0" -> "Module.layers.fc.Linear.forward"), so
 // the blocks of a repeated layer are one site.
 std::string call_site_name(const std::string& call_name);
+
+// "[rank R] " before a line a rank says; "" outside torch.distributed (rank < 0).
+std::string rank_label(int rank);
+
+// A step's folder below the dump root: "step<S>/rank<R>", "step<S>/rank" outside
+// torch.distributed (rank < 0). rank_folder() is its last part.
+std::string rank_folder(int rank);
+std::string step_folder(int64_t step, int rank);
 
 // dump.json's members besides "data".
 struct DumpHeader {

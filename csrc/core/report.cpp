@@ -107,7 +107,7 @@ std::string join_calls(const Findings& findings, const std::vector<Judgement>& j
 std::string step_summary(const Report& report, const std::vector<Judgement>& judgements,
                          int64_t step, int rank, const std::string& dump) {
   const Findings& findings = report.findings;
-  const std::string who = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
+  const std::string who = rank_label(rank);
   std::string text =
       who + "msprobe_cpp: step " + std::to_string(step) +
       (report.peer_stop ? " written for a peer stop (rank " +

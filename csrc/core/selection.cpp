@@ -1,14 +1,8 @@
 #include "core/selection.h"
 
+#include "core/record.h"
+
 namespace msprobe {
-
-namespace {
-
-bool is_module_name(const std::string& name) {
-  return name.rfind("Module.", 0) == 0;
-}
-
-}  // namespace
 
 Selection::Selection(const CollectSection& section, Level level, const std::string& section_name)
     : scope_(section.scope),

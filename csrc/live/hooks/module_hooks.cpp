@@ -73,7 +73,7 @@ StoredCall finished_call(Session& s, OpenModuleCall& open, py::handle output) {
 
 py::tuple make_module_hooks(const std::string& qualname, const std::string& class_name, bool record,
                             bool dumped) {
-  const std::string base = "Module." + qualname + "." + class_name;
+  const std::string base = module_name_base(qualname, class_name);
   const std::string forward_key = base + ".forward";
   const std::string backward_key = base + ".backward";
 
@@ -123,7 +123,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
 }
 
 py::tuple make_model_hooks(const std::string& class_name) {
-  const std::string key = "Module." + class_name + ".forward";
+  const std::string key = module_name_base("", class_name) + ".forward";
   auto pre = [class_name](py::handle module, py::handle inputs, py::handle kwargs) {
     std::shared_ptr<Session> s = current_session();
     if (!s || !s->config().watching()) return;

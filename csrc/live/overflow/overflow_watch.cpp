@@ -410,7 +410,7 @@ Judgement OverflowWatch::classify(const CallRecord& rec, const LiveTensors& live
   Judgement judgement = Judgement::Flagged;
   const Finding& f = *v.finding;
   const bool backward = is_backward_name(rec.name);
-  const bool module_forward = !backward && rec.name.rfind("Module.", 0) == 0;
+  const bool module_forward = !backward && is_module_name(rec.name);
   const std::optional<bool> inner =
       module_forward ? judged_inside(rec, f, live, &held_in) : std::nullopt;
   if (inner) {
@@ -502,7 +502,7 @@ Verdict OverflowWatch::judge(const CallRecord& rec, const LiveTensors& live,
   // no record's outputs: looked at after the call (train-mode norms, and norm modules at L0).
   std::optional<RunningStatWrite> stat_write;
   if (!backward && (rec.name.find("_norm.") != std::string::npos ||
-                    (level_ == Level::L0 && rec.name.rfind("Module.", 0) == 0))) {
+                    (level_ == Level::L0 && is_module_name(rec.name)))) {
     stat_write = running_stats_written(rec, live);
   }
   if (!v.finding && !stat_write) return v;

@@ -38,7 +38,7 @@ std::optional<OverflowWatch::RunningStatWrite> OverflowWatch::running_stats_writ
   }
   // At L0 no call inside a norm module is recorded: its running statistics are looked at after
   // it, and were written by it when it is in train mode (num_batches_tracked moved).
-  if (level_ != Level::L0 || rec.name.rfind("Module.", 0) != 0) return std::nullopt;
+  if (level_ != Level::L0 || !is_module_name(rec.name)) return std::nullopt;
   const ModelTensors::RunningStats stats = models_.running_stats_of(module_qualname(rec.name));
   for (const ModelTensors::RunningStat& stat : stats.stats) {
     // In train mode the norm wrote it; NaN/inf it held before its call came in with it (a

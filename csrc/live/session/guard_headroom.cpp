@@ -48,7 +48,7 @@ std::optional<HeadroomRecord> observe_headroom(Headroom& headroom, const StoredC
   // API forward calls: a module's output is its last call's, and backward values are the loss
   // scaler's to keep in range.
   const std::string& name = call.record.name;
-  if (name.rfind("Module.", 0) == 0 || is_backward_name(name)) return std::nullopt;
+  if (is_module_name(name) || is_backward_name(name)) return std::nullopt;
   std::optional<HeadroomRecord> crossed;
   std::optional<HeadroomSite> site;
   for (const Entry& e : call.record.outputs) {
@@ -65,35 +65,26 @@ std::optional<HeadroomRecord> observe_headroom(Headroom& headroom, const StoredC
   return crossed;
 }
 
-void OverflowGuard::say_headroom(const HeadroomRecord& r, const HeadroomSite& site,
-                                 const std::optional<std::string>& parent, const StackPtr& stack,
-                                 int rank) {
+void OverflowGuard::say_headroom(const HeadroomRecord& r, const StoredCall& call, int rank) {
+  const HeadroomSite site = headroom_site(call.record.name, call.stack);
   std::string source;
-  if (stack) {
+  if (call.stack) {
     pybind11::gil_scoped_acquire gil;
-    source =
-        codes_.first_frame_outside(*stack, {paths_.package_dir, paths_.library_dir}).value_or("");
+    source = codes_.first_frame_outside(*call.stack, {paths_.package_dir, paths_.library_dir})
+                 .value_or("");
   }
   // "Module.blocks.2.attn.CausalSelfAttention.forward.0" -> "blocks.2.attn"
-  std::string module;
-  if (parent && parent->rfind("Module.", 0) == 0) {
-    module = parent->substr(7);
-    for (int dots = 0; dots < 3; ++dots) {
-      const size_t at = module.rfind('.');
-      if (at != std::string::npos) module.erase(at);
-    }
-  }
+  const std::string module = call.parent ? module_qualname(*call.parent) : "";
   const std::string where = headroom_where(site.family, module, source);
-  state_.with_lock([&](StepState& s) { s.headroom->set_where(site, where); });
-  const std::string who = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
-  say(LogLevel::Warning, who + headroom_warning(where, r));
+  state_.with_lock([&](GuardState& g) { g.headroom->set_where(site, where); });
+  say(LogLevel::Warning, rank_label(rank) + headroom_warning(where, r));
 }
 
 std::vector<HeadroomRecord> OverflowGuard::headroom_warned() const {
-  return state_.with_lock([](const StepState& s) {
+  return state_.with_lock([](const GuardState& g) {
     std::vector<HeadroomRecord> out;
-    if (s.headroom) {
-      for (auto& [site, r] : s.headroom->warned()) out.push_back(std::move(r));
+    if (g.headroom) {
+      for (auto& [site, r] : g.headroom->warned()) out.push_back(std::move(r));
     }
     return out;
   });

@@ -10,14 +10,23 @@
 
 namespace msprobe {
 
-OverflowGuard::OverflowGuard(const Config& config, const SessionPaths& paths,
-                             Guarded<StepState>& state, CodeRegistry& codes)
-    : config_(config),
-      paths_(paths),
-      state_(state),
-      codes_(codes),
-      loss_scale_(paths, state),
-      models_(state) {}
+OverflowGuard::OverflowGuard(const Config& config, const SessionPaths& paths, CodeRegistry& codes,
+                             const std::string& source)
+    : config_(config), paths_(paths), codes_(codes) {
+  if (!config_.watching()) return;
+  state_.with_lock([&](GuardState& g) {
+    try {
+      g.watch = std::make_unique<OverflowWatch>(config_, g.models);
+    } catch (const RulesError& e) {
+      // A rules file the config names is part of the config: its error names both.
+      throw ConfigError(source + ": overflow_check.rules: " + e.what());
+    }
+    g.decisions = std::make_unique<OverflowDecisions>(config_.overflow_check);
+    if (config_.overflow_check.headroom > 0) {
+      g.headroom = std::make_unique<Headroom>(config_.overflow_check.headroom);
+    }
+  });
+}
 
 OverflowGuard::~OverflowGuard() {
   if (!py_) return;
@@ -33,17 +42,95 @@ void OverflowGuard::set_python_side(std::unique_ptr<PythonSide> side) {
   py_ = std::move(side);
 }
 
-void ModelRegistry::add(const std::string& name, const at::Tensor& t, bool buffer) {
-  state_.with_lock([&](StepState& s) { s.models.add(name, t, buffer); });
-}
-
-void ModelRegistry::mark_compiled_output(const at::Tensor& t) {
-  state_.with_lock([&](StepState& s) {
-    if (s.watch) s.watch->mark_compiled_output(t);
+void OverflowGuard::new_step(int64_t step, uint64_t epoch) {
+  state_.with_lock([&](GuardState& g) {
+    g.at.step = step;
+    g.epoch = epoch;
+    g.flagged_unstored = false;
+    if (g.watch) g.watch->new_step();
+    if (g.decisions) g.decisions->new_step();
   });
 }
 
-OverflowFacts OverflowGuard::facts_of(const StepState& s, const StoredCall& call,
+void OverflowGuard::begin_step(int rank, bool first) {
+  state_.with_lock([&](GuardState& g) {
+    g.at.rank = rank;
+    // What "written before this step began" compares with.
+    if (first && g.watch) g.models.new_step();
+  });
+}
+
+GuardStepEnd OverflowGuard::end_step(bool calls_due, bool at_stop,
+                                     const std::optional<PeerOverflow>& peer) {
+  return state_.with_lock([&](GuardState& g) {
+    GuardStepEnd end;
+    if (!calls_due && !g.flagged_unstored) return end;
+    // A scaled step is written at step(), once the loss scaler has said whether it skipped it.
+    if (at_stop && g.decisions && g.decisions->loss_scaled()) return end;
+    g.flagged_unstored = false;
+    end.closed = end.write = true;
+    end.models_started = g.watch && !g.models.empty();
+    if (!g.watch) return end;
+    // Held NaN/inf that did no damage by now: told once per call site, as absorbed or as held.
+    const std::string who = rank_label(g.at.rank);
+    for (const std::string& line : g.decisions->finish_held(g.watch->finish_held())) {
+      end.said.push_back(who + line);
+    }
+    // Task overflow_check writes only the steps it flagged; a clean step leaves nothing.
+    DumpDecision d = g.decisions->dump_step(g.watch->step_flagged(), peer.has_value(), g.at.step);
+    if (!d.say.empty()) end.said.push_back(std::move(d.say));
+    end.write = d.dump;
+    if (!d.dump) return end;
+    end.report =
+        Report{Findings(g.watch->findings()), g.decisions->first_anomaly(), peer, std::nullopt};
+    end.judgements = g.watch->judgements();
+    return end;
+  });
+}
+
+CallVerdict OverflowGuard::judge_call(const StoredCall& call, const LiveTensors& live) {
+  CallVerdict out;
+  CallDecision d;
+  std::optional<HeadroomRecord> crossed;  // a 16-bit call site that just reached the headroom
+  int rank = -1;
+  state_.with_lock([&](GuardState& g) {
+    if (call.epoch != 0 && call.epoch != g.epoch) {
+      out.dropped = true;
+      return;
+    }
+    rank = g.at.rank;
+    if (g.headroom) crossed = observe_headroom(*g.headroom, call, g.at.step);
+    if (!g.watch) return;
+    const Verdict v = g.watch->judge(call.record, live, call.peer_rank);
+    d = g.decisions->on_call(v, is_backward_name(call.record.name),
+                             [&] { return facts_of(g, call, v); });
+  });
+  if (out.dropped) return out;
+  if (crossed) say_headroom(*crossed, call, rank);
+  // The source line needs the GIL, which must never be waited for while holding a lock a thread
+  // holding the GIL may wait for (backward recorders run without the GIL).
+  if (d.wants_source) tell_source(call.stack, call.record.name, d.event ? &*d.event : nullptr);
+  if (d.tell_absorbed) {
+    const std::string line =
+        state_.with_lock([](const GuardState& g) { return g.decisions->absorbed_line(); });
+    if (!line.empty()) say(LogLevel::Info, rank_label(rank) + line);
+  }
+  out.keep_tensors = d.keep_tensors;
+  out.event = std::move(d.event);
+  return out;
+}
+
+void OverflowGuard::add_model_tensor(const std::string& name, const at::Tensor& t, bool buffer) {
+  state_.with_lock([&](GuardState& g) { g.models.add(name, t, buffer); });
+}
+
+void OverflowGuard::mark_compiled_output(const at::Tensor& t) {
+  state_.with_lock([&](GuardState& g) {
+    if (g.watch) g.watch->mark_compiled_output(t);
+  });
+}
+
+OverflowFacts OverflowGuard::facts_of(const GuardState& g, const StoredCall& call,
                                       const Verdict& v) const {
   OverflowFacts facts;
   facts.finding = *v.finding;
@@ -55,43 +142,43 @@ OverflowFacts OverflowGuard::facts_of(const StepState& s, const StoredCall& call
   // A backward call's forward module names it better than the module backward it ran inside.
   facts.module = call.module_hint ? call.module_hint : call.parent;
   if (!facts.module && !is_backward_name(call.record.name)) facts.module = started_model_forward();
-  facts.step = s.step;
-  facts.rank = s.rank < 0 ? 0 : s.rank;
-  if (s.decisions->budget_left()) facts.dump.dir = paths_.dir_of(s);
-  // The source line is added by add(), outside the lock (it needs the GIL).
+  facts.step = g.at.step;
+  facts.rank = g.at.rank < 0 ? 0 : g.at.rank;
+  if (g.decisions->budget_left()) facts.dump.dir = paths_.dir_of(g.at);
+  // The source line is added after the lock (it needs the GIL).
   facts.tensors = anomalous_args(call.record, facts.finding, config_.overflow_check.compat);
-  if (s.headroom)
-    facts.history = s.headroom->trend(headroom_site(call.record.name, call.stack), s.step);
+  if (g.headroom)
+    facts.history = g.headroom->trend(headroom_site(call.record.name, call.stack), g.at.step);
   return facts;
 }
 
 std::optional<OverflowEvent> OverflowGuard::judge_model_output(StoredCall&& call,
                                                                const LiveTensors& live) {
   CallDecision d;
-  state_.with_lock([&](StepState& s) {
-    if (!s.watch) return;
-    const Verdict v = s.watch->judge_model_output(call.record, live);
-    d = s.decisions->on_call(v, false, [&] {
-      OverflowFacts facts = facts_of(s, call, v);
+  state_.with_lock([&](GuardState& g) {
+    if (!g.watch) return;
+    const Verdict v = g.watch->judge_model_output(call.record, live);
+    d = g.decisions->on_call(v, false, [&] {
+      OverflowFacts facts = facts_of(g, call, v);
       facts.started_model = true;
       return facts;
     });
     // A flagged step is written even when no call of it was recorded (a compiled model).
-    if (v.flagged) s.dirty = true;
+    if (v.flagged) g.flagged_unstored = true;
   });
   if (d.wants_source) tell_source(call.stack, call.record.name, d.event ? &*d.event : nullptr);
   return std::move(d.event);
 }
 
 void OverflowGuard::set_replay(const OverflowFacts& facts) {
-  state_.with_lock([&](StepState& s) {
-    if (s.decisions) s.decisions->set_replay(facts.finding.call, facts.replay);
+  state_.with_lock([&](GuardState& g) {
+    if (g.decisions) g.decisions->set_replay(facts.finding.call, facts.replay);
   });
 }
 
 void OverflowGuard::set_raised_calls_later(const std::string& call, int64_t later) {
-  state_.with_lock([&](StepState& s) {
-    if (s.decisions) s.decisions->set_raised_calls_later(call, later);
+  state_.with_lock([&](GuardState& g) {
+    if (g.decisions) g.decisions->set_raised_calls_later(call, later);
   });
 }
 
@@ -104,25 +191,25 @@ void OverflowGuard::tell_source(const StackPtr& stack, const std::string& call,
     source = codes_.first_frame_outside(*stack, {paths_.package_dir, paths_.library_dir});
   }
   if (event) event->facts.source = source;
-  state_.with_lock([&](StepState& s) { s.decisions->set_source(call, source); });
+  state_.with_lock([&](GuardState& g) { g.decisions->set_source(call, source); });
 }
 
-void LossScaleWatch::set_scaled() {
-  state_.with_lock([](StepState& s) {
-    if (s.decisions) s.decisions->set_loss_scaled();
+void OverflowGuard::set_loss_scaled() {
+  state_.with_lock([](GuardState& g) {
+    if (g.decisions) g.decisions->set_loss_scaled();
   });
 }
 
-std::optional<OverflowEvent> LossScaleWatch::judge(double before, double after) {
-  ScaleDecision d = state_.with_lock([&](StepState& s) {
+std::optional<OverflowEvent> OverflowGuard::judge_loss_scale(double before, double after) {
+  ScaleDecision d = state_.with_lock([&](GuardState& g) {
     // A loss scaler given to start() under another task: nothing to judge.
-    if (!s.decisions) return ScaleDecision{};
-    return s.decisions->loss_scale(before, after, s.step, [&] {
+    if (!g.decisions) return ScaleDecision{};
+    return g.decisions->loss_scale(before, after, g.at.step, [&] {
       OverflowFacts f;
       f.finding.call = "(loss scaler)";
-      f.step = s.step;
-      f.rank = s.rank < 0 ? 0 : s.rank;
-      if (s.decisions->budget_left()) f.dump.dir = paths_.dir_of(s);
+      f.step = g.at.step;
+      f.rank = g.at.rank < 0 ? 0 : g.at.rank;
+      if (g.decisions->budget_left()) f.dump.dir = paths_.dir_of(g.at);
       return f;
     });
   });
@@ -135,28 +222,28 @@ std::optional<OverflowEvent> OverflowGuard::end_of_backward() {
   // The gradients are gathered under the lock and looked at (a device sync) after it.
   std::optional<std::vector<std::pair<std::string, at::Tensor>>> gradients;
   bool models_known = false;
-  state_.with_lock([&](StepState& s) {
-    if (!s.decisions->backward_pass_ended()) return;
-    models_known = !s.models.empty();
-    gradients = s.models.gradients();
+  state_.with_lock([&](GuardState& g) {
+    if (!g.decisions->backward_pass_ended()) return;
+    models_known = !g.models.empty();
+    gradients = g.models.gradients();
   });
   if (!gradients) return std::nullopt;
   std::vector<std::string> bad = non_finite_gradients(*gradients);
   return state_.with_lock(
-      [&](StepState& s) { return s.decisions->backward_verdict(models_known, std::move(bad)); });
+      [&](GuardState& g) { return g.decisions->backward_verdict(models_known, std::move(bad)); });
 }
 
 namespace {
 
 // The facts of a finding at an optimizer's step, which no record names.
-OverflowFacts optimizer_step_facts(const StepState& s, const SessionPaths& paths,
+OverflowFacts optimizer_step_facts(const GuardState& g, const SessionPaths& paths,
                                    const std::string& optimizer) {
   OverflowFacts f;
   f.finding.call = "(before " + optimizer + ".step)";
   f.module = "(none: " + optimizer + ".step runs outside the model)";
-  f.step = s.step;
-  f.rank = s.rank < 0 ? 0 : s.rank;
-  if (s.decisions->budget_left()) f.dump.dir = paths.dir_of(s);
+  f.step = g.at.step;
+  f.rank = g.at.rank < 0 ? 0 : g.at.rank;
+  if (g.decisions->budget_left()) f.dump.dir = paths.dir_of(g.at);
   return f;
 }
 
@@ -167,11 +254,11 @@ std::optional<OverflowEvent> OverflowGuard::judge_optimizer_state(const std::str
                                                                   const std::string& parameter,
                                                                   size_t more) {
   if (!config_.watching()) return std::nullopt;
-  return state_.with_lock([&](StepState& s) -> std::optional<OverflowEvent> {
-    if (!s.decisions) return std::nullopt;
-    std::optional<OverflowEvent> event = s.decisions->optimizer_state(
-        state, parameter, more, [&] { return optimizer_step_facts(s, paths_, optimizer); });
-    if (event) s.dirty = true;  // written even when no call of the step was recorded
+  return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
+    if (!g.decisions) return std::nullopt;
+    std::optional<OverflowEvent> event = g.decisions->optimizer_state(
+        state, parameter, more, [&] { return optimizer_step_facts(g, paths_, optimizer); });
+    if (event) g.flagged_unstored = true;  // written even when no call of the step was recorded
     return event;
   });
 }
@@ -180,17 +267,17 @@ std::optional<OverflowEvent> OverflowGuard::judge_optimizer_gradients(const std:
                                                                       std::vector<std::string> bad,
                                                                       bool reduced) {
   if (!config_.watching() || bad.empty()) return std::nullopt;
-  return state_.with_lock([&](StepState& s) -> std::optional<OverflowEvent> {
-    if (!s.decisions) return std::nullopt;
+  return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
+    if (!g.decisions) return std::nullopt;
     OverflowDecisions::GradientSource source;
     source.reduced = reduced;
-    source.compiled = s.watch && s.watch->compiled_region_ran();
+    source.compiled = g.watch && g.watch->compiled_region_ran();
     // Without a started model nothing says whether an earlier step left gradients.
-    source.earlier_step_left = s.models.empty() || s.models.earlier_step_left_gradients();
-    std::optional<OverflowEvent> event = s.decisions->optimizer_gradients(
-        std::move(bad), source, [&] { return optimizer_step_facts(s, paths_, optimizer); });
+    source.earlier_step_left = g.models.empty() || g.models.earlier_step_left_gradients();
+    std::optional<OverflowEvent> event = g.decisions->optimizer_gradients(
+        std::move(bad), source, [&] { return optimizer_step_facts(g, paths_, optimizer); });
     // Written even when no call of the step was recorded: the message names its folder.
-    if (event) s.dirty = true;
+    if (event) g.flagged_unstored = true;
     return event;
   });
 }

@@ -1,12 +1,14 @@
-// Task overflow_check: the overflow guard's side of a session. It judges what is not a recorded
-// call (a started model's output, the gradients at the end of a backward pass and before an
-// optimizer step, the loss scale), keeps what the step's report adds to a finding (its source
-// line, replays, headroom), holds the started models' tensors, and holds the objects it hands
-// findings to in Python.
+// Task overflow_check: the overflow guard. It owns everything a judgement needs across calls: the
+// started models' tensors, the watch that judges each call, the decisions the judgements lead to,
+// the headroom of 16-bit call sites and the loss scaler's side of the step, in one GuardState
+// under its own lock. It judges the recorded calls (judge_call) and what is not a recorded call (a
+// started model's output, the gradients at the end of a backward pass and before an optimizer
+// step, the loss scale), and says what the step's files need of it (end_step).
 //
-// Threading: the step's state is the session's, reached only under its one lock (Guarded), never
-// held while waiting for the GIL or a device. Everything marked "GIL required" runs on a Python
-// thread with the GIL; the rest may run on the autograd engine's threads too.
+// Threading: the guard's lock is taken after the session's step lock where both are held (the
+// session's write of a step), never before it, and never held while waiting for the GIL or a
+// device. Everything marked "GIL required" runs on a Python thread with the GIL; the rest may run
+// on the autograd engine's threads too.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -20,8 +22,11 @@
 #include "core/guarded.h"
 #include "core/headroom.h"
 #include "core/overflow_decisions.h"
+#include "core/report.h"
 #include "live/capture/call_stack.h"
 #include "live/capture/live_tensors.h"
+#include "live/overflow/model_tensors.h"
+#include "live/overflow/overflow_watch.h"
 #include "live/session/session_paths.h"
 #include "live/session/step_state.h"
 
@@ -29,61 +34,65 @@ namespace msprobe {
 
 struct PythonSide;
 
-// The loss scaler's side of a step: a step whose loss it scaled waits for step(), when the scale
-// it left says whether it skipped the step.
-class LossScaleWatch {
- public:
-  LossScaleWatch(const SessionPaths& paths, Guarded<StepState>& state)
-      : paths_(paths), state_(state) {}
-  void set_scaled();
-  // `before` at start() (or scale()), `after` now: a stop to raise, or nothing.
-  std::optional<OverflowEvent> judge(double before, double after);
-
- private:
-  const SessionPaths& paths_;
-  Guarded<StepState>& state_;
+// What judge_call says of a recorded call.
+struct CallVerdict {
+  bool dropped = false;       // numbered by a step that has ended since: not judged, not stored
+  bool keep_tensors = false;  // its tensors are the evidence of a finding
+  std::optional<OverflowEvent> event;
 };
 
-// The parameters and buffers of the models given to start(), and what came out of a compiled one.
-class ModelRegistry {
- public:
-  explicit ModelRegistry(Guarded<StepState>& state) : state_(state) {}
-  void add(const std::string& name, const at::Tensor& t, bool buffer);
-  // NaN/inf in `t` was made inside a torch.compile'd region, where no call is recorded.
-  void mark_compiled_output(const at::Tensor& t);
+// What the guard adds to the end of a step (Session::write_step).
+struct GuardStepEnd {
+  // The step was due and is done with: written now (write), or judged not to be (a clean step of
+  // task overflow_check). Neither: nothing was due, or a scaled step waits for step().
+  bool closed = false;
+  bool write = false;
+  std::vector<std::string> said;  // held NaN/inf that did no damage, why a step is not written
+  bool models_started = false;    // a started model's module stack names the calls' parents
+  std::optional<Report> report;
+  std::vector<Judgement> judgements;
+};
 
- private:
-  Guarded<StepState>& state_;
+// Everything the guard knows across calls; only the guard reaches it, under its lock.
+struct GuardState {
+  StepPlace at;         // the step being judged, as the session said (new_step, begin_step)
+  uint64_t epoch = 0;   // its calls' CallNumbering epoch
+  ModelTensors models;  // the started models' tensors, across steps
+  // Null without a watching task.
+  std::unique_ptr<OverflowWatch> watch;
+  std::unique_ptr<OverflowDecisions> decisions;
+  std::unique_ptr<Headroom> headroom;  // overflow_check with headroom > 0; kept across steps
+  bool flagged_unstored = false;       // a finding no stored call carries: the step is written
 };
 
 class OverflowGuard {
  public:
-  OverflowGuard(const Config& config, const SessionPaths& paths, Guarded<StepState>& state,
-                CodeRegistry& codes);
+  // `source` names the config in a rules file's error.
+  OverflowGuard(const Config& config, const SessionPaths& paths, CodeRegistry& codes,
+                const std::string& source);
   ~OverflowGuard();  // takes the GIL to let the Python objects go, or leaks them at exit
   OverflowGuard(const OverflowGuard&) = delete;
   OverflowGuard& operator=(const OverflowGuard&) = delete;
 
-  LossScaleWatch& loss_scale() { return loss_scale_; }
-  ModelRegistry& models() { return models_; }
   void set_python_side(std::unique_ptr<PythonSide> side);  // GIL required
   PythonSide* python_side() const { return py_.get(); }
 
-  // A stored call's finding as facts (under the step's lock); its source line comes later.
-  OverflowFacts facts_of(const StepState& s, const StoredCall& call, const Verdict& v) const;
-  // The finding's source line (the GIL is taken), into `event` and the step's report. Without the
-  // step's lock: a thread holding the GIL may be waiting for it.
-  void tell_source(const StackPtr& stack, const std::string& call, OverflowEvent* event);
-  // The one line said for a 16-bit call site that reached the headroom.
-  void say_headroom(const HeadroomRecord& r, const HeadroomSite& site,
-                    const std::optional<std::string>& parent, const StackPtr& stack, int rank);
-  // The 16-bit call sites said to near their dtype's range (debugger.headroom).
-  std::vector<HeadroomRecord> headroom_warned() const;
-  // An op origin's replays (facts.replay, not_replayed), kept for the step's report.
-  void set_replay(const OverflowFacts& facts);
-  // Batched sync: how many calls of the batch ran after the stop's call, for the report.
-  void set_raised_calls_later(const std::string& call, int64_t later);
+  // The session's step moved on: its calls are numbered with `epoch`.
+  void new_step(int64_t step, uint64_t epoch);
+  // start() of `rank`; `first`: the step's first start().
+  void begin_step(int rank, bool first);
+  // The step's end as the guard sees it: whether it is written now (`calls_due`: calls were
+  // stored since the last write), and what its report holds. `at_stop`: a scaled step waits for
+  // step(), when the loss scaler has said whether it skipped it.
+  GuardStepEnd end_step(bool calls_due, bool at_stop, const std::optional<PeerOverflow>& peer);
+  // A finding that no stored call carries (a started model's output, an optimizer's step) makes
+  // the step due.
+  bool flagged_unstored() const {
+    return state_.with_lock([](const GuardState& g) { return g.flagged_unstored; });
+  }
 
+  // A recorded call, judged (its source line, a headroom warning said after the lock).
+  CallVerdict judge_call(const StoredCall& call, const LiveTensors& live);
   // What a started model returned, judged and not stored: msprobe records no started model. Its
   // facts name `call`; its source line is the model's caller.
   std::optional<OverflowEvent> judge_model_output(StoredCall&& call, const LiveTensors& live);
@@ -99,14 +108,36 @@ class OverflowGuard {
   std::optional<OverflowEvent> judge_optimizer_state(const std::string& optimizer,
                                                      const std::string& state,
                                                      const std::string& parameter, size_t more);
+  // The loss scaler scaled this step's loss; judge_loss_scale(): `before` at start() (or
+  // scale()), `after` now: a stop to raise, or nothing.
+  void set_loss_scaled();
+  std::optional<OverflowEvent> judge_loss_scale(double before, double after);
+
+  // A parameter or buffer of a model given to start().
+  void add_model_tensor(const std::string& name, const at::Tensor& t, bool buffer);
+  // NaN/inf in `t` was made inside a torch.compile'd region, where no call is recorded.
+  void mark_compiled_output(const at::Tensor& t);
+
+  // The finding's source line (the GIL is taken), into `event` and the step's report. Without the
+  // guard's lock: a thread holding the GIL may be waiting for it.
+  void tell_source(const StackPtr& stack, const std::string& call, OverflowEvent* event);
+  // An op origin's replays (facts.replay, not_replayed), kept for the step's report.
+  void set_replay(const OverflowFacts& facts);
+  // Batched sync: how many calls of the batch ran after the stop's call, for the report.
+  void set_raised_calls_later(const std::string& call, int64_t later);
+  // The 16-bit call sites said to near their dtype's range (debugger.headroom).
+  std::vector<HeadroomRecord> headroom_warned() const;
 
  private:
+  // A stored call's finding as facts; its source line comes later.
+  OverflowFacts facts_of(const GuardState& g, const StoredCall& call, const Verdict& v) const;
+  // The one line said for a 16-bit call site that reached the headroom.
+  void say_headroom(const HeadroomRecord& r, const StoredCall& call, int rank);
+
   const Config& config_;
   const SessionPaths& paths_;
-  Guarded<StepState>& state_;
   CodeRegistry& codes_;  // GIL
-  LossScaleWatch loss_scale_;
-  ModelRegistry models_;
+  Guarded<GuardState> state_;
   std::unique_ptr<PythonSide> py_;  // GIL
 };
 

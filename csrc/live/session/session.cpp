@@ -96,26 +96,14 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
                  std::string library_dir)
     : config_(std::move(config)),
       paths_(session_paths(config_, std::move(package_dir), std::move(library_dir), source)),
-      numbering_(state_, ++g_epochs),
+      numbering_(++g_epochs),
       selection_(config_.collect(), config_.level, section_name(config_, source)),
       capture_(config_, paths_.dump_root),
       deferred_(config_.overflow_check, capture_.pending()),
-      guard_(config_, paths_, state_, codes_),
+      guard_(config_, paths_, codes_, source),
       writer_(config_.dump_path, paths_.dump_root, to_string(config_.task),
               to_string(config_.level), capture_.saver()) {
-  if (!config_.watching()) return;
-  state_.with_lock([&](StepState& s) {
-    try {
-      s.watch = std::make_unique<OverflowWatch>(config_, s.models);
-    } catch (const RulesError& e) {
-      // A rules file the config names is part of the config: its error names both.
-      throw ConfigError(source + ": overflow_check.rules: " + e.what());
-    }
-    s.decisions = std::make_unique<OverflowDecisions>(config_.overflow_check);
-    if (config_.overflow_check.headroom > 0) {
-      s.headroom = std::make_unique<Headroom>(config_.overflow_check.headroom);
-    }
-  });
+  guard_.new_step(0, numbering_.epoch());
 }
 
 Session::~Session() {
@@ -123,7 +111,7 @@ Session::~Session() {
 }
 
 int64_t Session::current_step() const {
-  return state_.with_lock([](const StepState& s) { return s.step; });
+  return state_.with_lock([](const StepCalls& s) { return s.at.step; });
 }
 
 void Session::start(int rank) {
@@ -132,21 +120,19 @@ void Session::start(int rank) {
   // calls open on this thread.
   clear_module_calls();
   if (said_.first(" stale temporaries")) clean_earlier_run(rank);
-  const auto [step, staging] = state_.with_lock([&](StepState& s) {
+  const auto [step, staging, first] = state_.with_lock([&](StepCalls& s) {
     s.ended_by_raise = false;
-    if (!s.began) {
-      s.began = true;
-      if (s.watch) s.models.new_step();  // what "written before this step began" compares with
-    }
-    s.rank = rank;
-    return std::make_pair(s.step, staging_of(s));
+    const bool first = !std::exchange(s.began, true);
+    s.at.rank = rank;
+    return std::make_tuple(s.at.step, staging_of(s), first);
   });
+  guard_.begin_step(rank, first);
   // Task tensor saves as the calls happen: into the folder being built.
   if (capture_.saver()) capture_.file_names().set_dir(staging + "/dump_tensor_data");
   const bool rank_ok =
       rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
   const bool collect = rank_ok && config_.step.contains(step) && !past_last_step(config_, step);
-  if (collect) state_.with_lock([](StepState& s) { s.collected = true; });
+  if (collect) state_.with_lock([](StepCalls& s) { s.collected = true; });
   gate_.open(collect);
 }
 
@@ -178,9 +164,9 @@ void Session::drain_writes() {
 void Session::step() {
   deliver_said_lines();  // an earlier step's write thread's, before this step's
   gate_.close();
-  const auto [raised, collected, step] = state_.with_lock([](StepState& s) {
+  const auto [raised, collected, step] = state_.with_lock([](StepCalls& s) {
     const bool raised = std::exchange(s.ended_by_raise, false);
-    return std::make_tuple(raised, s.collected, s.step);
+    return std::make_tuple(raised, s.collected, s.at.step);
   });
   if (raised) return;  // the raise already ended this step
   write_step(/*at_stop=*/false, /*hand_over=*/config_.async_dump);
@@ -192,7 +178,7 @@ std::string Session::end_step_for_raise() {
   gate_.close();
   const std::string write_error = write_step();
   advance();
-  state_.with_lock([](StepState& s) { s.ended_by_raise = true; });
+  state_.with_lock([](StepCalls& s) { s.ended_by_raise = true; });
   return write_error;
 }
 
@@ -200,84 +186,53 @@ void Session::advance() {
   capture_.new_step();
   selection_.new_step();
   backward_scope_.clear();
-  state_.with_lock([this](StepState& s) {
+  state_.with_lock([this](StepCalls& s) {
     s.calls.clear();
-    s.counters.clear();
     s.dirty = false;
     s.collected = false;
     s.began = false;
     s.staging.clear();
     s.published = false;
     s.peer_stop.reset();
-    if (s.watch) s.watch->new_step();
-    if (s.decisions) s.decisions->new_step();
-    ++s.step;
-    // Under the lock: add() compares a call's epoch with it.
-    numbering_.set_epoch(++g_epochs);
+    ++s.at.step;
+    // Under the step's lock, the guard first: add() and the guard compare a call's epoch with
+    // theirs, and a call numbered by the new step must find the guard in it.
+    const uint64_t epoch = ++g_epochs;
+    guard_.new_step(s.at.step, epoch);
+    numbering_.new_step(epoch);
   });
 }
 
 std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* live) {
   static const LiveTensors kNone;
   const LiveTensors& tensors = live ? *live : kNone;
-  CallDecision d;
+  CallVerdict v;
+  if (config_.watching()) {
+    v = guard_.judge_call(call, tensors);
+    if (v.dropped) return std::nullopt;
+  }
   KeptTensors keep;
-  // What the work after the lock needs of the call, taken only where there is such work.
-  std::string name;
-  StackPtr stack;
-  int rank = -1;
-  bool dropped = false;
-  std::optional<HeadroomRecord> crossed;  // a 16-bit call site that just reached the headroom
-  std::optional<std::string> parent;
-  state_.with_lock([&](StepState& s) {
-    if (call.epoch != 0 && call.epoch != numbering_.epoch()) {
-      dropped = true;
-      return;
-    }
-    if (s.headroom) {
-      crossed = observe_headroom(*s.headroom, call, s.step);
-      if (crossed) {
-        name = call.record.name;
-        stack = call.stack;
-        parent = call.parent;
-        rank = s.rank;
-      }
-    }
-    if (s.watch) {
-      const Verdict v = s.watch->judge(call.record, tensors, call.peer_rank);
-      d = s.decisions->on_call(v, is_backward_name(call.record.name),
-                               [&] { return guard_.facts_of(s, call, v); });
-      if (d.keep_tensors)
-        keep.names = FlaggedEvidence(capture_.file_names()).claim(call.record, tensors);
-      if (d.wants_source || !keep.names.empty()) name = call.record.name;
-      if (d.wants_source) stack = call.stack;
-      rank = s.rank;
-    }
+  if (v.keep_tensors)
+    keep.names = FlaggedEvidence(capture_.file_names()).claim(call.record, tensors);
+  const std::string name = keep.names.empty() ? std::string() : call.record.name;
+  const bool stored = state_.with_lock([&](StepCalls& s) {
+    if (call.epoch != 0 && call.epoch != numbering_.epoch()) return false;
     keep.index = s.calls.size();
     keep.epoch = numbering_.epoch();
     s.calls.push_back(std::move(call));
     s.dirty = true;
+    return true;
   });
-  if (dropped) return std::nullopt;
-  if (crossed) guard_.say_headroom(*crossed, headroom_site(name, stack), parent, stack, rank);
+  if (!stored) return std::nullopt;
   if (!keep.names.empty()) keep_tensors(keep, name, tensors);
-  // The source line needs the GIL, which must never be waited for while holding the step's lock:
-  // a thread holding the GIL may be waiting for it (backward recorders run without the GIL).
-  if (d.wants_source) guard_.tell_source(stack, name, d.event ? &*d.event : nullptr);
-  if (d.tell_absorbed) {
-    const std::string line =
-        state_.with_lock([](const StepState& s) { return s.decisions->absorbed_line(); });
-    const std::string who = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
-    if (!line.empty()) say(LogLevel::Info, who + line);
-  }
-  return std::move(d.event);
+  return std::move(v.event);
 }
 
 void Session::keep_tensors(const KeptTensors& keep, const std::string& call,
                            const LiveTensors& live) {
   std::vector<std::pair<at::Tensor, std::string>> copies =
       FlaggedEvidence::copies(keep.names, live);
-  state_.with_lock([&](StepState& s) {
+  state_.with_lock([&](StepCalls& s) {
     // The step may have been written and ended meanwhile (another thread's step()): then its
     // files are out, and the copies are dropped.
     if (numbering_.epoch() != keep.epoch || keep.index >= s.calls.size()) return;

@@ -108,8 +108,8 @@ class Session {
   std::string write_step(bool at_stop = false, bool hand_over = false);
   void take_back_calls(FinishedStep& done);
   // The step's calls, taken out of the state with what its files need (the state's lock held).
-  FinishedStep take_step_calls(StepState& s) const;
-  const std::string& staging_of(StepState& s) const;
+  FinishedStep take_step_calls(StepCalls& s, GuardStepEnd&& guarded) const;
+  const std::string& staging_of(StepCalls& s) const;
   // Task overflow_check: a flagged call's evidence (flagged_evidence.h), attached after the lock
   // to the stored call, the `index`-th of the step whose epoch is `epoch`.
   struct KeptTensors {
@@ -122,13 +122,13 @@ class Session {
   const Config config_;
   const SessionPaths paths_;
   CollectionGate gate_;
-  Guarded<StepState> state_;
-  CallNumbering numbering_;  // after state_: its counters are the step's
-  CodeRegistry codes_;       // GIL
+  Guarded<StepCalls> state_;
+  CallNumbering numbering_;
+  CodeRegistry codes_;  // GIL
   Selection selection_;
   TensorCapture capture_;
   DeferredCalls deferred_;  // after capture_: it reads capture_'s pending statistics
-  OverflowGuard guard_;     // after state_ and codes_, which it reaches
+  OverflowGuard guard_;     // after codes_, which it reaches
   StepWriter writer_;
   SaidOnce said_;
   BackwardScope backward_scope_;

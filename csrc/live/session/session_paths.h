@@ -11,8 +11,8 @@ struct SessionPaths {
   std::string package_dir, library_dir;  // frames under these are ours, not the user's
   std::string dump_root;                 // dump_path, absolute, without a trailing '/'
 
-  // <dump_root>/step<S>/rank<R> of the step `s` is in.
-  std::string dir_of(const StepState& s) const { return dump_root + "/" + s.folder(); }
+  // <dump_root>/step<S>/rank<R>
+  std::string dir_of(const StepPlace& at) const { return dump_root + "/" + at.folder(); }
 };
 
 }  // namespace msprobe

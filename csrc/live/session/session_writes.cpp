@@ -14,7 +14,7 @@ namespace msprobe {
 
 void Session::clean_earlier_run(int rank) {
   // What a run killed mid-write left in this rank's folders (other ranks may be writing theirs).
-  const std::string rank_dir = rank < 0 ? "rank" : "rank" + std::to_string(rank);
+  const std::string rank_dir = rank_folder(rank);
   std::error_code ec;
   size_t earlier_steps = 0;
   for (const auto& step : std::filesystem::directory_iterator(paths_.dump_root, ec)) {
@@ -42,8 +42,8 @@ void Session::clean_earlier_run(int rank) {
   }
 }
 
-const std::string& Session::staging_of(StepState& s) const {
-  std::string folder = s.folder();
+const std::string& Session::staging_of(StepCalls& s) const {
+  std::string folder = s.at.folder();
   if (s.staging.empty() || s.staging_for != folder) {
     s.staging = staging_folder(paths_.dump_root, folder);
     s.staging_for = std::move(folder);
@@ -51,12 +51,12 @@ const std::string& Session::staging_of(StepState& s) const {
   return s.staging;
 }
 
-FinishedStep Session::take_step_calls(StepState& s) const {
+FinishedStep Session::take_step_calls(StepCalls& s, GuardStepEnd&& guarded) const {
   FinishedStep f;
-  f.step = s.step;
-  f.rank = s.rank;
-  f.dir = paths_.dir_of(s);
-  f.folder = s.folder();
+  f.step = s.at.step;
+  f.rank = s.at.rank;
+  f.dir = paths_.dir_of(s.at);
+  f.folder = s.at.folder();
   // A later write of the step is built anew: this one's folder is renamed into place.
   f.staging = staging_of(s);
   s.staging.clear();
@@ -67,47 +67,34 @@ FinishedStep Session::take_step_calls(StepState& s) const {
   // that grows by doubling, moving every record made so far each time.
   s.calls.reserve(f.calls.size());
   // At L1 the overflow guard keeps a module stack of the started model: it names the parents.
-  f.construct = config_.level != Level::L1 || (s.watch && !s.models.empty());
-  if (s.watch) {
-    f.report = Report{Findings(s.watch->findings()), s.decisions->first_anomaly(), s.peer_stop,
-                      std::nullopt};
-    f.judgements = s.watch->judgements();
-  }
+  f.construct = config_.level != Level::L1 || guarded.models_started;
+  f.report = std::move(guarded.report);
+  f.judgements = std::move(guarded.judgements);
   return f;
 }
 
 std::string Session::write_step(bool at_stop, bool hand_over) {
   if (config_.async_dump) {
     // A write of this step still in progress gives its calls back before new ones join them.
-    const int64_t now = state_.with_lock([](StepState& s) { return s.dirty ? s.step : -1; });
+    const bool flagged = guard_.flagged_unstored();
+    const int64_t now =
+        state_.with_lock([&](StepCalls& s) { return s.dirty || flagged ? s.at.step : -1; });
     pybind11::gil_scoped_release no_gil;
     if (now >= 0) writer_.drain_step(now);
   }
   // Under the lock: whether the step is due, and its calls taken out with what the files need.
-  std::string say;
-  std::vector<std::string> held_lines;
-  std::optional<FinishedStep> done = state_.with_lock([&](StepState& s) {
+  // The guard's lock is taken inside the step's (the one order of the two).
+  std::vector<std::string> said;
+  std::optional<FinishedStep> done = state_.with_lock([&](StepCalls& s) {
     std::optional<FinishedStep> f;
-    // A scaled step is written at step(), once the loss scaler has said whether it skipped it.
-    if (!s.dirty || (at_stop && s.decisions && s.decisions->loss_scaled())) return f;
-    s.dirty = false;
-    if (s.watch) {
-      // Held NaN/inf that did no damage by now: told once per call site, as absorbed or as still
-      // held.
-      for (const std::string& line : s.decisions->finish_held(s.watch->finish_held())) {
-        held_lines.push_back((s.rank >= 0 ? "[rank " + std::to_string(s.rank) + "] " : "") + line);
-      }
-      // Task overflow_check writes only the steps it flagged; a clean step leaves nothing.
-      DumpDecision d =
-          s.decisions->dump_step(s.watch->step_flagged(), s.peer_stop.has_value(), s.step);
-      say = std::move(d.say);
-      if (!d.dump) return f;
-    }
-    f.emplace(take_step_calls(s));
+    GuardStepEnd guarded = guard_.end_step(s.dirty, at_stop, s.peer_stop);
+    said = std::move(guarded.said);
+    if (guarded.closed) s.dirty = false;
+    if (!guarded.write) return f;
+    f.emplace(take_step_calls(s, std::move(guarded)));
     return f;
   });
-  for (std::string& line : held_lines) msprobe::say(LogLevel::Info, std::move(line));
-  if (!say.empty()) msprobe::say(LogLevel::Info, std::move(say));
+  for (std::string& line : said) msprobe::say(LogLevel::Info, std::move(line));
   if (!done) return "";
   // With the GIL: the stack lines (formatted once per distinct stack).
   done->stacks.reserve(done->calls.size());
@@ -135,8 +122,8 @@ std::string Session::write_step(bool at_stop, bool hand_over) {
 
 // A later stop() in the same step writes the calls again, with those made since.
 void Session::take_back_calls(FinishedStep& done) {
-  state_.with_lock([&](StepState& s) {
-    if (s.step != done.step) return;
+  state_.with_lock([&](StepCalls& s) {
+    if (s.at.step != done.step) return;
     s.published = s.published || done.published;
     for (StoredCall& c : s.calls) done.calls.push_back(std::move(c));
     s.calls = std::move(done.calls);
@@ -147,10 +134,10 @@ void Session::take_back_calls(FinishedStep& done) {
 // names the peer, and the step ends.
 std::string Session::stop_for_peer(const PeerOverflow& peer) {
   if (!config_.watching()) return "";
-  const std::string dir = state_.with_lock([&](StepState& s) {
+  const std::string dir = state_.with_lock([&](StepCalls& s) {
     s.peer_stop = peer;
     s.dirty = true;  // written even when this rank collected nothing yet
-    return paths_.dir_of(s);
+    return paths_.dir_of(s.at);
   });
   end_step_for_raise();
   std::error_code ec;

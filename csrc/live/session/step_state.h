@@ -1,7 +1,7 @@
-// Everything a session knows about its current step: the records, the call counters, the overflow
-// guard's judgements and decisions, and the peer stop being written. The session holds it in a
-// Guarded: it is reached only under that one lock, from the Python thread and from the autograd
-// engine's threads alike.
+// The session's side of its current step: the records, where the step's files are built, and the
+// peer stop being written. The session holds it in a Guarded: it is reached only under that one
+// lock, from the Python thread and from the autograd engine's threads alike. The call counters are
+// CallNumbering's, the judgements the OverflowGuard's (docs/architecture.md, "Who owns what").
 #pragma once
 
 #include <ATen/ATen.h>
@@ -10,19 +10,14 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "core/headroom.h"
-#include "core/overflow_decisions.h"
 #include "core/record.h"
 #include "core/report.h"
 #include "live/capture/call_stack.h"
 #include "live/capture/live_tensors.h"
 #include "live/overflow/call_arguments.h"
-#include "live/overflow/model_tensors.h"
-#include "live/overflow/overflow_watch.h"
 
 namespace msprobe {
 
@@ -46,10 +41,16 @@ struct DeferredCall {
   std::shared_ptr<HeldArguments> held;  // an API call's arguments, for a replay (GIL to release)
 };
 
-struct StepState {
+// Which step of which rank: step<S>/rank<R> below the dump root.
+struct StepPlace {
   int64_t step = 0;
   int rank = -1;  // -1: torch.distributed not initialized
-  std::unordered_map<std::string, int64_t> counters;
+
+  std::string folder() const { return step_folder(step, rank); }
+};
+
+struct StepCalls {
+  StepPlace at;
   std::vector<StoredCall> calls;
   bool dirty = false;           // collected since the last write
   bool collected = false;       // collecting was on at some start() of the step
@@ -60,18 +61,6 @@ struct StepState {
   std::string staging, staging_for;
   bool published = false;  // a write of the step is in place: a later one carries its tensors
   std::optional<PeerOverflow> peer_stop;  // the step is being ended by a peer stop
-  // Task overflow_check: the started models' tensors (across steps), the calls' judge and what
-  // the judgements lead to (both null otherwise).
-  ModelTensors models;
-  std::unique_ptr<OverflowWatch> watch;
-  std::unique_ptr<OverflowDecisions> decisions;
-  std::unique_ptr<Headroom> headroom;  // overflow_check with headroom > 0; kept across steps
-
-  // "step<S>/rank<R>" below the dump root.
-  std::string folder() const {
-    return "step" + std::to_string(step) + "/" +
-           (rank < 0 ? std::string("rank") : "rank" + std::to_string(rank));
-  }
 };
 
 }  // namespace msprobe

@@ -146,7 +146,7 @@ void StepWriter::write_files(FinishedStep& step) {
     for (const StoredCall& c : step.calls) {
       const std::string& name = c.record.name;
       std::optional<std::string> parent = c.parent;
-      if (!kBackwardScopes && !parent && name.rfind("Module.", 0) == 0 && is_backward_name(name)) {
+      if (!kBackwardScopes && !parent && is_module_name(name) && is_backward_name(name)) {
         auto it = forward_parents.find(forward_name_of(name));
         if (it != forward_parents.end() && it->second) parent = backward_name_of(*it->second);
       }
