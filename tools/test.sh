@@ -15,10 +15,11 @@ case "${1:-}" in
     ;;
 esac
 install_packages
-echo "== include graph, class and function sizes"
+echo "== include graph, class and function sizes, crossings and ownership"
 "$PYTHON" "$ROOT/tools/include_graph.py" --quiet
 "$PYTHON" "$ROOT/tools/class_sizes.py" --quiet
 "$PYTHON" "$ROOT/tools/function_sizes.py" --quiet
+"$PYTHON" "$ROOT/tools/architecture_checks.py" --quiet
 # A new compiler warning fails the suite (MSPROBE_WERROR=OFF lets it through, for a local run).
 MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" build
 echo "== ctest"

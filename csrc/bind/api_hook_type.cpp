@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "live/crossing/python_crossing.h"
 #include "live/hooks/api_hook.h"
 
 namespace py = pybind11;
@@ -69,7 +70,7 @@ PyObject* hook_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     reinterpret_cast<ApiHookObject*>(self)->hook =
         new ApiHook(api, py::reinterpret_borrow<py::object>(original));
   } catch (...) {
-    Py_DECREF(self);
+    PythonCrossing::let_go(self);
     return raise_current_exception();
   }
   return self;
@@ -80,7 +81,8 @@ void hook_dealloc(PyObject* self) {
   delete reinterpret_cast<ApiHookObject*>(self)->hook;
   delete reinterpret_cast<ApiHookObject*>(self)->function;
   type->tp_free(self);
-  Py_DECREF(type);  // a heap type's instances hold a reference to it
+  PythonCrossing::let_go(
+      reinterpret_cast<PyObject*>(type));  // a heap type's instances hold a reference to it
 }
 
 PyObject* hook_original(PyObject* self, void*) {

@@ -18,6 +18,7 @@
 #include "core/output_files.h"
 #include "core/record.h"
 #include "core/rules.h"
+#include "live/crossing/python_crossing.h"
 #include "live/log/tool_log.h"
 #include "live/stats/device_stats.h"
 #include "live/stats/tensor_stats.h"
@@ -61,7 +62,7 @@ py::object call_name_parts(const std::string& name) {
 // Lines said by threads Python never saw, as the autograd engine's device threads and the dump
 // writer's (queued_only) say them: "<thread>:<line>" each.
 void say_on_threads(int threads, int lines, bool queued_only) {
-  py::gil_scoped_release no_gil;
+  PythonCrossing::NoGil no_gil;
   std::vector<std::thread> started;
   for (int t = 0; t < threads; ++t) {
     started.emplace_back([=] {
@@ -94,7 +95,7 @@ void bind_tools(py::module_& m) {
   m.def(
       "_cli",
       [](const std::vector<std::string>& args) {
-        py::gil_scoped_release release;
+        PythonCrossing::NoGil release;
         const int status = cli_main(args, std::cout, std::cerr, isatty(STDOUT_FILENO) == 1);
         std::cout.flush();
         return status;
@@ -108,7 +109,7 @@ void bind_tools(py::module_& m) {
         std::ostringstream out, err;
         int status = 0;
         {
-          py::gil_scoped_release release;
+          PythonCrossing::NoGil release;
           status = run_check(options, out, err);
         }
         return py::make_tuple(status, out.str(), err.str());

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <fstream>
 
+#include "live/crossing/python_crossing.h"
+
 namespace msprobe {
 
 namespace {
@@ -51,14 +53,13 @@ std::string notebook_cell(const std::string& file) {
 }
 
 std::string attr_string(PyObject* obj, const char* name) {
-  PyObject* v = PyObject_GetAttrString(obj, name);
+  const py::object v = PythonCrossing::owned(PyObject_GetAttrString(obj, name));
   std::string out;
-  if (v && PyUnicode_Check(v)) {
-    const char* s = PyUnicode_AsUTF8(v);
+  if (v && PyUnicode_Check(v.ptr())) {
+    const char* s = PyUnicode_AsUTF8(v.ptr());
     if (s) out = s;
   }
-  Py_XDECREF(v);
-  PyErr_Clear();
+  PythonCrossing::drop_error();
   return out;
 }
 
@@ -73,36 +74,32 @@ std::string strip(const std::string& s) {
 
 CodeRegistry::~CodeRegistry() {
   if (!Py_IsInitialized()) return;
-  PyGILState_STATE g = PyGILState_Ensure();
-  for (PyObject* c : codes_) Py_DECREF(c);
-  PyGILState_Release(g);
+  PythonCrossing::Gil gil;
+  for (PyObject* c : codes_) PythonCrossing::let_go(c);
 }
 
 StackPtr CodeRegistry::capture() {
+  PythonCrossing::assert_gil();
   // The frames go to a reused buffer first: a training loop calls from the same few places every
   // step, so most stacks are found among those seen before and nothing is allocated.
   thread_local CallStack frames;
   frames.clear();
   size_t hash = 0;
-  PyFrameObject* f = PyEval_GetFrame();
-  Py_XINCREF(f);
-  while (f && frames.size() < kMaxFrames) {
-    PyCodeObject* code = PyFrame_GetCode(f);
-    PyObject* c = reinterpret_cast<PyObject*>(code);
+  py::object frame = PythonCrossing::shared(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
+  while (frame && frames.size() < kMaxFrames) {
+    auto* f = reinterpret_cast<PyFrameObject*>(frame.ptr());
+    // Registered below when the stack is new: until then the frame keeps its code alive.
+    const py::object code = PythonCrossing::owned(reinterpret_cast<PyObject*>(PyFrame_GetCode(f)));
 #if PY_VERSION_HEX >= 0x030B0000
     // The line table is decoded only when the step is written.
     const int offset = PyFrame_GetLasti(f);
 #else
     const int offset = PyFrame_GetLineNumber(f);
 #endif
-    frames.push_back({c, offset});
-    hash = hash * 1000003u ^ (reinterpret_cast<size_t>(c) + static_cast<size_t>(offset));
-    Py_DECREF(code);  // registered below when the stack is new
-    PyFrameObject* back = PyFrame_GetBack(f);
-    Py_DECREF(f);
-    f = back;
+    frames.push_back({code.ptr(), offset});
+    hash = hash * 1000003u ^ (reinterpret_cast<size_t>(code.ptr()) + static_cast<size_t>(offset));
+    frame = PythonCrossing::owned(reinterpret_cast<PyObject*>(PyFrame_GetBack(f)));
   }
-  Py_XDECREF(f);
   auto [first, last] = interned_.equal_range(hash);
   for (auto it = first; it != last; ++it) {
     const CallStack& known = *it->second;
@@ -114,7 +111,7 @@ StackPtr CodeRegistry::capture() {
     }
   }
   for (const Frame& frame : frames) {
-    if (codes_.insert(frame.code).second) Py_INCREF(frame.code);
+    if (codes_.insert(frame.code).second) PythonCrossing::keep(frame.code);
   }
   auto stack = std::make_shared<const CallStack>(frames);
   if (interned_.size() < kMaxInterned) {
@@ -168,6 +165,7 @@ std::vector<std::string> CodeRegistry::format(const CallStack& stack,
 }
 
 StackLines CodeRegistry::format_once(const StackPtr& stack, const std::string& skip_prefix) {
+  PythonCrossing::assert_gil();
   if (auto it = formatted_.find(stack.get()); it != formatted_.end()) return it->second;
   auto lines = std::make_shared<const std::vector<std::string>>(format(*stack, skip_prefix));
   // Interned stacks live as long as the registry, so their address names them for good.
@@ -177,6 +175,7 @@ StackLines CodeRegistry::format_once(const StackPtr& stack, const std::string& s
 
 std::optional<std::string> CodeRegistry::first_frame_outside(const CallStack& stack,
                                                              const std::vector<std::string>& skip) {
+  PythonCrossing::assert_gil();
   for (const Frame& f : stack) {
     const CodeInfo& ci = info(f.code);
     bool skipped = false;

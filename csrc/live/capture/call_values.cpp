@@ -11,6 +11,7 @@
 
 #include "live/capture/held_data.h"
 #include "live/capture/is_tensor.h"
+#include "live/crossing/python_crossing.h"
 
 namespace py = pybind11;
 
@@ -31,10 +32,11 @@ Scalar py_scalar(PyObject* v);
 
 Entry process_group_entry(PyObject* group) {
   Entry e = Entry::scalar("torch.ProcessGroup", Scalar());
-  PyObject* facts = PyObject_CallFunctionObjArgs(g_process_group.facts, group, nullptr);
-  if (facts && PyTuple_Check(facts) && PyTuple_GET_SIZE(facts) == 2) {
-    PyObject* ranks = PyTuple_GET_ITEM(facts, 0);
-    PyObject* id = PyTuple_GET_ITEM(facts, 1);
+  const py::object facts =
+      PythonCrossing::owned(PyObject_CallFunctionObjArgs(g_process_group.facts, group, nullptr));
+  if (facts && PyTuple_Check(facts.ptr()) && PyTuple_GET_SIZE(facts.ptr()) == 2) {
+    PyObject* ranks = PyTuple_GET_ITEM(facts.ptr(), 0);
+    PyObject* id = PyTuple_GET_ITEM(facts.ptr(), 1);
     if (PyList_Check(ranks) && PyUnicode_Check(id)) {
       std::vector<Scalar> items;
       for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ranks); ++i) {
@@ -45,8 +47,8 @@ Entry process_group_entry(PyObject* group) {
       if (utf8) e.group_id = utf8;
     }
   }
-  Py_XDECREF(facts);
-  PyErr_Clear();  // a group whose ranks cannot be had is recorded by its type alone, as msprobe's
+  PythonCrossing::drop_error();  // a group whose ranks cannot be had is recorded by its type alone,
+                                 // as msprobe's
   return e;
 }
 
@@ -61,7 +63,7 @@ Scalar py_scalar(PyObject* v) {
     if (d == -1.0 && PyErr_Occurred()) {
       // Beyond a double's range: recorded as the infinity of its sign, and no Python error left
       // set for whatever C-API call comes next.
-      PyErr_Clear();
+      PythonCrossing::drop_error();
       return Scalar::of_float(overflow > 0 ? std::numeric_limits<double>::infinity()
                                            : -std::numeric_limits<double>::infinity());
     }
@@ -72,16 +74,15 @@ Scalar py_scalar(PyObject* v) {
 }
 
 std::string py_str(PyObject* obj) {
-  PyObject* s = PyObject_Str(obj);
+  const py::object s = PythonCrossing::owned(PyObject_Str(obj));
   if (!s) {
-    PyErr_Clear();
+    PythonCrossing::drop_error();
     return "";
   }
   Py_ssize_t n = 0;
-  const char* utf8 = PyUnicode_AsUTF8AndSize(s, &n);
+  const char* utf8 = PyUnicode_AsUTF8AndSize(s.ptr(), &n);
   std::string out = utf8 ? std::string(utf8, static_cast<size_t>(n)) : std::string();
-  if (!utf8) PyErr_Clear();
-  Py_DECREF(s);
+  if (!utf8) PythonCrossing::drop_error();
   return out;
 }
 
@@ -95,7 +96,7 @@ Entry value_entry_of(PyObject* obj) {
     Py_ssize_t n = 0;
     const char* utf8 = PyUnicode_AsUTF8AndSize(obj, &n);
     if (!utf8) {
-      PyErr_Clear();
+      PythonCrossing::drop_error();
       return Entry::scalar("str", Scalar::null());
     }
     return Entry::scalar("str", Scalar::of_string(std::string(utf8, static_cast<size_t>(n))));
@@ -125,7 +126,7 @@ Entry value_entry_of(PyObject* obj) {
   if (g_process_group.type && PyObject_IsInstance(obj, g_process_group.type) == 1) {
     return process_group_entry(obj);
   }
-  PyErr_Clear();
+  PythonCrossing::drop_error();
   return Entry::null_entry();
 }
 
@@ -134,9 +135,10 @@ bool is_sequence(PyObject* o) {
 }
 
 // A type's attribute, looked up on the type alone (no instance __getattr__ runs), or null.
-PyObject* type_attr(PyObject* o, const char* name) {
-  PyObject* v = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(o)), name);
-  if (!v) PyErr_Clear();
+py::object type_attr(PyObject* o, const char* name) {
+  py::object v =
+      PythonCrossing::owned(PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(o)), name));
+  if (!v) PythonCrossing::drop_error();
   return v;
 }
 
@@ -146,10 +148,7 @@ PyObject* type_attr(PyObject* o, const char* name) {
 // common argument types cost one type test.
 struct Fields {
   std::vector<std::string> keys;
-  std::vector<PyObject*> values;  // new references
-  ~Fields() {
-    for (PyObject* v : values) Py_XDECREF(v);
-  }
+  std::vector<py::object> values;
 };
 bool mapping_fields(PyObject* o, Fields& out) {
   PyTypeObject* t = Py_TYPE(o);
@@ -157,59 +156,50 @@ bool mapping_fields(PyObject* o, Fields& out) {
       t == &PyBool_Type || t == &PyUnicode_Type || o == Py_None || THPSize_Check(o)) {
     return false;
   }
-  auto add = [&out](PyObject* key, PyObject* value) {  // value: a new reference
+  auto add = [&out](PyObject* key, py::object value) {
     const char* utf8 = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
     out.keys.push_back(utf8 ? std::string(utf8) : py_str(key));
-    PyErr_Clear();
-    out.values.push_back(value);
+    PythonCrossing::drop_error();
+    out.values.push_back(std::move(value));
   };
   if (PyTuple_Check(o)) {  // a tuple subclass: a namedtuple has _fields
-    PyObject* fields = type_attr(o, "_fields");
-    const bool named =
-        fields && PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == PyTuple_GET_SIZE(o);
+    const py::object fields = type_attr(o, "_fields");
+    const bool named = fields && PyTuple_Check(fields.ptr()) &&
+                       PyTuple_GET_SIZE(fields.ptr()) == PyTuple_GET_SIZE(o);
     if (named) {
       for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i) {
-        PyObject* v = PyTuple_GET_ITEM(o, i);
-        Py_INCREF(v);
-        add(PyTuple_GET_ITEM(fields, i), v);
+        add(PyTuple_GET_ITEM(fields.ptr(), i), PythonCrossing::shared(PyTuple_GET_ITEM(o, i)));
       }
     }
-    Py_XDECREF(fields);
     return named;
   }
-  if (PyObject* fields = type_attr(o, "__dataclass_fields__")) {
-    const bool ok = PyDict_Check(fields) != 0;
-    if (ok) {
+  if (const py::object fields = type_attr(o, "__dataclass_fields__")) {
+    if (PyDict_Check(fields.ptr())) {
       PyObject *key, *field;
       Py_ssize_t pos = 0;
-      while (PyDict_Next(fields, &pos, &key, &field)) {
-        PyObject* v = PyObject_GetAttr(o, key);
+      while (PyDict_Next(fields.ptr(), &pos, &key, &field)) {
+        py::object v = PythonCrossing::owned(PyObject_GetAttr(o, key));
         if (!v) {
-          PyErr_Clear();
-          Py_INCREF(Py_None);
-          v = Py_None;
+          PythonCrossing::drop_error();
+          v = py::none();
         }
-        add(key, v);
+        add(key, std::move(v));
       }
+      return true;
     }
-    Py_DECREF(fields);
-    if (ok) return true;
   }
   if (!PyDict_Check(o)) return false;
   // Items through the mapping protocol: an OrderedDict subclass keeps its own order there.
-  PyObject* items = PyMapping_Items(o);
+  const py::object items = PythonCrossing::owned(PyMapping_Items(o));
   if (!items) {
-    PyErr_Clear();
+    PythonCrossing::drop_error();
     return false;
   }
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); ++i) {
-    PyObject* kv = PyList_GET_ITEM(items, i);
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items.ptr()); ++i) {
+    PyObject* kv = PyList_GET_ITEM(items.ptr(), i);
     if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2) continue;
-    PyObject* v = PyTuple_GET_ITEM(kv, 1);
-    Py_INCREF(v);
-    add(PyTuple_GET_ITEM(kv, 0), v);
+    add(PyTuple_GET_ITEM(kv, 0), PythonCrossing::shared(PyTuple_GET_ITEM(kv, 1)));
   }
-  Py_DECREF(items);
   return true;
 }
 
@@ -232,7 +222,7 @@ Entry walk(PyObject* obj, const EntryOptions* options, const std::string& stem, 
     std::vector<Entry> items;
     if (options) items.reserve(fields.values.size());
     for (size_t i = 0; i < fields.values.size(); ++i) {
-      Entry item = walk(fields.values[i], options,
+      Entry item = walk(fields.values[i].ptr(), options,
                         options ? options->key_stem(stem, fields.keys[i]) : stem, depth + 1, live);
       if (options) items.push_back(std::move(item));
     }
@@ -258,19 +248,18 @@ Entry walk(PyObject* obj, const EntryOptions* options, const std::string& stem, 
 
 Entry value_entry(PyObject* obj, const EntryOptions& options, const std::string& stem,
                   LiveArg* live) {
+  PythonCrossing::assert_gil();
   return walk(obj, &options, stem, 0, live);
 }
 
 Entry kwarg_entry(PyObject* obj, const std::string& key, const EntryOptions& options,
                   const std::string& stem, LiveArg* live) {
   if (key == "device" && THPDevice_Check(obj)) {
-    PyObject* type = PyObject_GetAttrString(obj, "type");
-    PyObject* index = PyObject_GetAttrString(obj, "index");
+    const py::object type = PythonCrossing::owned(PyObject_GetAttrString(obj, "type"));
+    const py::object index = PythonCrossing::owned(PyObject_GetAttrString(obj, "index"));
     std::string text =
-        (type ? py_str(type) : std::string()) + ":" + (index ? py_str(index) : "None");
-    Py_XDECREF(type);
-    Py_XDECREF(index);
-    PyErr_Clear();
+        (type ? py_str(type.ptr()) : std::string()) + ":" + (index ? py_str(index.ptr()) : "None");
+    PythonCrossing::drop_error();
     return Entry::scalar("torch.device", Scalar::of_string(std::move(text)));
   }
   if (key == "device" && PyUnicode_Check(obj)) {
@@ -281,6 +270,7 @@ Entry kwarg_entry(PyObject* obj, const std::string& key, const EntryOptions& opt
 
 std::vector<Entry> item_entries(PyObject* seq, const EntryOptions& options, const std::string& stem,
                                 std::vector<LiveArg>* live) {
+  PythonCrossing::assert_gil();
   if (!is_sequence(seq)) {
     if (live) live->emplace_back();
     return {walk(seq, &options, options.item_stem(stem, 0), 0, live ? &live->back() : nullptr)};
@@ -299,6 +289,7 @@ std::vector<Entry> item_entries(PyObject* seq, const EntryOptions& options, cons
 }
 
 std::vector<LiveArg> live_args_of(PyObject* seq) {
+  PythonCrossing::assert_gil();
   std::vector<LiveArg> out;
   if (!is_sequence(seq)) {
     walk(seq, nullptr, "", 0, &out.emplace_back());
@@ -312,9 +303,7 @@ std::vector<LiveArg> live_args_of(PyObject* seq) {
 }
 
 void set_process_group_facts(PyObject* type, PyObject* facts) {
-  Py_XINCREF(type);
-  Py_XINCREF(facts);
-  g_process_group = ProcessGroupSide{type, facts};
+  g_process_group = ProcessGroupSide{PythonCrossing::keep(type), PythonCrossing::keep(facts)};
 }
 
 }  // namespace msprobe

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "live/capture/is_tensor.h"
+#include "live/crossing/python_crossing.h"
 
 namespace py = pybind11;
 
@@ -20,23 +21,23 @@ bool is_subclass(const at::Tensor& t) {
 py::object flattened_inner(PyObject* obj) {
   PyObject* flat = PyObject_CallMethod(obj, "__tensor_flatten__", nullptr);
   if (!flat) {
-    PyErr_Clear();
+    PythonCrossing::drop_error();
     return py::object();
   }
   py::object owned = py::reinterpret_steal<py::object>(flat);
   if (!PyTuple_Check(flat) || PyTuple_GET_SIZE(flat) < 1) return py::object();
   PyObject* names = PyTuple_GET_ITEM(flat, 0);
   if (!PySequence_Check(names) || PySequence_Size(names) != 1) {
-    PyErr_Clear();
+    PythonCrossing::drop_error();
     return py::object();
   }
   py::object name = py::reinterpret_steal<py::object>(PySequence_GetItem(names, 0));
   if (!name || !PyUnicode_Check(name.ptr())) {
-    PyErr_Clear();
+    PythonCrossing::drop_error();
     return py::object();
   }
   PyObject* inner = PyObject_GetAttr(obj, name.ptr());
-  if (!inner) PyErr_Clear();
+  if (!inner) PythonCrossing::drop_error();
   return py::reinterpret_steal<py::object>(inner);
 }
 
@@ -52,7 +53,7 @@ py::object held_tensor_object(PyObject* obj) {
     if (!inner) {
       // A DTensor of a torch without __tensor_flatten__ still names its shard.
       PyObject* shard = PyObject_GetAttrString(at, "_local_tensor");
-      if (!shard) PyErr_Clear();
+      if (!shard) PythonCrossing::drop_error();
       inner = py::reinterpret_steal<py::object>(shard);
     }
     if (!inner || !is_tensor(inner.ptr()) || inner.ptr() == at) return py::object();
@@ -65,10 +66,10 @@ py::object held_tensor_object(PyObject* obj) {
 at::Tensor held_tensor(const at::Tensor& t) {
   if (!t.defined() || !is_subclass(t)) return at::Tensor();
   if (!Py_IsInitialized()) return at::Tensor();
-  py::gil_scoped_acquire gil;
+  PythonCrossing::Gil gil;
   PyObject* obj = THPVariable_Wrap(t);
   if (!obj) {
-    PyErr_Clear();
+    PythonCrossing::drop_error();
     return at::Tensor();
   }
   py::object owned = py::reinterpret_steal<py::object>(obj);

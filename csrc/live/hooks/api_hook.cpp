@@ -10,6 +10,7 @@
 #include "live/capture/is_tensor.h"
 #include "live/capture/live_tensors.h"
 #include "live/capture/unwritten_memory.h"
+#include "live/crossing/python_crossing.h"
 #include "live/hooks/backward_recorder.h"
 #include "live/hooks/compiled_region.h"
 #include "live/hooks/hook_scope.h"
@@ -183,7 +184,8 @@ void ApiHook::describe_inputs(StoredCall& call, LiveTensors* live, PyObject* arg
     Py_ssize_t size = 0;
     const char* utf8 =
         PyUnicode_Check(key_object) ? PyUnicode_AsUTF8AndSize(key_object, &size) : nullptr;
-    if (!utf8) PyErr_Clear();  // not UTF-8 encodable: str() decides, as for any other key
+    if (!utf8)
+      PythonCrossing::drop_error();  // not UTF-8 encodable: str() decides, as for any other key
     std::string key = utf8 ? std::string(utf8, static_cast<size_t>(size))
                            : static_cast<std::string>(py::str(key_object));
     Entry entry = kwarg_entry(value, key, options, options.kwarg_stem(name, key),

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "live/crossing/python_crossing.h"
+
 namespace msprobe {
 
 WrittenArgument written_argument(const std::string& api) {
@@ -49,7 +51,7 @@ std::string rank_text(PyObject* rank) {
   if (!rank || !PyLong_Check(rank)) return "";
   const long r = PyLong_AsLong(rank);
   if (r == -1 && PyErr_Occurred()) {
-    PyErr_Clear();
+    PythonCrossing::drop_error();
     return "";
   }
   return std::to_string(r);

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <string_view>
 
+#include "live/crossing/python_crossing.h"
+
 namespace msprobe {
 
 namespace {
@@ -42,12 +44,10 @@ void watch_compiled_runtime(std::vector<std::string> prefixes, std::vector<std::
 }
 
 void watch_compiling_flag(PyObject* globals, PyObject* name) {
-  Py_INCREF(globals);
-  Py_INCREF(name);
-  Py_XDECREF(compiler_globals);
-  Py_XDECREF(compiling_flag);
-  compiler_globals = globals;
-  compiling_flag = name;
+  PyObject* const before[] = {compiler_globals, compiling_flag};
+  compiler_globals = PythonCrossing::keep(globals);
+  compiling_flag = PythonCrossing::keep(name);
+  for (PyObject* p : before) PythonCrossing::let_go(p);
 }
 
 bool called_by_compiled_region() {
@@ -57,12 +57,13 @@ bool called_by_compiled_region() {
   // A C callable pushes no frame of its own: the current frame is its caller's.
   PyFrameObject* frame = PyEval_GetFrame();
   if (!frame) return false;
-  PyCodeObject* code = PyFrame_GetCode(frame);  // a new reference
+  const pybind11::object code =
+      PythonCrossing::owned(reinterpret_cast<PyObject*>(PyFrame_GetCode(frame)));
   Py_ssize_t size = 0;
-  const char* file = PyUnicode_AsUTF8AndSize(code->co_filename, &size);
-  Py_DECREF(code);
+  const char* file =
+      PyUnicode_AsUTF8AndSize(reinterpret_cast<PyCodeObject*>(code.ptr())->co_filename, &size);
   if (!file) {
-    PyErr_Clear();  // an unencodable file name is no compiled region's
+    PythonCrossing::drop_error();  // an unencodable file name is no compiled region's
     return false;
   }
   return names_compiled_runtime(std::string_view(file, static_cast<size_t>(size)));

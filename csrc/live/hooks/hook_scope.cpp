@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "live/crossing/python_crossing.h"
+
 namespace msprobe {
 
 std::vector<OpenModuleCall>& open_module_calls() {
@@ -14,23 +16,20 @@ std::vector<OpenModuleCall>& open_module_calls() {
 namespace {
 
 void drop_last(std::vector<OpenModuleCall>& calls) {
-  Py_XDECREF(calls.back().frame);
+  PythonCrossing::let_go(calls.back().frame);
   calls.pop_back();
 }
 
 // Whether `frame` is on this thread's Python stack. An open call's frame is a few frames up from
 // any call made inside it, so the walk is short unless the call is stale.
 bool on_stack(PyObject* frame) {
-  PyFrameObject* f = PyEval_GetFrame();
-  Py_XINCREF(f);
+  pybind11::object f = PythonCrossing::shared(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
   bool found = false;
   for (int depth = 0; f && !found && depth < 256; ++depth) {
-    found = reinterpret_cast<PyObject*>(f) == frame;
-    PyFrameObject* back = PyFrame_GetBack(f);
-    Py_DECREF(f);
-    f = back;
+    found = f.ptr() == frame;
+    f = PythonCrossing::owned(
+        reinterpret_cast<PyObject*>(PyFrame_GetBack(reinterpret_cast<PyFrameObject*>(f.ptr()))));
   }
-  Py_XDECREF(f);
   return found;
 }
 
@@ -43,9 +42,8 @@ void prune_stale() {
 }  // namespace
 
 void push_module_call(OpenModuleCall&& call) {
-  PyFrameObject* f = PyEval_GetFrame();
-  Py_XINCREF(f);
-  call.frame = reinterpret_cast<PyObject*>(f);
+  PythonCrossing::assert_gil();
+  call.frame = PythonCrossing::keep(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
   open_module_calls().push_back(std::move(call));
 }
 
@@ -56,7 +54,7 @@ bool pop_module_call(PyObject* module, OpenModuleCall& out) {
   if (mine == calls.rend()) return false;
   while (calls.size() > static_cast<size_t>(calls.rend() - mine)) drop_last(calls);
   out = std::move(calls.back());
-  Py_XDECREF(out.frame);
+  PythonCrossing::let_go(out.frame);
   out.frame = nullptr;
   calls.pop_back();
   return true;

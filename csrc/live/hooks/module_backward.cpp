@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "live/capture/is_tensor.h"
+#include "live/crossing/python_crossing.h"
 #include "live/hooks/backward_recorder.h"
 #include "live/hooks/node_ptr.h"
 #include "live/hooks/submit.h"
@@ -44,27 +45,26 @@ bool same_edge(const Edge& a, const Edge& b) {
 // tuple's tensors in place of it: what msprobe 1.1.1 hooks of an output that is neither a tensor
 // nor a tuple (module_processer.py, filter_tensor_and_tuple). Borrowed: `output` holds them.
 void tensor_fields(PyObject* output, std::vector<PyObject*>& items) {
-  PyObject* fields =
-      PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(output)), "__dataclass_fields__");
-  if (!fields || !PyDict_Check(fields)) {
-    Py_XDECREF(fields);
-    PyErr_Clear();
+  const pybind11::object fields = PythonCrossing::owned(
+      PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(output)), "__dataclass_fields__"));
+  if (!fields || !PyDict_Check(fields.ptr())) {
+    PythonCrossing::drop_error();
     return;
   }
   std::vector<std::pair<std::string, PyObject*>> named;
   PyObject *key, *field;
   Py_ssize_t pos = 0;
-  while (PyDict_Next(fields, &pos, &key, &field)) {
+  while (PyDict_Next(fields.ptr(), &pos, &key, &field)) {
     const char* name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
-    PyObject* v = name ? PyObject_GetAttr(output, key) : nullptr;
+    // Borrowed after this: the output keeps it.
+    const pybind11::object v =
+        PythonCrossing::owned(name ? PyObject_GetAttr(output, key) : nullptr);
     if (!v) {
-      PyErr_Clear();
+      PythonCrossing::drop_error();
       continue;
     }
-    named.emplace_back(name, v);
-    Py_DECREF(v);  // the output keeps it
+    named.emplace_back(name, v.ptr());
   }
-  Py_DECREF(fields);
   std::sort(named.begin(), named.end());
   for (const auto& [name, v] : named) {
     if (is_tensor(v)) {

@@ -5,6 +5,7 @@
 #include "live/capture/call_values.h"
 #include "live/capture/live_tensors.h"
 #include "live/capture/tensor_entry.h"
+#include "live/crossing/python_crossing.h"
 #include "live/log/tool_log.h"
 #include "live/overflow/call_arguments.h"
 
@@ -56,7 +57,7 @@ void submit(Session& session, StoredCall&& call, LiveTensors&& live, Caller call
     act();
     return;
   }
-  pybind11::gil_scoped_acquire gil;
+  PythonCrossing::Gil gil;
   try {
     act();
   } catch (pybind11::error_already_set& e) {

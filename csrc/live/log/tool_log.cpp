@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstdio>
 
+#include "live/crossing/python_crossing.h"
+
 namespace msprobe {
 namespace {
 
@@ -25,25 +27,20 @@ void to_stderr(const Message& m) {
 // With the GIL. An error already set (a hook's, on its way to Python) is kept aside and restored:
 // saying a line must not change what the program raises.
 void deliver_to_python() {
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
+  PythonCrossing::KeptError kept;
   said().deliver([](const Message& m) {
     PyObject* sink = g_sink.load();
     if (!sink) return to_stderr(m);
-    PyObject* text =
-        PyUnicode_DecodeUTF8(m.text.data(), static_cast<Py_ssize_t>(m.text.size()), "replace");
-    PyObject* result =
-        text ? PyObject_CallFunction(sink, "iO", static_cast<int>(m.level), text) : nullptr;
-    Py_XDECREF(text);
-    if (result) {
-      Py_DECREF(result);
-    } else {
+    const pybind11::object text = PythonCrossing::owned(
+        PyUnicode_DecodeUTF8(m.text.data(), static_cast<Py_ssize_t>(m.text.size()), "replace"));
+    const pybind11::object result = PythonCrossing::owned(
+        text ? PyObject_CallFunction(sink, "iO", static_cast<int>(m.level), text.ptr()) : nullptr);
+    if (!result) {
       // The logger failed (logging reports its handlers' own errors): the line is not lost.
-      PyErr_Clear();
+      PythonCrossing::drop_error();
       to_stderr(m);
     }
   });
-  PyErr_Restore(type, value, traceback);
 }
 
 }  // namespace
@@ -61,10 +58,8 @@ void say(LogLevel level, std::string text) {
   said().post({level, std::move(text)});
   if (t_queued_only > 0) return;
   if (!g_sink.load()) return said().deliver(to_stderr);
-  if (PyGILState_Check()) return deliver_to_python();
-  const PyGILState_STATE gil = PyGILState_Ensure();
+  PythonCrossing::Gil gil;
   deliver_to_python();
-  PyGILState_Release(gil);
 }
 
 void say_warning(std::string text) {
@@ -79,9 +74,7 @@ void deliver_said_lines() {
 
 void set_log_sink(PyObject* sink) {
   if (!sink) deliver_said_lines();  // the lines said so far still reach the logger
-  Py_XINCREF(sink);
-  PyObject* before = g_sink.exchange(sink);
-  Py_XDECREF(before);
+  PythonCrossing::let_go(g_sink.exchange(PythonCrossing::keep(sink)));
 }
 
 }  // namespace msprobe

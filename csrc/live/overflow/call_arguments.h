@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "live/capture/live_tensors.h"
+#include "live/crossing/python_crossing.h"
 
 namespace msprobe {
 
@@ -71,7 +72,7 @@ class HeldArguments {
       kwargs_.release();
       return;
     }
-    pybind11::gil_scoped_acquire gil;
+    PythonCrossing::Gil gil;
     original_ = pybind11::object();
     args_ = pybind11::object();
     kwargs_ = pybind11::object();

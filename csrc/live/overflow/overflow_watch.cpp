@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/anomaly.h"
+#include "live/crossing/python_crossing.h"
 #include "live/overflow/running_stats.h"
 
 namespace msprobe {
@@ -34,15 +35,14 @@ bool one_infinity(const Entry& e) {
 // model has it (an EMA copy, a frozen teacher). Asked of anomalous tensors that no call made
 // only, on a forward hook's thread, which holds the GIL; without it the answer is no.
 bool is_nn_parameter(const at::Tensor& t) {
-  if (!ParameterClass || !PyGILState_Check()) return false;
-  PyObject* obj = THPVariable_Wrap(t);
+  if (!ParameterClass || !PyGILState_Check()) return false;  // asked without it: no
+  const pybind11::object obj = PythonCrossing::owned(THPVariable_Wrap(t));
   if (!obj) {
-    PyErr_Clear();
+    PythonCrossing::drop_error();
     return false;
   }
-  const int is = PyObject_IsInstance(obj, ParameterClass);
-  Py_DECREF(obj);
-  if (is < 0) PyErr_Clear();
+  const int is = PyObject_IsInstance(obj.ptr(), ParameterClass);
+  if (is < 0) PythonCrossing::drop_error();
   return is == 1;
 }
 

@@ -2,6 +2,7 @@
 
 #include <pybind11/stl.h>
 
+#include "live/crossing/python_crossing.h"
 #include "live/overflow/call_arguments.h"
 #include "live/session/resolve_deferred.h"
 
@@ -253,9 +254,7 @@ void handle_overflow_event(Session& session, const OverflowEvent& event, py::obj
   py::object overflow = overflow_object(*side, facts);
   if (side->on_stop && !side->on_stop.is_none()) side->on_stop(overflow);
   py::object error = side->error_type(facts.message(), overflow);
-  if (cause) PyException_SetCause(error.ptr(), cause.inc_ref().ptr());  // steals the reference
-  PyErr_SetObject(side->error_type.ptr(), error.ptr());
-  throw py::error_already_set();
+  PythonCrossing::raise(side->error_type, error, std::move(cause));
 }
 
 }  // namespace msprobe

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "live/crossing/python_crossing.h"
 #include "live/log/tool_log.h"
 #include "live/session/headroom_sites.h"
 #include "live/session/overflow_guard.h"
@@ -69,7 +70,7 @@ void OverflowGuard::say_headroom(const HeadroomRecord& r, const StoredCall& call
   const HeadroomSite site = headroom_site(call.record.name, call.stack);
   std::string source;
   if (call.stack) {
-    pybind11::gil_scoped_acquire gil;
+    PythonCrossing::Gil gil;
     source = codes_.first_frame_outside(*call.stack, {paths_.package_dir, paths_.library_dir})
                  .value_or("");
   }

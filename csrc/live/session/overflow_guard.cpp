@@ -2,6 +2,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include "live/crossing/python_crossing.h"
 #include "live/hooks/hook_scope.h"
 #include "live/log/tool_log.h"
 #include "live/overflow/model_tensors.h"
@@ -34,7 +35,7 @@ OverflowGuard::~OverflowGuard() {
     py_->leak();
     return;
   }
-  pybind11::gil_scoped_acquire gil;
+  PythonCrossing::Gil gil;
   py_.reset();
 }
 
@@ -187,7 +188,7 @@ void OverflowGuard::tell_source(const StackPtr& stack, const std::string& call,
   if (!stack) return;
   std::optional<std::string> source;
   {
-    pybind11::gil_scoped_acquire gil;
+    PythonCrossing::Gil gil;
     source = codes_.first_frame_outside(*stack, {paths_.package_dir, paths_.library_dir});
   }
   if (event) event->facts.source = source;

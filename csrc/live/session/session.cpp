@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "live/capture/flagged_evidence.h"
+#include "live/crossing/python_crossing.h"
 #include "live/hooks/hook_scope.h"
 #include "live/log/tool_log.h"
 #include "live/overflow/python_objects.h"
@@ -155,7 +156,7 @@ void Session::stop() {
 
 void Session::drain_writes() {
   {
-    pybind11::gil_scoped_release no_gil;
+    PythonCrossing::NoGil no_gil;
     writer_.drain();
   }
   deliver_said_lines();  // the write thread's

@@ -7,6 +7,7 @@
 
 #include "core/output_files.h"
 #include "core/step_folders.h"
+#include "live/crossing/python_crossing.h"
 #include "live/log/tool_log.h"
 #include "live/session/session.h"
 
@@ -79,7 +80,7 @@ std::string Session::write_step(bool at_stop, bool hand_over) {
     const bool flagged = guard_.flagged_unstored();
     const int64_t now =
         state_.with_lock([&](StepCalls& s) { return s.dirty || flagged ? s.at.step : -1; });
-    pybind11::gil_scoped_release no_gil;
+    PythonCrossing::NoGil no_gil;
     if (now >= 0) writer_.drain_step(now);
   }
   // Under the lock: whether the step is due, and its calls taken out with what the files need.
@@ -105,14 +106,14 @@ std::string Session::write_step(bool at_stop, bool hand_over) {
   }
   if (hand_over) {
     // The write thread needs neither the GIL nor the state lock until it gives the calls back.
-    pybind11::gil_scoped_release no_gil;
+    PythonCrossing::NoGil no_gil;
     writer_.write_later(std::make_shared<FinishedStep>(std::move(*done)),
                         [this](FinishedStep& f) { take_back_calls(f); });
     return "";
   }
   std::string error;
   {
-    pybind11::gil_scoped_release no_gil;
+    PythonCrossing::NoGil no_gil;
     error = writer_.write(*done);
     take_back_calls(*done);
   }

@@ -1,0 +1,74 @@
+// The one way C++ crosses into Python (docs/architecture.md, "Crossings"). Every file of csrc/
+// takes the GIL, holds or lets go of a Python reference and drops a Python error through this
+// class alone; tools/crossing_check.py fails the build's checks on any other site.
+//
+// - The GIL: one style, pybind11's gil_scoped_acquire (Gil), which also serves a thread Python
+//   does not know (the autograd engine's). Code that needs the GIL held says so with
+//   assert_gil(), checked in debug builds, as pybind11's gil.h checks its own.
+// - References: a local one is a pybind11::object (owned(), shared()): released on every path. A
+//   reference kept beyond one scope in a raw pointer (a thread's open module calls, the code
+//   registry, the logging sink) is taken with keep() and given back with let_go(), both here.
+// - Errors: a C-API probe that fails (a missing attribute, an unencodable string) leaves an
+//   error that is not the program's: drop_error() clears it, so the next C-API call starts
+//   clean. An error on its way to Python is kept aside across a crossing by KeptError. A failure
+//   that is the user's (a hook's callback raising) becomes pybind11::error_already_set, which the
+//   binding turns back into the Python exception.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cassert>
+
+namespace msprobe {
+
+class PythonCrossing {
+ public:
+  using Gil = pybind11::gil_scoped_acquire;    // takes the GIL unless this thread holds it
+  using NoGil = pybind11::gil_scoped_release;  // gives it up around a wait (a device, a file)
+
+  static void assert_gil() { assert(PyGILState_Check()); }
+
+  // A new reference, released when the object goes. Null stays null.
+  static pybind11::object owned(PyObject* new_reference) {
+    return pybind11::reinterpret_steal<pybind11::object>(new_reference);
+  }
+  // A borrowed reference, taken for as long as the object lives.
+  static pybind11::object shared(PyObject* borrowed) {
+    return pybind11::reinterpret_borrow<pybind11::object>(borrowed);
+  }
+  // A reference kept in a raw pointer beyond one scope; let_go() gives it back. Null is no-op.
+  static PyObject* keep(PyObject* borrowed) {
+    assert_gil();
+    Py_XINCREF(borrowed);
+    return borrowed;
+  }
+  static void let_go(PyObject* kept) {
+    assert_gil();
+    Py_XDECREF(kept);
+  }
+
+  static void drop_error() { PyErr_Clear(); }
+
+  // Raises `error` (an instance of `type`) in Python, with `cause` (may be null) as its
+  // __cause__: the error_already_set thrown carries it back through the binding.
+  [[noreturn]] static void raise(pybind11::handle type, pybind11::handle error,
+                                 pybind11::object cause) {
+    if (cause) PyException_SetCause(error.ptr(), cause.release().ptr());  // steals it
+    PyErr_SetObject(type.ptr(), error.ptr());
+    throw pybind11::error_already_set();
+  }
+
+  // The error set now (a hook's, on its way to Python), kept aside for the scope and restored.
+  class KeptError {
+   public:
+    KeptError() { PyErr_Fetch(&type_, &value_, &traceback_); }
+    ~KeptError() { PyErr_Restore(type_, value_, traceback_); }
+    KeptError(const KeptError&) = delete;
+    KeptError& operator=(const KeptError&) = delete;
+
+   private:
+    PyObject *type_ = nullptr, *value_ = nullptr, *traceback_ = nullptr;
+  };
+};
+
+}  // namespace msprobe
