@@ -60,6 +60,13 @@ void set_python_side(Session& s, py::kwargs given) {
   s.guard().set_python_side(std::move(side));
 }
 
+// A started model's tensor as the hooks see it: a DTensor parameter by its shard (call_values).
+at::Tensor model_tensor(py::handle tensor, const char* method) {
+  if (!is_tensor(tensor.ptr())) throw py::type_error(std::string(method) + ": not a tensor");
+  py::object held = held_tensor_object(tensor.ptr());
+  return THPVariable_Unpack(held ? held.ptr() : tensor.ptr());
+}
+
 py::list headroom_sites(Session& s) {
   py::list out;
   for (const HeadroomRecord& r : s.guard().headroom_warned()) {
@@ -84,8 +91,16 @@ void bind_lifecycle(py::class_<Session, std::shared_ptr<Session>>& c) {
   c.def(py::init(&make_session), py::arg("config_path"), py::arg("overrides_json"),
         py::arg("package_dir"), py::arg("library_dir") = "",
         "Validates the config (ConfigError) and makes the engine; nothing is hooked yet.")
-      .def("start", &Session::start, py::arg("rank"),
-           "Begins or resumes collection of the current step (rank -1: not distributed).")
+      .def("start", &Session::start, py::arg("rank"), py::arg("new_models"),
+           "Begins or resumes collection of the current step (rank -1: not distributed); "
+           "whether it is the step's first start().")
+      .def("stop_at_exit", &Session::stop_at_exit,
+           "At exit: writes the step started last if stop() was not called for it.")
+      .def_property_readonly("judges_optimizer", &Session::judges_optimizer,
+                             "A step started and collected here: its optimizer step is judged.")
+      .def(
+          "first_time", [](Session& s, const std::string& what) { return s.said().first(what); },
+          py::arg("what"), "True the first time the session is asked about `what`.")
       // Calls still waiting for their device statistics are judged first: a stop they hold is
       // raised here, with the step's files written.
       .def(
@@ -103,18 +118,18 @@ void bind_lifecycle(py::class_<Session, std::shared_ptr<Session>>& c) {
           },
           "Writes the step if stop() did not, and moves to the next one.")
       .def(
-          "pause", [](Session& s) { s.gate().pause(); },
+          "pause", [](Session& s) { s.hooks().gate.pause(); },
           "forward_backward_dump_end: only the backward of the calls recorded so far.")
       .def("drain_writes", &Session::drain_writes,
            "async_dump: returns once every step handed over is on disk.")
       .def(
-          "set_module_dump", [](Session& s, bool on) { s.gate().set_module_dump(on); },
+          "set_module_dump", [](Session& s, bool on) { s.hooks().gate.set_module_dump(on); },
           py::arg("on"), "module_dump(): only the dumped module's own hooks record.")
       .def_property_readonly(
           "finished", [](const Session& s) { return past_last_step(s.config(), s.current_step()); },
           "Past the last step the config lists.")
       .def_property_readonly(
-          "collecting", [](Session& s) { return s.gate().forward(); },
+          "collecting", [](Session& s) { return s.hooks().gate.forward(); },
           "Whether the hooks record forward calls now.")
       .def_property_readonly("current_step", &Session::current_step, "The step being collected.");
 }
@@ -158,13 +173,13 @@ void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
           py::arg("apis"), py::arg("modules"),
           "The line said at the first start(): the task, the level, what is hooked, the dumps.")
       .def_property_readonly(
-          "stats_cache_hits", [](Session& s) { return s.capture().stats_cache().hits(); },
+          "stats_cache_hits", [](Session& s) { return s.hooks().capture.stats_cache().hits(); },
           "Statistics reused for a tensor version already seen in the step.")
       .def_property_readonly(
-          "stats_cache_misses", [](Session& s) { return s.capture().stats_cache().misses(); },
+          "stats_cache_misses", [](Session& s) { return s.hooks().capture.stats_cache().misses(); },
           "Statistics computed.")
       .def_property_readonly(
-          "host_syncs", [](Session& s) { return s.capture().host_syncs(); },
+          "host_syncs", [](Session& s) { return s.hooks().capture.host_syncs(); },
           "Times this session's statistics waited for a device.");
 }
 
@@ -176,21 +191,28 @@ void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
       .def(
           "add_model_tensor",
           [](Session& s, const std::string& name, py::handle tensor, bool buffer) {
-            if (!is_tensor(tensor.ptr())) throw py::type_error("add_model_tensor: not a tensor");
-            // A DTensor parameter by its shard: what the hooks see of it (call_values).
-            py::object held = held_tensor_object(tensor.ptr());
-            s.guard().add_model_tensor(name, THPVariable_Unpack(held ? held.ptr() : tensor.ptr()),
-                                       buffer);
+            s.guard().add_model_tensor(name, model_tensor(tensor, "add_model_tensor"), buffer);
           },
           py::arg("name"), py::arg("tensor"), py::arg("buffer"),
           "A parameter (or buffer) of a started model, by its qualified name.")
       .def(
-          "set_loss_scaled", [](Session& s) { s.guard().set_loss_scaled(); },
-          "A loss scaler scaled this step's loss: its backward findings wait for step().")
+          "set_loss_scaled", [](Session& s, double before) { s.guard().set_loss_scaled(before); },
+          py::arg("before"),
+          "A loss scaler scaled this step's loss from scale `before`: its backward findings "
+          "wait for step().")
+      .def(
+          "parameter_names",
+          [](Session& s, const std::vector<py::handle>& tensors) {
+            std::vector<at::Tensor> unpacked;
+            for (py::handle t : tensors) unpacked.push_back(model_tensor(t, "parameter_names"));
+            return s.guard().parameter_names(unpacked);
+          },
+          py::arg("tensors"),
+          "The started models' names of these parameters (None for a tensor that is none).")
       .def(
           "mark_compiled_outputs",
           [](Session& s, py::handle output) {
-            if (!s.config().watching() || !s.gate().forward()) return;
+            if (!s.config().watching() || !s.hooks().gate.forward()) return;
             for (const LiveArg& arg : live_args_of(output.ptr())) {
               if (arg.tensor.defined()) s.guard().mark_compiled_output(arg.tensor);
               for (const at::Tensor& t : arg.items) s.guard().mark_compiled_output(t);
@@ -199,21 +221,18 @@ void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
           py::arg("output"), "The tensors a torch.compile'd model returned.")
       .def(
           "judge_loss_scale",
-          [](Session& s, double before, double after) {
-            if (auto event = s.guard().judge_loss_scale(before, after))
-              handle_overflow_event(s, *event);
+          [](Session& s, double after) {
+            if (auto event = s.guard().judge_loss_scale(after)) handle_overflow_event(s, *event);
           },
-          py::arg("before"), py::arg("after"),
-          "At step(): the scale at start() and now; a scale that fell too low stops.")
+          py::arg("after"),
+          "At step(): the scale now, against the one at set_loss_scaled(); a scale that fell "
+          "too low stops.")
       .def(
           "judge_optimizer_gradients",
           [](Session& s, const std::string& optimizer, std::vector<std::string> bad, bool reduced) {
-            if (auto event =
-                    s.guard().judge_optimizer_gradients(optimizer, std::move(bad), reduced)) {
-              // The program's line that called the optimizer's step.
-              s.guard().tell_source(s.capture_stack(), event->facts.finding.call, &*event);
+            if (auto event = s.guard().judge_optimizer_gradients(optimizer, std::move(bad), reduced,
+                                                                 s.hooks().codes.capture()))
               handle_overflow_event(s, *event);
-            }
           },
           py::arg("optimizer"), py::arg("bad"), py::arg("reduced"),
           "Before an optimizer step: the parameters whose gradients hold NaN/inf.")
@@ -221,10 +240,9 @@ void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
           "judge_optimizer_state",
           [](Session& s, const std::string& optimizer, const std::string& state,
              const std::string& parameter, size_t more) {
-            if (auto event = s.guard().judge_optimizer_state(optimizer, state, parameter, more)) {
-              s.guard().tell_source(s.capture_stack(), event->facts.finding.call, &*event);
+            if (auto event = s.guard().judge_optimizer_state({optimizer, state, parameter, more},
+                                                             s.hooks().codes.capture()))
               handle_overflow_event(s, *event);
-            }
           },
           py::arg("optimizer"), py::arg("state"), py::arg("parameter"), py::arg("more"),
           "Before an optimizer step: its state of `parameter` holds NaN/inf (and `more` others).");

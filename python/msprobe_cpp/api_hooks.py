@@ -12,6 +12,7 @@ import torch.distributed
 import torch.nn.functional
 
 from . import _C, compile_seam, peer_stop
+from .patches import Patches
 from .errors import DistributedStopError, OverflowError
 
 RULES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rules")
@@ -194,81 +195,53 @@ def _marking_unwritten(original: Any, is_compiling: Optional[Callable[[], bool]]
     return _named_like(wrapper, original)
 
 
-class ApiHooks:
-    """The wrapped attributes and what they were, so that removal restores every one exactly."""
-
-    def __init__(self) -> None:
-        self._saved: List[Tuple[Any, str, Any]] = []  # (owner, name, value in owner.__dict__ or _MISSING)
-
-    @property
-    def installed(self) -> bool:
-        return bool(self._saved)
-
-    def __len__(self) -> int:
-        """How many attributes are wrapped."""
-        return len(self._saved)
-
-    def install(self, watching: bool = False, extra: Sequence[Tuple[str, str]] = (),
-                wrap_ops_path: str = os.path.join(RULES_DIR, "support_wrap_ops.yaml")) -> None:
-        """msprobe's list; with `watching` (task overflow_check) the casts too; then `extra`."""
-        if self._saved:
-            return
-        ops: Dict[str, List[str]] = _C.load_wrap_ops(wrap_ops_path)
-        wanted = [(section, name) for section in _NAMESPACES for name in ops.get(section, [])]
-        if watching:
-            wanted += [("tensor", name) for name in ops.get("overflow_casts", [])]
-            wanted += [("distributed", name) for name in ops.get("overflow_collectives", [])]
-        wanted += list(extra)
-        is_compiling = compiling_probe()
-        seam = is_compiling is not None and compile_seam.supported()
-        done = set()
-        for section, name in wanted:
-            if (section, name) in done:
-                continue
-            done.add((section, name))
-            prefix = _NAMESPACES[section][1]
-            if section == "distributed" and not torch.distributed.is_available():
-                continue
-            found = resolve(section, name)
-            if found is None:
-                continue  # not in this torch version
-            owner, attr, original = found
-            if seam:
-                wrapper = _traceable(section, name, owner, original)
+def install(patches: Patches, watching: bool = False, extra: Sequence[Tuple[str, str]] = (),
+            wrap_ops_path: str = os.path.join(RULES_DIR, "support_wrap_ops.yaml")) -> None:
+    """msprobe's list; with `watching` (task overflow_check) the casts too; then `extra`. Into
+    `patches` under the kind "api"; once."""
+    if patches.installed("api"):
+        return
+    ops: Dict[str, List[str]] = _C.load_wrap_ops(wrap_ops_path)
+    wanted = [(section, name) for section in _NAMESPACES for name in ops.get(section, [])]
+    if watching:
+        wanted += [("tensor", name) for name in ops.get("overflow_casts", [])]
+        wanted += [("distributed", name) for name in ops.get("overflow_collectives", [])]
+    wanted += list(extra)
+    is_compiling = compiling_probe()
+    seam = is_compiling is not None and compile_seam.supported()
+    done = set()
+    for section, name in wanted:
+        if (section, name) in done:
+            continue
+        done.add((section, name))
+        prefix = _NAMESPACES[section][1]
+        if section == "distributed" and not torch.distributed.is_available():
+            continue
+        found = resolve(section, name)
+        if found is None:
+            continue  # not in this torch version
+        owner, attr, original = found
+        if seam:
+            wrapper = _traceable(section, name, owner, original)
+        else:
+            hook = _C.ApiHook(f"{prefix}.{name}", original)
+            if is_compiling is not None:
+                wrapper = _compile_aware(hook, original, is_compiling)  # a function: binds as a method
             else:
-                hook = _C.ApiHook(f"{prefix}.{name}", original)
-                if is_compiling is not None:
-                    wrapper = _compile_aware(hook, original, is_compiling)  # a function: binds as a method
-                else:
-                    wrapper = _C.as_method(hook) if owner is torch.Tensor else hook
-            if section == "distributed":
-                wrapper = _coordinated(wrapper)
-            if seam:
-                compile_seam.installed(owner, attr, original, wrapper)
-            self._replace(owner, attr, original, wrapper)
-        if watching:
-            for owner, attr in _UNWRITTEN_MAKERS:
-                original = getattr(owner, attr, None)
-                if original is not None:
-                    self._replace(owner, attr, original, _marking_unwritten(original, is_compiling))
-            for module_name in _STORAGE_ALLOCATORS:
-                module = sys.modules.get(module_name)  # imported by the program's FSDP, if any
-                original = getattr(module, "_alloc_storage", None)
-                if original is not None:
-                    self._replace(module, "_alloc_storage", original, _marking_allocated_storage(original))
-
-    def _replace(self, owner: Any, attr: str, original: Any, wrapper: Any) -> None:
-        # Tensor methods usually live in torch._C._TensorBase, not in torch.Tensor's own
-        # __dict__: remember which, so removal deletes rather than shadows.
-        own = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else original
-        self._saved.append((owner, attr, own))
-        setattr(owner, attr, wrapper)
-
-    def remove(self) -> None:
-        compile_seam.removed_all()
-        for owner, name, own in reversed(self._saved):
-            if own is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, own)
-        self._saved = []
+                wrapper = _C.as_method(hook) if owner is torch.Tensor else hook
+        if section == "distributed":
+            wrapper = _coordinated(wrapper)
+        if seam:
+            compile_seam.installed(owner, attr, original, wrapper)
+        patches.replace("api", owner, attr, wrapper)
+    if watching:
+        for owner, attr in _UNWRITTEN_MAKERS:
+            original = getattr(owner, attr, None)
+            if original is not None:
+                patches.replace("api", owner, attr, _marking_unwritten(original, is_compiling))
+        for module_name in _STORAGE_ALLOCATORS:
+            module = sys.modules.get(module_name)  # imported by the program's FSDP, if any
+            original = getattr(module, "_alloc_storage", None)
+            if original is not None:
+                patches.replace("api", module, "_alloc_storage", _marking_allocated_storage(original))
+    patches.at_removal("api", compile_seam.removed_all)

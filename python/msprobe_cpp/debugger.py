@@ -6,21 +6,22 @@ import operator
 import reprlib
 import os
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
 
 from . import _C
 from . import api_hooks
 from . import log
-from .api_hooks import ApiHooks
 from .errors import Overflow, OverflowError
-from .gradient_guard import GradientGuard, local_gradients, local_state, scaler_checked, scaler_skips
-from .loss_scalers import GradScalerWatch
-from .plain_copies import PlainCopies
+from .gradient_guard import install_gradient_guard, local_gradients, local_state, scaler_checked, scaler_skips
+from .loss_scalers import LossScaleSource, watch_grad_scalers
+from .patches import Patches
+from .plain_copies import keep_copies_plain
 from . import peer_stop
 from .peer_stop import PeerStop
 from .replay import live_replay
+from .started_models import StartedModels
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Frames under here are torch's, not the user's line an overflow stop names.
@@ -71,7 +72,7 @@ def _python_side(me: Any) -> Dict[str, Any]:
     reach the debugger through the weak reference `me`: the session must not keep it alive."""
     def peer() -> Optional[PeerStop]:
         debugger = me()
-        return debugger._peer if debugger is not None else None
+        return (debugger._peer or None) if debugger is not None else None
 
     def on_flagged(overflow: Overflow) -> None:
         debugger = me()
@@ -104,17 +105,6 @@ def _python_side(me: Any) -> Dict[str, Any]:
                 replay=live_replay)
 
 
-def _models_of(model: Any) -> List[torch.nn.Module]:
-    if model is None:
-        return []
-    models = list(model) if isinstance(model, (list, tuple)) else [model]
-    for m in models:
-        if not isinstance(m, torch.nn.Module):
-            raise TypeError(f"PrecisionDebugger: model: expected a torch.nn.Module or a list of them, "
-                            f"got {type(m).__name__}")
-    return models
-
-
 class _OnTheDebugger:
     """msprobe's start/stop/step/forward_backward_dump_end are classmethods acting on its one
     debugger: `PrecisionDebugger.start()` is the same call as `debugger.start()`, once a debugger
@@ -138,17 +128,6 @@ class _OnTheDebugger:
                                        "make one first (PrecisionDebugger(config_path=...))")
                 return no_debugger
         return self._method.__get__(debugger, owner)
-
-
-class _StartedModel:
-    """A model given to start(), held weakly: its prefix's number (model1.), and the ids the
-    debugger keeps for it."""
-
-    def __init__(self, ref: "weakref.ref[torch.nn.Module]", number: int) -> None:
-        self.ref = ref
-        self.number = number
-        self.parameter_ids: Set[int] = set()
-        self.module_ids: Set[int] = set()
 
 
 class PrecisionDebugger:
@@ -179,39 +158,22 @@ class PrecisionDebugger:
             self._session.extra_apis,
             (lambda i: f"PrecisionDebugger(extra_apis=...)[{i}]") if "extra_apis" in overrides
             else (lambda i: f"{path}: extra_apis[{i}]"))
-        self._default_models = _models_of(model)
+        self._models = StartedModels(model)
         self._on_overflow = on_overflow
         self._overflow: Optional[Overflow] = None
-        self._api_hooks = ApiHooks()
-        self._module_handles: List[Any] = []
-        self._dump_handles: List[Any] = []  # module_dump()'s
-        # The started models, weakly (a notebook that builds a new model in each run of a cell
-        # must not keep every earlier one alive): each with its prefix's number and the ids of
-        # its parameters and modules, dropped when it goes (ids are reused).
-        self._models: List[_StartedModel] = []
-        self._hooked_modules: Set[int] = set()
-        self._done = False
-        self._warned: Set[str] = set()
-        self._said_on = False  # the line of the first start()
-        self._last_start_step: Optional[int] = None
-        self._stopped = False
-        self._loss_scaler: Any = None  # given to start()
-        self._scaled_by: Any = None  # the scaler that scaled this step's loss
-        self._scale_before: Optional[float] = None
-        self._grad_scalers = GradScalerWatch(weakref.WeakMethod(self._saw_grad_scaler))
-        self._peer: Optional[PeerStop] = None  # torch.distributed with overflow_check: the coordinated stop
-        self._peer_tried = False
-        self._gradient_guard = GradientGuard(weakref.WeakMethod(self._before_optimizer_step))
-        self._parameter_names: Dict[int, str] = {}  # id of a started model's parameter -> its name
-        self._collects_step = False
-        self._plain_copies = PlainCopies()  # saved and copied models carry none of our hooks
+        # Everything put into the program: API wrappers, module and optimizer hooks, GradScaler's
+        # scale(), Module.__getstate__ (saved and copied models carry none of our hooks).
+        self._patches = Patches()
+        self._loss_scale = LossScaleSource()
+        # torch.distributed with overflow_check: the coordinated stop; False where it cannot be had.
+        self._peer: Any = None
         if self._session.watching:
             self._session.set_python_side(**_python_side(weakref.ref(self)))
 
         for warning in self._session.config_warnings:
             log.warn(warning)
         previous = PrecisionDebugger._instance
-        if previous is not None and not previous._done:
+        if previous is not None and not previous._patches.closed:
             log.warn("a new PrecisionDebugger replaces the live one: the earlier one's hooks are removed "
                      "and it collects nothing more")
             previous._release()
@@ -241,35 +203,23 @@ class PrecisionDebugger:
 
         `model`: a module or a list of them; each new one is hooked in addition to those before
         it. `loss_scaler`: any object with get_scale() (a torch GradScaler is found by itself)."""
-        if self._done or self._session.finished:
+        if self._patches.closed or self._session.finished:
             self._release()
             return
-        models = _models_of(model) or self._default_models
-        if self._session.modules_hooked and not models and not self._live_models():
+        models = self._models.given(model)
+        if self._session.modules_hooked and not models and not self._models.live():
             raise ValueError(f"PrecisionDebugger.start: level {self._session.level} records modules, "
                              "so start(model) needs the model")
         if loss_scaler is not None:
             if not callable(getattr(loss_scaler, "get_scale", None)):
                 raise TypeError("PrecisionDebugger.start: loss_scaler needs a get_scale() method")
-            self._loss_scaler = loss_scaler
-        new_models = [m for m in models if all(m is not h for h in self._live_models())]
-        step = self._session.current_step
-        if step == self._last_start_step:
-            if self._stopped and not new_models:
-                self._warn_once("restart", f"start() again without step(): the calls go on counting in "
-                                f"step {step}; call debugger.step() at the end of each iteration")
-        else:
-            self._overflow = None
-            self._scaled_by = None
-            self._scale_before = None
-        self._last_start_step = step
-        self._stopped = False
-
+            self._loss_scale.given = loss_scaler
+        new_models = self._models.new(models)
         if self._session.apis_hooked:
-            self._api_hooks.install(self._session.watching, self._extra_apis)
+            api_hooks.install(self._patches, self._session.watching, self._extra_apis)
         if self._session.watching:
-            self._grad_scalers.install()
-            self._gradient_guard.install()
+            watch_grad_scalers(self._patches, weakref.WeakMethod(self._saw_grad_scaler))
+            install_gradient_guard(self._patches, weakref.WeakMethod(self._before_optimizer_step))
         for m in new_models:
             if hasattr(m, "_orig_mod"):  # torch.compile's OptimizedModule
                 self._warn_once("compiled", "a torch.compile'd model: the calls inside its compiled regions are "
@@ -277,28 +227,25 @@ class PrecisionDebugger:
                                 "_orig_mod) to watch them")
                 api_hooks.mark_compiled_model_seen()
             self._add_model(m)
-        if self._module_handles:
-            self._plain_copies.add(self._module_handles)
-            self._plain_copies.install()
-        if self._loss_scaler is not None and self._scale_before is None:
-            self._note_scale(self._loss_scaler)
-        if self._peer is None and self._session.watching and _rank() >= 0 and not self._peer_tried:
-            self._peer_tried = True
-            self._peer = peer_stop.create(self._session)
-        if self._peer is not None:
+        if self._patches.installed("module"):
+            keep_copies_plain(self._patches, ("module", "dump"))
+        if self._peer is None and self._session.watching and _rank() >= 0:
+            self._peer = peer_stop.create(self._session, self._patches) or False
+        if self._peer:
             self._peer.check()
-        if not self._said_on and _rank() <= 0:  # the same on every rank: rank 0 says it
-            self._said_on = True
-            log.say(logging.INFO, self._session.on_line(len(self._api_hooks), len(self._hooked_modules)))
-        self._session.start(_rank())
-        self._collects_step = self._session.collecting  # the step and rank are selected
+        if _rank() <= 0 and self._session.first_time("on line"):  # the same on every rank: rank 0 says it
+            log.say(logging.INFO, self._session.on_line(self._patches.count("api"), self._models.hooked_modules))
+        if self._session.start(_rank(), bool(new_models)):  # the step's first start()
+            self._overflow = None
+            self._loss_scale.scaled_by = None
+        if self._loss_scale.given is not None and self._loss_scale.scaled_by is None:
+            self._note_scale(self._loss_scale.given)
 
     @_OnTheDebugger
     def stop(self) -> None:
         """Ends collection for now and writes the step's files."""
-        if self._peer is not None:
+        if self._peer:
             self._peer.check()
-        self._stopped = True
         self._session.stop()
 
     @_OnTheDebugger
@@ -308,18 +255,11 @@ class PrecisionDebugger:
         With a loss scaler, this is where a skipped step is told apart from a missed overflow:
         it raises OverflowError when the scale did not drop after non-finite gradients, or fell
         below min_loss_scale."""
-        if self._peer is not None:
+        if self._peer:
             self._peer.check()
-        if self._last_start_step is None and not self._done:
-            step = self._session.current_step
-            self._warn_once("step before start", f"step() before any start(): step {step} ends with nothing "
-                            f"recorded, and the next start() begins step {step + 1}; call start() at the "
-                            "beginning of each step")
-        scaler, before = self._scaled_by, self._scale_before
-        self._scaled_by, self._scale_before = None, None
-        self._stopped = False
-        if scaler is not None and before is not None:
-            self._session.judge_loss_scale(before, _C.call_unhooked(lambda: float(scaler.get_scale())))
+        scaler, self._loss_scale.scaled_by = self._loss_scale.scaled_by, None
+        if scaler is not None:
+            self._session.judge_loss_scale(_C.call_unhooked(lambda: float(scaler.get_scale())))
         self._session.step()
         if self._session.finished:
             self._release()
@@ -334,23 +274,20 @@ class PrecisionDebugger:
     def _module_dump(self, module: torch.nn.Module, dump_name: str) -> None:
         self._module_dump_end()
         pre, post = _C.module_hooks(dump_name, type(module).__name__, True, True)
-        self._dump_handles = [_register_pre_hook(module, pre), module.register_forward_hook(post)]
-        self._plain_copies.add(self._dump_handles)
-        self._plain_copies.install()
+        self._patches.hook("dump", [_register_pre_hook(module, pre), module.register_forward_hook(post)])
+        keep_copies_plain(self._patches, ("module", "dump"))
         self._session.set_module_dump(True)
 
     def _module_dump_end(self) -> None:
-        for handle in self._dump_handles:
-            handle.remove()
-        self._dump_handles = []
+        self._patches.remove(["dump"])
         self._session.set_module_dump(False)
 
     def _write_at_exit(self) -> None:
         """A script that ends after start() without stop() gets its step written, as msprobe's."""
-        if self._done or self._last_start_step is None or self._stopped:
+        if self._patches.closed:
             return
         try:
-            self._session.stop()
+            self._session.stop_at_exit()
         except Exception as e:  # noqa: BLE001 - the interpreter is ending: say it, raise nothing
             log.warn(f"the step started last could not be written at exit: {e}")
 
@@ -359,28 +296,10 @@ class PrecisionDebugger:
         they go when the program's own names go. A DDP model holds its process group: kept to
         the interpreter's last collection, its connections stayed open, and the ranks still
         waiting on this one in a collective waited that long (issue 42)."""
-        self._models = []
-        self._default_models = []
-        self._hooked_modules = set()
-
-    def _live_models(self) -> List[torch.nn.Module]:
-        """The started models still alive; those gone are forgotten, with their parameters' and
-        modules' ids."""
-        live = []
-        for started in list(self._models):
-            model = started.ref()
-            if model is None:
-                self._models.remove(started)
-                for pid in started.parameter_ids:
-                    self._parameter_names.pop(pid, None)
-                self._hooked_modules -= started.module_ids
-            else:
-                live.append(model)
-        return live
+        self._models.let_go()
 
     def _warn_once(self, cause: str, text: str) -> None:
-        if cause not in self._warned:
-            self._warned.add(cause)
+        if self._session.first_time(cause):
             log.warn(text)
 
     def _flagged(self, overflow: Overflow) -> None:
@@ -389,13 +308,12 @@ class PrecisionDebugger:
             self._on_overflow(overflow)
 
     def _note_scale(self, scaler: Any) -> None:
-        self._scaled_by = scaler
-        self._scale_before = _C.call_unhooked(lambda: float(scaler.get_scale()))
-        self._session.set_loss_scaled()
+        self._loss_scale.scaled_by = scaler
+        self._session.set_loss_scaled(_C.call_unhooked(lambda: float(scaler.get_scale())))
 
     def _saw_grad_scaler(self, scaler: Any) -> None:
         """A torch GradScaler's scale() is called: this step's loss is scaled."""
-        if self._loss_scaler is None and self._scale_before is None and scaler.is_enabled():
+        if self._loss_scale.given is None and self._loss_scale.scaled_by is None and scaler.is_enabled():
             self._note_scale(scaler)
 
     def _add_model(self, model: torch.nn.Module) -> None:
@@ -403,18 +321,7 @@ class PrecisionDebugger:
         enclosing module is tracked (no module records and no backward hooks, so nothing about
         the model's autograd graph changes). A second model's names carry a prefix (`model1.`),
         so they can't be taken for the first one's."""
-        self._live_models()
-        taken = {started.number for started in self._models}
-        number = next(n for n in range(len(taken) + 1) if n not in taken)
-        prefix = f"model{number}." if number else ""
-        started = _StartedModel(weakref.ref(model), number)
-        self._models.append(started)
-        if self._session.watching:
-            root = getattr(model, "_orig_mod", model)
-            for name, p in root.named_parameters():
-                if id(p) not in self._parameter_names:
-                    self._parameter_names[id(p)] = prefix + name
-                    started.parameter_ids.add(id(p))
+        prefix = self._models.add(model)
         record = self._session.modules_hooked
         if not (record or self._session.watching):
             return
@@ -424,8 +331,8 @@ class PrecisionDebugger:
             # break its graph at each). What comes out of it is marked, so that NaN/inf it made is
             # named as made there, at the first recorded call that meets it.
             if self._session.watching:
-                self._module_handles.append(model.register_forward_hook(
-                    lambda module, inputs, output: self._session.mark_compiled_outputs(output)))
+                self._patches.hook("module", [model.register_forward_hook(
+                    lambda module, inputs, output: self._session.mark_compiled_outputs(output))])
                 self._hook_started_model(model, type(compiled).__name__)
                 for name, p in compiled.named_parameters():
                     self._session.add_model_tensor(prefix + name, p, False)
@@ -433,12 +340,10 @@ class PrecisionDebugger:
                     self._session.add_model_tensor(prefix + name, b, True)
             return
         for name, module in model.named_modules():
-            if module is model or id(module) in self._hooked_modules:
+            if module is model or not self._models.hook_once(module):
                 continue  # the root passed to start() is not itself recorded
-            self._hooked_modules.add(id(module))
-            started.module_ids.add(id(module))
             pre, post = _C.module_hooks(prefix + name, type(module).__name__, record)
-            self._module_handles += [_register_pre_hook(module, pre), module.register_forward_hook(post)]
+            self._patches.hook("module", [_register_pre_hook(module, pre), module.register_forward_hook(post)])
         if self._session.watching:
             self._hook_started_model(model, type(model).__name__)
             for name, p in model.named_parameters():
@@ -454,22 +359,23 @@ class PrecisionDebugger:
         the step's GradScaler just looked (gradient_guard.scaler_checked). The optimizer's state
         (exp_avg_sq, momentum) is looked at the same way: NaN/inf written there before the step
         (a checkpoint's, an update L0 does not see) stops here, before the parameters take it."""
-        if self._done:
+        if self._patches.closed:
             return
-        if self._peer is not None:
+        if self._peer:
             self._peer.check()
-        if not self._collects_step or self._last_start_step != self._session.current_step:
+        if not self._session.judges_optimizer:
             return  # not a started step of this debugger, or one its step or rank list leaves out
-        started = self._parameter_names if self._live_models() else None
+        started = self._session.parameter_names if self._models.live() else None
         # Its GradScaler found these gradients finite a moment ago: no second look.
-        if self._scaled_by is None or not scaler_checked(self._scaled_by, optimizer):
+        scaled_by = self._loss_scale.scaled_by
+        if scaled_by is None or not scaler_checked(scaled_by, optimizer):
             bad = _C.nonfinite_gradients(local_gradients(optimizer, started))
             if bad and scaler_skips(optimizer, kwargs):
                 return  # a step the loss scaler skips inside the optimizer (step() judges the scale)
             if bad:
-                if self._peer is not None and self._peer.wait_for_peer():
+                if self._peer and self._peer.wait_for_peer():
                     self._peer.check(gradients=bad)  # the rank whose backward made them stopped: origin peer
-                self._session.judge_optimizer_gradients(type(optimizer).__name__, bad, self._peer is not None)
+                self._session.judge_optimizer_gradients(type(optimizer).__name__, bad, bool(self._peer))
         # The state the step writes along with the gradients (L0 records none of its calls).
         state = local_state(optimizer, started)  # none for plain SGD, or before the first step
         bad_state = set(_C.nonfinite_gradients([(f"{key} of {name}", t) for key, name, t in state])) if state else ()
@@ -482,23 +388,15 @@ class PrecisionDebugger:
         what it returns: held NaN/inf is caught there, and at L0 a loss made in its own forward
         is seen there. Registered after every other hook of the model, so that it runs last."""
         pre, post = _C.model_hooks(class_name)
-        self._module_handles += [_register_pre_hook(model, pre), model.register_forward_hook(post)]
+        self._patches.hook("module", [_register_pre_hook(model, pre), model.register_forward_hook(post)])
 
     def _release(self) -> None:
         """Removes every hook; the debugger collects nothing more, and (async_dump) every step it
         handed over is on disk when this returns."""
         self._session.drain_writes()
-        self._api_hooks.remove()
-        self._grad_scalers.remove()
-        self._gradient_guard.remove()
-        self._plain_copies.remove()
-        for handle in self._module_handles + self._dump_handles:
-            handle.remove()
-        self._module_handles = []
-        self._dump_handles = []
-        self._hooked_modules = set()
-        self._done = True
-        if self._peer is not None:
+        self._patches.remove()
+        self._models.let_go_of_modules()
+        if self._peer:
             self._peer.close()
         if PrecisionDebugger._instance is self:
             _C.set_current_session(None)
@@ -521,7 +419,7 @@ def module_dump(module: torch.nn.Module, dump_name: str) -> None:
     if not isinstance(dump_name, str):
         raise TypeError(f"module_dump: dump_name must be a str, got {type(dump_name).__name__}")
     debugger = PrecisionDebugger._instance
-    if debugger is None or debugger._done:
+    if debugger is None or debugger._patches.closed:
         raise RuntimeError("module_dump: no live PrecisionDebugger; make one and start() it first")
     debugger._module_dump(module, dump_name)
 

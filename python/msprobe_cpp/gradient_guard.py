@@ -15,15 +15,24 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 import torch.optim.optimizer as optimizer_module  # torch 1.13's torch.optim deletes the name
 
+from .patches import Patches
 
-def _named_parameters(optimizer: Any, started: Optional[Dict[int, str]]) -> Iterator[Tuple[str, Any]]:
-    """(name, parameter) of the optimizer's parameters: those of the started models (`started`:
-    id -> name) when models were started, else all, named by their place in param_groups."""
-    for g, group in enumerate(optimizer.param_groups):
-        for i, p in enumerate(group["params"]):
-            name = started.get(id(p)) if started is not None else f"param_groups[{g}].params[{i}]"
-            if name is not None:
-                yield name, p
+
+NamesOf = Callable[[List[torch.Tensor]], List[Optional[str]]]
+
+
+def _named_parameters(optimizer: Any, started: Optional[NamesOf]) -> Iterator[Tuple[str, Any]]:
+    """(name, parameter) of the optimizer's parameters: those of the started models when models
+    were started (`started(parameters)`: their names there, None for others; the engine's
+    parameter_names), else all, named by their place in param_groups."""
+    placed = [(f"param_groups[{g}].params[{i}]", p)
+              for g, group in enumerate(optimizer.param_groups) for i, p in enumerate(group["params"])]
+    if started is None:
+        yield from placed
+        return
+    for name, (_, p) in zip(started([p for _, p in placed]), placed):
+        if name is not None:
+            yield name, p
 
 
 def _readable(t: torch.Tensor) -> Optional[torch.Tensor]:
@@ -33,7 +42,7 @@ def _readable(t: torch.Tensor) -> Optional[torch.Tensor]:
     return t if t.layout == torch.strided and t.is_floating_point() else None
 
 
-def local_gradients(optimizer: Any, started: Optional[Dict[int, str]]) -> List[Tuple[str, torch.Tensor]]:
+def local_gradients(optimizer: Any, started: Optional[NamesOf]) -> List[Tuple[str, torch.Tensor]]:
     """(name, gradient) of the parameters _named_parameters names that have a readable gradient."""
     out = []
     for name, p in _named_parameters(optimizer, started):
@@ -43,7 +52,7 @@ def local_gradients(optimizer: Any, started: Optional[Dict[int, str]]) -> List[T
     return out
 
 
-def local_state(optimizer: Any, started: Optional[Dict[int, str]]) -> List[Tuple[str, str, torch.Tensor]]:
+def local_state(optimizer: Any, started: Optional[NamesOf]) -> List[Tuple[str, str, torch.Tensor]]:
     """(state key, parameter name, tensor) of the optimizer's readable state (AdamW's exp_avg and
     exp_avg_sq, SGD's momentum_buffer) for the parameters _named_parameters names: what the step
     is about to write into the parameters along with the gradients."""
@@ -98,57 +107,41 @@ def _optimizer_classes() -> List[type]:
     return found
 
 
-class GradientGuard:
-    """Calls `judge(optimizer, kwargs)` (a weak method: the debugger may go) before each optimizer
-    step, with the step's keyword arguments."""
+def install_gradient_guard(patches: Patches, judge: Callable[[], Optional[Callable[[Any, Dict[str, Any]], None]]]) -> None:
+    """Calls `judge()(optimizer, kwargs)` (a weak method: the debugger may go) before each
+    optimizer step, with the step's keyword arguments (kind "optimizer"). Again at each start():
+    on torch 1.13, optimizer classes defined since are wrapped then."""
+    def before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        seen = judge()
+        if seen is not None:
+            seen(optimizer, kwargs)
 
-    def __init__(self, judge: Callable[[], Optional[Callable[[Any], None]]]) -> None:
-        self._judge = judge
-        self._handle: Any = None
-        self._wrapped: List[Tuple[type, Any]] = []  # torch 1.13: (class, its own step)
-        self._inside = threading.local()  # a subclass's step calling super().step(): judged once
+    register = getattr(optimizer_module, "register_optimizer_step_pre_hook", None)
+    if register is not None:
+        if not patches.installed("optimizer"):
+            patches.hook("optimizer", [register(before_step)])
+        return
+    inside = threading.local()  # a subclass's step calling super().step(): judged once
+    for cls in _optimizer_classes():
+        own = cls.__dict__.get("step")
+        if own is not None and not getattr(own, "_msprobe_cpp_guard", False):
+            patches.replace("optimizer", cls, "step", _guarded_step(own, before_step, inside))
 
-    def install(self) -> None:
-        register = getattr(optimizer_module, "register_optimizer_step_pre_hook", None)
-        if register is not None:
-            if self._handle is None:
-                self._handle = register(self._pre_hook)
-            return
-        for cls in _optimizer_classes():
-            own = cls.__dict__.get("step")
-            if own is not None and not getattr(own, "_msprobe_cpp_guard", False):
-                self._wrapped.append((cls, own))
-                setattr(cls, "step", self._guarded_step(own))
 
-    def remove(self) -> None:
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
-        for cls, own in reversed(self._wrapped):
-            setattr(cls, "step", own)
-        self._wrapped = []
-
-    def _pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        judge = self._judge()
-        if judge is not None:
-            judge(optimizer, kwargs)
-
-    def _guarded_step(self, step: Any) -> Any:
-        guard = self
-
-        def guarded_step(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-            if getattr(guard._inside, "depth", 0) == 0:
-                guard._pre_hook(optimizer, args, kwargs)
-            guard._inside.depth = getattr(guard._inside, "depth", 0) + 1
-            try:
-                return step(optimizer, *args, **kwargs)
-            finally:
-                guard._inside.depth -= 1
-        guarded_step._msprobe_cpp_guard = True  # type: ignore[attr-defined]
-        # torch 1.13 wraps a class's step for its profiler unless it says it is wrapped already.
-        guarded_step.hooked = getattr(step, "hooked", False)  # type: ignore[attr-defined]
-        guarded_step.__wrapped__ = step  # type: ignore[attr-defined]
-        guarded_step.__name__ = getattr(step, "__name__", "step")
-        guarded_step.__qualname__ = getattr(step, "__qualname__", "step")
-        guarded_step.__doc__ = getattr(step, "__doc__", None)
-        return guarded_step
+def _guarded_step(step: Any, before_step: Callable[[Any, Any, Any], None], inside: threading.local) -> Any:
+    def guarded_step(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(inside, "depth", 0) == 0:
+            before_step(optimizer, args, kwargs)
+        inside.depth = getattr(inside, "depth", 0) + 1
+        try:
+            return step(optimizer, *args, **kwargs)
+        finally:
+            inside.depth -= 1
+    guarded_step._msprobe_cpp_guard = True  # type: ignore[attr-defined]
+    # torch 1.13 wraps a class's step for its profiler unless it says it is wrapped already.
+    guarded_step.hooked = getattr(step, "hooked", False)  # type: ignore[attr-defined]
+    guarded_step.__wrapped__ = step  # type: ignore[attr-defined]
+    guarded_step.__name__ = getattr(step, "__name__", "step")
+    guarded_step.__qualname__ = getattr(step, "__qualname__", "step")
+    guarded_step.__doc__ = getattr(step, "__doc__", None)
+    return guarded_step

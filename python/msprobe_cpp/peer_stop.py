@@ -33,6 +33,7 @@ import torch.distributed as dist
 from . import _C
 from . import log
 from .errors import DistributedStopError, Overflow, OverflowError
+from .patches import Patches
 
 KEY = "stop"
 SEEN = "stop_seen"
@@ -99,14 +100,14 @@ def _abort_nccl() -> None:
         pass
 
 
-def create(session: Any) -> Optional["PeerStop"]:
+def create(session: Any, patches: Patches) -> Optional["PeerStop"]:
     """The coordinator of this rank, or None (with one line) where the store cannot be reached:
     the training goes on, each rank stopping on its own as outside torch.distributed."""
     address = _store_address()
     try:
         if address is None:
             raise RuntimeError("the store is not a TCPStore at a known address")
-        return PeerStop(session, *address)
+        return PeerStop(session, patches, *address)
     except Exception as e:  # noqa: BLE001 - the tool's trouble must not stop the training
         log.warn(f"torch.distributed's store cannot be reached ({e}): a stop on one rank will not "
                  "stop the others")
@@ -114,9 +115,10 @@ def create(session: Any) -> Optional["PeerStop"]:
 
 
 class PeerStop:
-    def __init__(self, session: Any, host: str, port: int) -> None:
+    def __init__(self, session: Any, patches: Patches, host: str, port: int) -> None:
         global _active
         self._session = session
+        self._patches = patches
         # Connections of our own: a TCPStore client serves one request at a time, and the watcher's
         # wait would hold the process group's (or our main thread's) for as long as it waits.
         self._store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=10))
@@ -137,20 +139,19 @@ class PeerStop:
         self._evidence_lock = threading.Lock()
         self._evidence: Optional[str] = None  # the folder written ("" if none could be)
         self._evidence_step = -1  # the step it holds
-        self._failures = _CollectiveFailures()
         self._thread = threading.Thread(target=self._watch, name="msprobe_cpp peer stop", daemon=True)
         self._thread.start()
         # A thread still inside a store wait when the interpreter ends takes the process down with it.
         atexit.register(self.close)
         _active = self
-        self._failures.install()
+        _explain_collective_failures(patches)
 
     def close(self) -> None:
         """Ends the watcher (within one wait period) and forgets this coordinator."""
         global _active
         if _active is self:
             _active = None
-            self._failures.remove()
+            self._patches.remove(["peer"])
         self._closing.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(WAIT_PERIOD_S + 1.0)
@@ -339,31 +340,19 @@ class PeerStop:
         return facts
 
 
-class _CollectiveFailures:
+def _explain_collective_failures(patches: Patches) -> None:
     """Collectives that no hook sees: DDP's gradient all-reduce (made in its C++ reducer, inside
     loss.backward()) and its forward's buffer broadcast. When one fails because a peer stopped and
     left, the error a rank gets is gloo's "Connection closed by peer"; these wrappers raise the
-    peer's stop instead (PeerStop.after_collective_failure)."""
-
-    def __init__(self) -> None:
-        self._saved: list = []
-
-    def install(self) -> None:
-        targets = [(torch.autograd, "backward")]
-        ddp = getattr(getattr(torch.nn, "parallel", None), "DistributedDataParallel", None)
-        if ddp is not None:
-            targets.append((ddp, "forward"))
-        for owner, name in targets:
-            original = owner.__dict__.get(name)
-            if original is None:
-                continue
-            self._saved.append((owner, name, original))
-            setattr(owner, name, _told_failures(original))
-
-    def remove(self) -> None:
-        for owner, name, original in reversed(self._saved):
-            setattr(owner, name, original)
-        self._saved = []
+    peer's stop instead (PeerStop.after_collective_failure). Kind "peer"."""
+    targets = [(torch.autograd, "backward")]
+    ddp = getattr(getattr(torch.nn, "parallel", None), "DistributedDataParallel", None)
+    if ddp is not None:
+        targets.append((ddp, "forward"))
+    for owner, name in targets:
+        original = owner.__dict__.get(name)
+        if original is not None:
+            patches.replace("peer", owner, name, _told_failures(original))
 
 
 def _told_failures(call: Any) -> Any:

@@ -100,7 +100,7 @@ def in_a_script_folder(tmp_path, monkeypatch):
     logger.handlers = handlers
     logger.setLevel(level)
     live = msprobe_cpp.PrecisionDebugger._instance
-    if live is not None and not live._done:
+    if live is not None and not live._patches.closed:
         live._release()
 
 

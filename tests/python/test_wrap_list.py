@@ -14,7 +14,7 @@ CASTS = {"bfloat16", "double", "float", "half", "to", "type"}
 
 def wrapped(debugger: msprobe_cpp.PrecisionDebugger) -> set:
     debugger.start()
-    names = {f"{owner.__name__}:{attr}" for owner, attr, _ in debugger._api_hooks._saved}
+    names = {f"{owner.__name__}:{attr}" for owner, attr in debugger._patches.replaced("api")}
     debugger._release()
     return names
 

@@ -117,7 +117,7 @@ py::object ApiHook::call_original(PyObject* args, PyObject* kwargs) const {
 }
 
 int64_t ApiHook::next_index(Session& session) {
-  const uint64_t epoch = session.numbering().epoch();
+  const uint64_t epoch = session.hooks().numbering.epoch();
   if (epoch_.load(std::memory_order_acquire) != epoch) {
     std::lock_guard<std::mutex> lock(reset_mu_);
     if (epoch_.load(std::memory_order_relaxed) != epoch) {
@@ -146,7 +146,7 @@ std::string backward_of(const std::string& forward) {
 
 py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   std::shared_ptr<Session> session = current_session();
-  if (!session || !session->gate().forward() || ReentryGuard::inside() ||
+  if (!session || !session->hooks().gate.forward() || ReentryGuard::inside() ||
       called_by_compiled_region()) {
     return call_original(args, kwargs);
   }
@@ -155,13 +155,13 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   ReentryGuard guard;
   // Named first, so that scope, list and data_mode are decided before any statistics: a call
   // that is filtered out costs a counter and a few string compares.
-  const uint64_t epoch = session->numbering().epoch();
+  const uint64_t epoch = session->hooks().numbering.epoch();
   // One allocation for the name; "<api>.<n>." is its prefix.
   const std::string index = std::to_string(next_index(*session));
   std::string name;
   name.reserve(api_.size() + index.size() + 10);
   name.append(api_).append(1, '.').append(index).append(".forward");
-  Selection& selection = session->selection();
+  Selection& selection = session->hooks().selection;
   // The backward name matters to the selection only through `list`.
   const Selected sel = selection.begin(
       name, selection.has_list() ? backward_of(name) : std::string(), inside_listed_module());
@@ -202,11 +202,11 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
   // other ranks before it runs.
   EntryOptions collective_options;
   if (written_.index >= 0) {
-    collective_options = session.capture().options();
+    collective_options = session.hooks().capture.options();
     collective_options.pending = nullptr;
   }
   const EntryOptions& options =
-      written_.index >= 0 ? collective_options : session.capture().options();
+      written_.index >= 0 ? collective_options : session.hooks().capture.options();
   StoredCall call;
   call.epoch = epoch;
   call.record.name = name;
@@ -223,7 +223,7 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
   const bool watching = session.config().watching();
   if (sel.forward && sel.inputs)
     describe_inputs(call, watching ? &live : nullptr, args, kwargs, options);
-  call.stack = session.capture_stack();
+  call.stack = session.hooks().codes.capture();
   call.parent = enclosing_module();
   const std::string sent_key = watching ? sent_input_key(api_, args, kwargs) : std::string();
   const bool collective_input_anomaly =
@@ -233,7 +233,7 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
 
   py::object result;
   {
-    EndOnExit end{session.selection(), name};
+    EndOnExit end{session.hooks().selection, name};
     result = call_original(args, kwargs);
   }
   // Its buffer holds values now (an async one's, once its work is waited for).

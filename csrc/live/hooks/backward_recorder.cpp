@@ -43,11 +43,11 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
   // The node's inputs are the gradients flowing into the call, its outputs those flowing out.
   variable_list operator()(const variable_list& outputs, const variable_list& inputs) override {
     std::shared_ptr<Session> s = session_.lock();
-    if (!s || !s->gate().backward()) return outputs;
+    if (!s || !s->hooks().gate.backward()) return outputs;
     // Numbered with its forward: it belongs to the forward's step.
     StoredCall call = backward_call(name_, parts_, stack_, module_);
     call.epoch = epoch_;
-    if (kBackwardScopes) call.parent = s->backward_scope().innermost();
+    if (kBackwardScopes) call.parent = s->hooks().backward_scope.innermost();
     record_backward(*s, std::move(call), inputs, outputs);
     return outputs;
   }
@@ -65,7 +65,7 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
 
 void record_backward(Session& s, StoredCall&& call, const variable_list& grads_in,
                      const variable_list& grads_out) {
-  const EntryOptions& options = s.capture().options();
+  const EntryOptions& options = s.hooks().capture.options();
   const std::string& name = call.record.name;
   LiveTensors live;
   const bool watching = s.config().watching();

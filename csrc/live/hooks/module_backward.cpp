@@ -122,11 +122,11 @@ struct Pending {
     if (!kBackwardScopes || opened) return;
     opened = true;
     std::shared_ptr<Session> s = session.lock();
-    if (!s || !s->gate().backward()) return;
+    if (!s || !s->hooks().gate.backward()) return;
     Opened o;
-    o.epoch = s->numbering().epoch();
-    o.name = key + "." + std::to_string(s->numbering().next_index(key));
-    o.parent = s->backward_scope().open(o.name);
+    o.epoch = s->hooks().numbering.epoch();
+    o.name = key + "." + std::to_string(s->hooks().numbering.next_index(key));
+    o.parent = s->hooks().backward_scope.open(o.name);
     call = std::move(o);
   }
 
@@ -146,17 +146,17 @@ struct Pending {
     if (!s) return;
     if (kBackwardScopes) {
       if (!opened_call) return;  // not collecting when it opened
-      s->backward_scope().close();
+      s->hooks().backward_scope.close();
     }
-    if (!s->gate().backward()) return;
+    if (!s->hooks().gate.backward()) return;
     Opened o;
     if (opened_call) {
       o = std::move(*opened_call);
     } else {
-      o.epoch = s->numbering().epoch();
-      o.name = key + "." + std::to_string(s->numbering().next_index(key));
+      o.epoch = s->hooks().numbering.epoch();
+      o.name = key + "." + std::to_string(s->hooks().numbering.next_index(key));
     }
-    const Selected sel = s->selection().module_backward(o.name, base);
+    const Selected sel = s->hooks().selection.module_backward(o.name, base);
     if (!sel.backward) return;
     StoredCall c = backward_call(o.name, sel, stack, std::nullopt);
     c.epoch = o.epoch;

@@ -20,7 +20,7 @@ namespace {
 // The forward's positional and keyword inputs, as entries (and, when the guard watches, as the
 // live tensors it judges).
 void record_inputs(Session& s, OpenModuleCall& open, py::handle inputs, py::handle kwargs) {
-  const EntryOptions& options = s.capture().options();
+  const EntryOptions& options = s.hooks().capture.options();
   const bool watching = s.config().watching();
   open.inputs = item_entries(inputs.ptr(), options, options.stem(open.name, "input"),
                              watching ? &open.live.inputs : nullptr);
@@ -56,7 +56,7 @@ StoredCall finished_call(Session& s, OpenModuleCall& open, py::handle output) {
   call.record.inputs = std::move(open.inputs);
   call.record.kwargs = std::move(open.kwargs);
   if (open.selected.outputs) {
-    const EntryOptions& options = s.capture().options();
+    const EntryOptions& options = s.hooks().capture.options();
     call.record.outputs =
         item_entries(output.ptr(), options, options.stem(call.record.name, "output"),
                      s.config().watching() ? &open.live.outputs : nullptr);
@@ -78,16 +78,18 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
   const std::string backward_key = base + ".backward";
 
   // PyTorch >= 2.0 passes keyword arguments too (registered with with_kwargs=True).
-  auto on = [dumped](Session& s) { return dumped ? s.gate().module_dump() : s.gate().forward(); };
+  auto on = [dumped](Session& s) {
+    return dumped ? s.hooks().gate.module_dump() : s.hooks().gate.forward();
+  };
   auto pre = [forward_key, record, on](py::handle module, py::handle inputs, py::handle kwargs) {
     std::shared_ptr<Session> s = current_session();
     if (!s || !on(*s)) return;
     if (s->peer_stop().stopped()) raise_peer_stop(*s);
-    Selection& selection = s->selection();
+    Selection& selection = s->hooks().selection;
     OpenModuleCall open;
     open.module = module.ptr();
-    open.epoch = s->numbering().epoch();
-    open.name = forward_key + "." + std::to_string(s->numbering().next_index(forward_key));
+    open.epoch = s->hooks().numbering.epoch();
+    open.name = forward_key + "." + std::to_string(s->hooks().numbering.next_index(forward_key));
     if (!record) {
       push_module_call(std::move(open));
       return;
@@ -97,7 +99,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     open.parent = enclosing_module();
     if (open.selected.forward) {
       if (open.selected.inputs) record_inputs(*s, open, inputs, kwargs);
-      open.stack = s->capture_stack();
+      open.stack = s->hooks().codes.capture();
     }
     open.backward = module_backward_start(inputs.ptr());
     push_module_call(std::move(open));
@@ -110,7 +112,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     if (!pop_module_call(module.ptr(), open)) return;
     std::shared_ptr<Session> s = current_session();
     if (!s || !on(*s)) return;
-    s->selection().end(open.name);
+    s->hooks().selection.end(open.name);
     if (open.backward) hook_backward(s, backward_key, base, open, output);
     if (!open.selected.forward) return;
     StoredCall call = finished_call(*s, open, output);
@@ -148,20 +150,20 @@ py::tuple make_model_hooks(const std::string& class_name) {
     StartedModelCall call = std::move(*mine);
     calls.erase(std::next(mine).base(), calls.end());  // with any left open inside it (raised)
     std::shared_ptr<Session> s = current_session();
-    if (!s || !s->config().watching() || !s->gate().forward()) return;
+    if (!s || !s->config().watching() || !s->hooks().gate.forward()) return;
     // What the calls before it made must be known first (batched sync).
     if (s->deferred().any()) flush_deferred(*s);
     StoredCall judged;
-    judged.record.name = key + "." + std::to_string(s->numbering().next_index(key));
+    judged.record.name = key + "." + std::to_string(s->hooks().numbering.next_index(key));
     judged.record.has_inputs = false;
     LiveTensors live;
     // Judged at once, whatever the sync mode: it is one call a step, and the last place to stop.
-    EntryOptions options = s->capture().options();
+    EntryOptions options = s->hooks().capture.options();
     options.pending = nullptr;
     options.saver = nullptr;
     judged.record.outputs = item_entries(output.ptr(), options, "", &live.outputs);
     live.enclosing.push_back({"the started model " + call.class_name, std::move(call.args), true});
-    judged.stack = s->capture_stack();
+    judged.stack = s->hooks().codes.capture();
     warn_statistics_failure(*s, judged.record.name);
     if (auto event = s->guard().judge_model_output(std::move(judged), live)) {
       handle_overflow_event(*s, *event);

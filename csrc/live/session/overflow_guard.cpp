@@ -48,6 +48,7 @@ void OverflowGuard::new_step(int64_t step, uint64_t epoch) {
     g.at.step = step;
     g.epoch = epoch;
     g.flagged_unstored = false;
+    g.scale_before.reset();
     if (g.watch) g.watch->new_step();
     if (g.decisions) g.decisions->new_step();
   });
@@ -125,6 +126,20 @@ void OverflowGuard::add_model_tensor(const std::string& name, const at::Tensor& 
   state_.with_lock([&](GuardState& g) { g.models.add(name, t, buffer); });
 }
 
+std::vector<std::optional<std::string>> OverflowGuard::parameter_names(
+    const std::vector<at::Tensor>& tensors) {
+  return state_.with_lock([&](const GuardState& g) {
+    std::vector<std::optional<std::string>> names;
+    names.reserve(tensors.size());
+    for (const at::Tensor& t : tensors) {
+      std::optional<ModelTensors::Found> found = g.models.find(t);
+      names.push_back(found && !found->buffer ? std::optional<std::string>(found->name)
+                                              : std::nullopt);
+    }
+    return names;
+  });
+}
+
 void OverflowGuard::mark_compiled_output(const at::Tensor& t) {
   state_.with_lock([&](GuardState& g) {
     if (g.watch) g.watch->mark_compiled_output(t);
@@ -195,17 +210,19 @@ void OverflowGuard::tell_source(const StackPtr& stack, const std::string& call,
   state_.with_lock([&](GuardState& g) { g.decisions->set_source(call, source); });
 }
 
-void OverflowGuard::set_loss_scaled() {
-  state_.with_lock([](GuardState& g) {
+void OverflowGuard::set_loss_scaled(double before) {
+  state_.with_lock([&](GuardState& g) {
+    g.scale_before = before;
     if (g.decisions) g.decisions->set_loss_scaled();
   });
 }
 
-std::optional<OverflowEvent> OverflowGuard::judge_loss_scale(double before, double after) {
+std::optional<OverflowEvent> OverflowGuard::judge_loss_scale(double after) {
   ScaleDecision d = state_.with_lock([&](GuardState& g) {
+    const std::optional<double> before = std::exchange(g.scale_before, std::nullopt);
     // A loss scaler given to start() under another task: nothing to judge.
-    if (!g.decisions) return ScaleDecision{};
-    return g.decisions->loss_scale(before, after, g.at.step, [&] {
+    if (!g.decisions || !before) return ScaleDecision{};
+    return g.decisions->loss_scale(*before, after, g.at.step, [&] {
       OverflowFacts f;
       f.finding.call = "(loss scaler)";
       f.step = g.at.step;
@@ -250,37 +267,44 @@ OverflowFacts optimizer_step_facts(const GuardState& g, const SessionPaths& path
 
 }  // namespace
 
-std::optional<OverflowEvent> OverflowGuard::judge_optimizer_state(const std::string& optimizer,
-                                                                  const std::string& state,
-                                                                  const std::string& parameter,
-                                                                  size_t more) {
+std::optional<OverflowEvent> OverflowGuard::judge_optimizer_state(const OptimizerState& found,
+                                                                  const StackPtr& caller) {
   if (!config_.watching()) return std::nullopt;
-  return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
-    if (!g.decisions) return std::nullopt;
-    std::optional<OverflowEvent> event = g.decisions->optimizer_state(
-        state, parameter, more, [&] { return optimizer_step_facts(g, paths_, optimizer); });
-    if (event) g.flagged_unstored = true;  // written even when no call of the step was recorded
-    return event;
-  });
+  std::optional<OverflowEvent> event =
+      state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
+        if (!g.decisions) return std::nullopt;
+        std::optional<OverflowEvent> e = g.decisions->optimizer_state(
+            found.state, found.parameter, found.more,
+            [&] { return optimizer_step_facts(g, paths_, found.optimizer); });
+        if (e) g.flagged_unstored = true;  // written even when no call of the step was recorded
+        return e;
+      });
+  if (event) tell_source(caller, event->facts.finding.call, &*event);
+  return event;
 }
 
 std::optional<OverflowEvent> OverflowGuard::judge_optimizer_gradients(const std::string& optimizer,
                                                                       std::vector<std::string> bad,
-                                                                      bool reduced) {
+                                                                      bool reduced,
+                                                                      const StackPtr& caller) {
   if (!config_.watching() || bad.empty()) return std::nullopt;
-  return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
-    if (!g.decisions) return std::nullopt;
-    OverflowDecisions::GradientSource source;
-    source.reduced = reduced;
-    source.compiled = g.watch && g.watch->compiled_region_ran();
-    // Without a started model nothing says whether an earlier step left gradients.
-    source.earlier_step_left = g.models.empty() || g.models.earlier_step_left_gradients();
-    std::optional<OverflowEvent> event = g.decisions->optimizer_gradients(
-        std::move(bad), source, [&] { return optimizer_step_facts(g, paths_, optimizer); });
-    // Written even when no call of the step was recorded: the message names its folder.
-    if (event) g.flagged_unstored = true;
-    return event;
-  });
+  std::optional<OverflowEvent> event =
+      state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
+        if (!g.decisions) return std::nullopt;
+        OverflowDecisions::GradientSource source;
+        source.reduced = reduced;
+        source.compiled = g.watch && g.watch->compiled_region_ran();
+        // Without a started model nothing says whether an earlier step left gradients.
+        source.earlier_step_left = g.models.empty() || g.models.earlier_step_left_gradients();
+        std::optional<OverflowEvent> e = g.decisions->optimizer_gradients(
+            std::move(bad), source, [&] { return optimizer_step_facts(g, paths_, optimizer); });
+        // Written even when no call of the step was recorded: the message names its folder.
+        if (e) g.flagged_unstored = true;
+        return e;
+      });
+  // The program's line that called the optimizer's step.
+  if (event) tell_source(caller, event->facts.finding.call, &*event);
+  return event;
 }
 
 }  // namespace msprobe

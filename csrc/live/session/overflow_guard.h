@@ -63,6 +63,7 @@ struct GuardState {
   std::unique_ptr<OverflowDecisions> decisions;
   std::unique_ptr<Headroom> headroom;  // overflow_check with headroom > 0; kept across steps
   bool flagged_unstored = false;       // a finding no stored call carries: the step is written
+  std::optional<double> scale_before;  // the loss scaler's scale, when it scaled this step's loss
 };
 
 class OverflowGuard {
@@ -100,27 +101,30 @@ class OverflowGuard {
   std::optional<OverflowEvent> end_of_backward();
   // Before an optimizer (named by its class) writes the gradients: `bad` names those that hold
   // NaN/inf. `reduced`: under torch.distributed, where they were averaged across the ranks.
+  // `caller`: the program's stack, whose line a stop names.
   std::optional<OverflowEvent> judge_optimizer_gradients(const std::string& optimizer,
-                                                         std::vector<std::string> bad,
-                                                         bool reduced);
+                                                         std::vector<std::string> bad, bool reduced,
+                                                         const StackPtr& caller);
   // Before an optimizer writes the parameters: its `state` ("exp_avg_sq") of `parameter`, and
   // `more` other state tensors, hold NaN/inf.
-  std::optional<OverflowEvent> judge_optimizer_state(const std::string& optimizer,
-                                                     const std::string& state,
-                                                     const std::string& parameter, size_t more);
-  // The loss scaler scaled this step's loss; judge_loss_scale(): `before` at start() (or
-  // scale()), `after` now: a stop to raise, or nothing.
-  void set_loss_scaled();
-  std::optional<OverflowEvent> judge_loss_scale(double before, double after);
+  struct OptimizerState {
+    std::string optimizer, state, parameter;
+    size_t more = 0;
+  };
+  std::optional<OverflowEvent> judge_optimizer_state(const OptimizerState& found,
+                                                     const StackPtr& caller);
+  // The loss scaler scaled this step's loss, its scale `before` (at start() or scale());
+  // judge_loss_scale(): its scale `after` now, at step(): a stop to raise, or nothing.
+  void set_loss_scaled(double before);
+  std::optional<OverflowEvent> judge_loss_scale(double after);
 
-  // A parameter or buffer of a model given to start().
+  // A parameter or buffer of a model given to start(); the names of those of `tensors` that are
+  // a started model's parameters (nullopt for any other).
   void add_model_tensor(const std::string& name, const at::Tensor& t, bool buffer);
+  std::vector<std::optional<std::string>> parameter_names(const std::vector<at::Tensor>& tensors);
   // NaN/inf in `t` was made inside a torch.compile'd region, where no call is recorded.
   void mark_compiled_output(const at::Tensor& t);
 
-  // The finding's source line (the GIL is taken), into `event` and the step's report. Without the
-  // guard's lock: a thread holding the GIL may be waiting for it.
-  void tell_source(const StackPtr& stack, const std::string& call, OverflowEvent* event);
   // An op origin's replays (facts.replay, not_replayed), kept for the step's report.
   void set_replay(const OverflowFacts& facts);
   // Batched sync: how many calls of the batch ran after the stop's call, for the report.
@@ -131,6 +135,9 @@ class OverflowGuard {
  private:
   // A stored call's finding as facts; its source line comes later.
   OverflowFacts facts_of(const GuardState& g, const StoredCall& call, const Verdict& v) const;
+  // The finding's source line (the GIL is taken), into `event` and the step's report. Without the
+  // guard's lock: a thread holding the GIL may be waiting for it.
+  void tell_source(const StackPtr& stack, const std::string& call, OverflowEvent* event);
   // The one line said for a 16-bit call site that reached the headroom.
   void say_headroom(const HeadroomRecord& r, const StoredCall& call, int rank);
 

@@ -8,7 +8,7 @@ std::vector<OverflowEvent> resolve_deferred(Session& session) {
   std::vector<DeferredCall> batch = session.deferred().take();
   std::vector<OverflowEvent> events;
   if (batch.empty()) return events;
-  PendingStats* slots = session.capture().pending();
+  PendingStats* slots = session.hooks().capture.pending();
   if (slots) slots->resolve();  // the one host sync of the batch
   bool raising = false;
   for (size_t i = 0; i < batch.size(); ++i) {

@@ -115,18 +115,25 @@ int64_t Session::current_step() const {
   return state_.with_lock([](const StepCalls& s) { return s.at.step; });
 }
 
-void Session::start(int rank) {
+bool Session::start(int rank, bool new_models) {
   deliver_said_lines();  // an earlier step's write thread's
   // A forward that an exception cut short (an overflow stop, a user's error) left its module
   // calls open on this thread.
   clear_module_calls();
   if (said_.first(" stale temporaries")) clean_earlier_run(rank);
-  const auto [step, staging, first] = state_.with_lock([&](StepCalls& s) {
+  const auto [step, staging, first, restarted] = state_.with_lock([&](StepCalls& s) {
     s.ended_by_raise = false;
+    const bool restarted = s.began && s.stopped && !new_models;
     const bool first = !std::exchange(s.began, true);
+    s.stopped = false;
+    s.ever_started = true;
     s.at.rank = rank;
-    return std::make_tuple(s.at.step, staging_of(s), first);
+    return std::make_tuple(s.at.step, staging_of(s), first, restarted);
   });
+  if (restarted && said_.first("restart")) {
+    say_warning("start() again without step(): the calls go on counting in step " +
+                std::to_string(step) + "; call debugger.step() at the end of each iteration");
+  }
   guard_.begin_step(rank, first);
   // Task tensor saves as the calls happen: into the folder being built.
   if (capture_.saver()) capture_.file_names().set_dir(staging + "/dump_tensor_data");
@@ -135,6 +142,11 @@ void Session::start(int rank) {
   const bool collect = rank_ok && config_.step.contains(step) && !past_last_step(config_, step);
   if (collect) state_.with_lock([](StepCalls& s) { s.collected = true; });
   gate_.open(collect);
+  return first;
+}
+
+bool Session::judges_optimizer() const {
+  return state_.with_lock([](const StepCalls& s) { return s.began && s.collected; });
 }
 
 void Session::warn_unmatched_selection(int64_t step) {
@@ -150,6 +162,7 @@ void Session::warn_unmatched_selection(int64_t step) {
 
 void Session::stop() {
   deliver_said_lines();  // an earlier step's write thread's, before this step's
+  state_.with_lock([](StepCalls& s) { s.stopped = true; });
   gate_.close();
   write_step(/*at_stop=*/true, /*hand_over=*/config_.async_dump);
 }
@@ -162,13 +175,24 @@ void Session::drain_writes() {
   deliver_said_lines();  // the write thread's
 }
 
+void Session::stop_at_exit() {
+  const bool due =
+      state_.with_lock([](const StepCalls& s) { return s.ever_started && !s.stopped; });
+  if (due) stop();
+}
+
 void Session::step() {
   deliver_said_lines();  // an earlier step's write thread's, before this step's
   gate_.close();
-  const auto [raised, collected, step] = state_.with_lock([](StepCalls& s) {
+  const auto [raised, collected, step, started] = state_.with_lock([](StepCalls& s) {
     const bool raised = std::exchange(s.ended_by_raise, false);
-    return std::make_tuple(raised, s.collected, s.at.step);
+    return std::make_tuple(raised, s.collected, s.at.step, s.ever_started);
   });
+  if (!started && said_.first("step before start")) {
+    say_warning("step() before any start(): step " + std::to_string(step) +
+                " ends with nothing recorded, and the next start() begins step " +
+                std::to_string(step + 1) + "; call start() at the beginning of each step");
+  }
   if (raised) return;  // the raise already ended this step
   write_step(/*at_stop=*/false, /*hand_over=*/config_.async_dump);
   if (collected) warn_unmatched_selection(step);
@@ -192,6 +216,7 @@ void Session::advance() {
     s.dirty = false;
     s.collected = false;
     s.began = false;
+    s.stopped = false;
     s.staging.clear();
     s.published = false;
     s.peer_stop.reset();

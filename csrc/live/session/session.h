@@ -52,6 +52,18 @@ class SaidOnce {
   std::set<std::string> said_;
 };
 
+// What a hook uses of its session besides add(), and nothing more: whether to record now, how a
+// call is named and numbered, whether it is selected, what is captured of it, and its stack.
+// Each part guards itself (or is the GIL's: codes).
+struct HookContext {
+  CollectionGate& gate;
+  CallNumbering& numbering;
+  Selection& selection;
+  TensorCapture& capture;
+  BackwardScope& backward_scope;  // autograd threads
+  CodeRegistry& codes;            // GIL: codes.capture() is the calling thread's stack
+};
+
 class Session {
  public:
   // `package_dir`: frames under it are left out of stack.json. `source` names the config in
@@ -63,23 +75,23 @@ class Session {
   const Config& config() const { return config_; }
 
   // Lifecycle, called from Python with the GIL held.
-  void start(int rank);  // rank -1: torch.distributed not initialized
-  void stop();           // writes the step's files (everything collected in this step so far)
-  void drain_writes();   // async_dump: returns once every step handed over is written
-  void step();           // writes if stop() was not called, then moves to the next step
+  // rank -1: torch.distributed not initialized. `new_models`: start() was given a model it did
+  // not have. Returns whether this is the step's first start().
+  bool start(int rank, bool new_models);
+  void stop();          // writes the step's files (everything collected in this step so far)
+  void stop_at_exit();  // the step started last, when stop() was not called for it
+  void drain_writes();  // async_dump: returns once every step handed over is written
+  void step();          // writes if stop() was not called, then moves to the next step
   int64_t current_step() const;
+  // A step started and collected on this rank: an optimizer's step in it is judged.
+  bool judges_optimizer() const;
 
   // Hot path.
-  // Whether the hooks record now (pause() and module_dump() turn it too).
-  CollectionGate& gate() { return gate_; }
-  CallNumbering& numbering() { return numbering_; }
+  // What a hook uses of the session besides add(): the gate, numbering, selection, capture.
+  HookContext& hooks() { return hooks_; }
   // Stores a call; with task overflow_check judges it first (`live`: its tensors) and says what
   // the hook must do about it.
   std::optional<OverflowEvent> add(StoredCall&& call, const LiveTensors* live = nullptr);
-  StackPtr capture_stack() { return codes_.capture(); }  // GIL required
-  Selection& selection() { return selection_; }
-  BackwardScope& backward_scope() { return backward_scope_; }  // autograd threads
-  TensorCapture& capture() { return capture_; }
   // Task overflow_check: what is judged besides the calls, and the crossing into Python.
   OverflowGuard& guard() { return guard_; }
   // Batched sync (overflow_check.sync): the queue of calls waiting for their statistics
@@ -133,6 +145,7 @@ class Session {
   SaidOnce said_;
   BackwardScope backward_scope_;
   PeerStopFlag peer_stop_;
+  HookContext hooks_{gate_, numbering_, selection_, capture_, backward_scope_, codes_};  // last
 };
 
 std::shared_ptr<Session> current_session();

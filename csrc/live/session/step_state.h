@@ -55,6 +55,8 @@ struct StepCalls {
   bool dirty = false;           // collected since the last write
   bool collected = false;       // collecting was on at some start() of the step
   bool began = false;           // start() was called in the step
+  bool stopped = false;         // stop() was called since the step's last start()
+  bool ever_started = false;    // start() was called in some step of the session
   bool ended_by_raise = false;  // a raise ended the step already: the next step() must not
   // Where the step's next write is built (core/step_folders.h), and for which folder(); "": a
   // new one at the next start(), as a write took the last.
