@@ -7,6 +7,7 @@
 
 #include "bind/api_hook_type.h"
 #include "bind/bindings.h"
+#include "core/fact_fields.h"
 #include "live/capture/call_values.h"
 #include "live/capture/unwritten_memory.h"
 #include "live/hooks/compiled_region.h"
@@ -20,19 +21,70 @@ namespace py = pybind11;
 
 namespace msprobe {
 
+namespace {
+
+// A stop's fields as Python sees them, and a peer stop built as a local one is.
+void bind_stop_facts(py::module_& m) {
+  // A peer stop is built here, as a local one is: one message format, one field list.
+  auto peer_of = [](const py::dict& published) {
+    auto text = [&](const char* key) {
+      return published.contains(key) && !published[key].is_none()
+                 ? py::str(published[key]).cast<std::string>()
+                 : std::string();
+    };
+    return PeerOverflow{published["rank"].cast<int>(),
+                        published["step"].cast<int64_t>(),
+                        text("call"),
+                        text("origin"),
+                        text("scene"),
+                        text("level")};
+  };
+  m.def(
+      "overflow_field_names",
+      [] {
+        // Every optional field set, so that each is listed.
+        OverflowFacts every;
+        every.held = true;
+        every.raised_calls_later = 1;
+        every.history = HeadroomTrend{"torch.float16", {}, ""};
+        every.replay.tried = true;
+        std::vector<std::pair<std::optional<std::string>, std::optional<std::string>>> names;
+        for (const FactField& f : fields_of(every)) {
+          auto name = [](const char* n) {
+            return n ? std::optional<std::string>(n) : std::nullopt;
+          };
+          if (f.json || f.attr) names.emplace_back(name(f.json), name(f.attr));
+        }
+        return names;
+      },
+      "(report key, attribute) of each field of a stop (core/fact_fields.h), None where a "
+      "renderer has no place for it.");
+  m.def(
+      "peer_stop_line",
+      [peer_of](const py::dict& published, int rank) {
+        return peer_stop_line(peer_of(published), rank);
+      },
+      py::arg("published"), py::arg("rank"),
+      "The line a rank says when it stops for another rank's published stop.");
+  m.def(
+      "peer_overflow_fields",
+      [peer_of](const py::dict& published, int64_t step, int rank, const std::string& dump_dir,
+                std::vector<std::string> gradients) {
+        return overflow_fields(
+            peer_stop_facts(peer_of(published), step, rank, dump_dir, std::move(gradients)));
+      },
+      py::arg("published"), py::arg("step"), py::arg("rank"), py::arg("dump_dir"),
+      py::arg("gradients"),
+      "Overflow's fields, message included, of this rank's stop for a peer's: the same list "
+      "and message as a local stop's.");
+}
+
+}  // namespace
+
 void bind_hooks(py::module_& m) {
+  bind_stop_facts(m);
   m.def("set_current_session", &set_current_session, py::arg("session").none(true),
         "The session the hooks record into (None: none).");
-  m.def(
-      "overflow_fields",
-      [](int64_t step, int rank) {
-        OverflowFacts facts;
-        facts.step = step;
-        facts.rank = rank;
-        return overflow_fields(facts, false);
-      },
-      py::arg("step"), py::arg("rank"),
-      "Overflow's fields for a stop that names no call of this rank (a peer's stop).");
   add_api_hook_type(m);
   m.def(
       "watch_compiling_flag",

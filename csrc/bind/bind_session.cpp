@@ -263,7 +263,7 @@ void bind_peer_stop(py::class_<Session, std::shared_ptr<Session>>& c) {
             // This rank raises the peer's stop at its next hooked call.
             resolve_deferred(s);
             raising_call_arguments().reset();  // kept for a replay that is not made here
-            return s.stop_for_peer(PeerOverflow{rank, step, call, origin});
+            return s.stop_for_peer(PeerOverflow{rank, step, call, origin, "", ""});
           },
           py::arg("rank"), py::arg("step"), py::arg("call"), py::arg("origin"),
           "Writes this rank's step for a peer's stop and ends it; the folder, or \"\".");

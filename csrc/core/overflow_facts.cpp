@@ -5,17 +5,11 @@
 #include <algorithm>
 
 #include "core/anomaly.h"
+#include "core/fact_fields.h"
 
 namespace msprobe {
 
 namespace {
-
-void write_indices(JsonWriter& w, const char* key, const std::vector<size_t>& indices) {
-  w.key(key);
-  w.begin_array();
-  for (size_t i : indices) w.value_int(static_cast<int64_t>(i));
-  w.end_array();
-}
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -23,116 +17,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-void write_optional_string(JsonWriter& w, const char* key, const std::optional<std::string>& v) {
-  w.key(key);
-  if (v) {
-    w.value_string(*v);
-  } else {
-    w.value_null();
-  }
-}
-
-// "op (this call made NaN/inf from finite inputs)": the origin and what it means here.
-std::string origin_words(const OverflowFacts& f) {
-  const std::string name = to_string(*f.origin);
-  switch (*f.origin) {
-    case Origin::Op:
-      return name + " (this call made NaN/inf from finite inputs)";
-    case Origin::Input:
-      return name +
-             " (NaN/inf came in with a tensor argument that no call of this step made: the batch?)";
-    case Origin::Parameter:
-      return name + (f.optimizer_state
-                         ? " (NaN/inf came in with the optimizer's state: " + *f.optimizer_state +
-                               " of parameter " + f.parameter.value_or("?") + ")"
-                         : " (NaN/inf came in with parameter " + f.parameter.value_or("?") + ")");
-    case Origin::Peer:
-      return name + " (NaN/inf came from another rank through this collective)";
-  }
-  return name;
-}
-
-// "step 6 50%, step 7 90% of float16's range: grew".
-std::string history_text(const HeadroomTrend& trend) {
-  std::string text;
-  for (size_t i = 0; i < trend.history.size(); ++i) {
-    const HeadroomPoint& p = trend.history[i];
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%sstep %lld %.0f%%", i ? ", " : "",
-                  static_cast<long long>(p.step), p.fraction * 100.0);
-    text += buf;
-  }
-  return text + " of " + trend.dtype.substr(trend.dtype.rfind('.') + 1) + "'s range: " + trend.text;
-}
-
-// Where the step's files went, or why there are none.
-std::string dump_words(const OverflowFacts& f) {
-  if (!f.dump.error.empty()) return "not written: " + f.dump.error;
-  if (f.dump.dir.empty()) return "none (overflow_nums reached: no more dumps are written)";
-  return f.dump.dir + "  (overflow_report.json, dump.json, dump_tensor_data/)";
-}
-
-void write_caught(JsonWriter& w, const OverflowFacts& f) {
-  w.key("held");
-  w.value_bool(true);
-  w.key("caught");
-  if (f.caught.call.empty()) {
-    w.value_null();
-    return;
-  }
-  w.begin_object();
-  w.key("call");
-  w.value_string(f.caught.call);
-  w.key("how");
-  w.value_string(f.caught.how);
-  w.end_object();
-}
-
-void write_history(JsonWriter& w, const HeadroomTrend& trend) {
-  w.key("history");
-  w.begin_object();
-  w.key("dtype");
-  w.value_string(trend.dtype);
-  w.key("steps");
-  w.begin_array();
-  for (const HeadroomPoint& p : trend.history) {
-    w.begin_object();
-    w.key("step");
-    w.value_int(p.step);
-    w.key("max");
-    w.value_float(p.magnitude);
-    w.key("fraction");
-    w.value_float(p.fraction);
-    w.end_object();
-  }
-  w.end_array();
-  w.key("trend");
-  w.value_string(trend.text);
-  w.end_object();
-}
-
 }  // namespace
-
-void write_detail_fields(JsonWriter& w, const Finding& f) {
-  w.key("api_name");
-  w.value_string(f.call);
-  w.key("rank");
-  w.value_string(to_string(f.severity));
-  w.key("scene_type");
-  w.value_string(scene_name(f.scene));
-  write_indices(w, "input_args_anomaly_indices", f.input_indices);
-  w.key("input_kwargs_anomaly_keys");
-  w.begin_array();
-  for (const std::string& k : f.kwarg_keys) w.value_string(k);
-  w.end_array();
-  write_indices(w, "output_anomaly_indices", f.output_indices);
-  if (f.scene == Scene::NumericalMutation) {
-    w.key("threshold");
-    w.value_float(f.threshold);
-    w.key("scale_change_detected");
-    w.value_bool(true);
-  }
-}
 
 std::string ArgFacts::text() const {
   if (!is_tensor()) {
@@ -146,81 +31,120 @@ std::string ArgFacts::text() const {
   return s;
 }
 
-void ArgFacts::write(JsonWriter& w) const {
-  w.begin_object();
-  w.key("position");
-  w.value_string(position);
-  w.key("type");
-  w.value_string(type);
-  if (is_tensor()) {
-    w.key("dtype");
-    w.value_string(dtype);
-    w.key("shape");
-    w.begin_array();
-    for (int64_t d : shape) w.value_int(d);
-    w.end_array();
-    if (counted) {
-      w.key("nan");
-      w.value_int(nan);
-      w.key("posinf");
-      w.value_int(posinf);
-      w.key("neginf");
-      w.value_int(neginf);
-    }
-  } else if (value) {
-    w.key("value");
-    w.value_float(*value);
+OverflowFacts peer_stop_facts(const PeerOverflow& peer, int64_t step, int rank,
+                              const std::string& dump_dir, std::vector<std::string> gradients) {
+  OverflowFacts f;
+  f.peer.stop = peer;
+  f.finding.call = peer.call;
+  for (Scene s : {Scene::InputNormalOutputAnomaly, Scene::InputAnomalyOutputAnomaly,
+                  Scene::InputAnomalyOutputNormal, Scene::NumericalMutation}) {
+    if (peer.scene == scene_name(s)) f.finding.scene = s;
   }
-  w.end_object();
+  for (Severity s : {Severity::Medium, Severity::High, Severity::Critical}) {
+    if (peer.level == to_string(s)) f.finding.severity = s;
+  }
+  f.origin = Origin::Peer;
+  f.peer.rank = peer.rank;
+  f.step = step;
+  f.rank = rank;
+  f.dump.dir = dump_dir;
+  f.gradients.parameters = std::move(gradients);
+  return f;
+}
+
+std::string peer_stop_line(const PeerOverflow& peer, int rank) {
+  return "[rank " + std::to_string(rank) + "] stopping: rank " + std::to_string(peer.rank) +
+         " overflowed at step " + std::to_string(peer.step) + " (" + peer.call + ", origin " +
+         (peer.origin.empty() ? "None" : peer.origin) + ")";
 }
 
 std::string OverflowFacts::message() const {
   const Finding& f = finding;
-  std::string m = "msprobe_cpp: overflow at step " + std::to_string(step) + ", rank " +
-                  std::to_string(rank) + ": " + f.call + " (" + to_string(f.severity) + ", " +
-                  scene_name(f.scene) + ")";
-  if (origin) m += "\n  origin: " + origin_words(*this);
-  if (!caught.call.empty()) {
-    m += "\n  caught: at " + caught.call + ", where the NaN/inf " + caught.how +
-         " (held until then: it was in tensors that need no gradient, which the program may "
-         "still clean)";
+  if (peer.stop) return peer_stop_line(*peer.stop, rank) + field_lines(fields_of(*this));
+  return "msprobe_cpp: overflow at step " + std::to_string(step) + ", rank " +
+         std::to_string(rank) + ": " + f.call + " (" + to_string(f.severity) + ", " +
+         scene_name(f.scene) + ")" + field_lines(fields_of(*this));
+}
+
+std::string OverflowFacts::origin_words() const {
+  const std::string name = to_string(*origin);
+  switch (*origin) {
+    case Origin::Op:
+      return name + " (this call made NaN/inf from finite inputs)";
+    case Origin::Input:
+      return name +
+             " (NaN/inf came in with a tensor argument that no call of this step made: the batch?)";
+    case Origin::Parameter:
+      return name + (optimizer_state
+                         ? " (NaN/inf came in with the optimizer's state: " + *optimizer_state +
+                               " of parameter " + parameter.value_or("?") + ")"
+                         : " (NaN/inf came in with parameter " + parameter.value_or("?") + ")");
+    case Origin::Peer:
+      return name + " (NaN/inf came from another rank through this collective)";
   }
-  if (!note.empty()) m += "\n  note:   " + note;
-  if (raised_calls_later > 0) {
-    m += "\n  raised " + std::to_string(raised_calls_later) + " call" +
+  return name;
+}
+
+std::string OverflowFacts::history_text() const {
+  std::string text;
+  for (size_t i = 0; i < history->history.size(); ++i) {
+    const HeadroomPoint& p = history->history[i];
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%sstep %lld %.0f%%", i ? ", " : "",
+                  static_cast<long long>(p.step), p.fraction * 100.0);
+    text += buf;
+  }
+  return text + " of " + history->dtype.substr(history->dtype.rfind('.') + 1) +
+         "'s range: " + history->text;
+}
+
+std::string OverflowFacts::dump_words() const {
+  if (!dump.error.empty()) return "not written: " + dump.error;
+  if (dump.dir.empty()) return "none (overflow_nums reached: no more dumps are written)";
+  return dump.dir + "  (overflow_report.json, dump.json, dump_tensor_data/)";
+}
+
+std::string OverflowFacts::source_line() const {
+  std::string line = "source: " + source.value_or("(no Python frame)");
+  // torch.compile's graph code (a backend that runs the graph eagerly: its calls are recorded).
+  if (source && source->rfind("<eval_with_key>", 0) == 0) {
+    line +=
+        "\n  compiled: the call ran inside a compiled region (torch.compile's graph code); run "
+        "the model uncompiled (its _orig_mod) to see the call where it is written";
+  }
+  return line;
+}
+
+std::string OverflowFacts::raised_calls_later_line() const {
+  if (raised_calls_later <= 0) return "";
+  return "raised " + std::to_string(raised_calls_later) + " call" +
          (raised_calls_later == 1 ? "" : "s") +
          " later: statistics come back from the device in batches (overflow_check.sync \"call\" "
          "stops at the call itself)";
-  }
-  m += "\n  module: " + module.value_or("(none recorded)");
-  m += "\n  source: " + source.value_or("(no Python frame)");
-  // torch.compile's graph code (a backend that runs the graph eagerly: its calls are recorded).
-  if (source && source->rfind("<eval_with_key>", 0) == 0) {
-    m += "\n  compiled: the call ran inside a compiled region (torch.compile's graph code); run "
-         "the model uncompiled (its _orig_mod) to see the call where it is written";
-  }
-  for (const ArgFacts& t : tensors) m += "\n  " + t.text();
-  if (history) m += "\n  history: " + history_text(*history);
-  for (const ReplayFacts& r : replay.verdicts) m += "\n  " + r.verdict;
-  if (!replay.not_replayed.empty()) m += "\n  " + replay.not_replayed;
-  if (const std::vector<std::string>& bad = gradients.parameters; !bad.empty()) {
-    m += "\n  non-finite gradients:";
-    for (size_t i = 0; i < bad.size() && i < 8; ++i) m += (i ? ", " : " ") + bad[i];
-    if (bad.size() > 8) m += " (and " + std::to_string(bad.size() - 8) + " more)";
-  }
+}
+
+std::string OverflowFacts::gradients_line() const {
+  const std::vector<std::string>& bad = gradients.parameters;
+  if (bad.empty()) return "";
+  std::string line = "non-finite gradients:";
+  for (size_t i = 0; i < bad.size() && i < 8; ++i) line += (i ? ", " : " ") + bad[i];
+  if (bad.size() > 8) line += " (and " + std::to_string(bad.size() - 8) + " more)";
+  return line;
+}
+
+std::string OverflowFacts::intended_line() const {
   // A replay that was finite wider says the values outgrew the dtype: a real overflow, which no
   // ignore rule should hide. Only where that is not known is an intended NaN/inf (log(0)) likely.
   const bool outgrew_dtype =
       std::any_of(replay.verdicts.begin(), replay.verdicts.end(),
                   [](const ReplayFacts& r) { return r.kind == "wider" && r.finite; });
   // A rule silences anomalous outputs: NaN/inf written into running statistics is in none.
-  if (finding.scene == Scene::InputNormalOutputAnomaly && origin == Origin::Op && !started_model &&
-      !outgrew_dtype && !finding.output_indices.empty()) {
-    m += "\n  intended? an ignore rule in a file named by overflow_check.rules silences it:\n" +
-         ignore_rule_snippet();
+  if (finding.scene != Scene::InputNormalOutputAnomaly || origin != Origin::Op || started_model ||
+      outgrew_dtype || finding.output_indices.empty()) {
+    return "";
   }
-  m += "\n  dump:   " + dump_words(*this);
-  return m;
+  return "intended? an ignore rule in a file named by overflow_check.rules silences it:\n" +
+         ignore_rule_snippet();
 }
 
 std::string OverflowFacts::absorbed_line() const {
@@ -291,76 +215,7 @@ std::string OverflowFacts::ignore_rule_snippet() const {
 
 void OverflowFacts::write(JsonWriter& w) const {
   w.begin_object();
-  write_detail_fields(w, finding);
-  w.key("origin");
-  if (origin) {
-    w.value_string(to_string(*origin));
-  } else {
-    w.value_null();
-  }
-  write_optional_string(w, "parameter", parameter);
-  write_optional_string(w, "optimizer_state", optimizer_state);
-  write_optional_string(w, "module", module);
-  write_optional_string(w, "source", source);
-  w.key("tensors");
-  w.begin_array();
-  for (const ArgFacts& t : tensors) t.write(w);
-  w.end_array();
-  w.key("gradients");
-  w.begin_array();
-  for (const std::string& g : gradients.parameters) w.value_string(g);
-  w.end_array();
-  w.key("masked");
-  w.value_bool(gradients.masked);
-  w.key("absorbed");
-  w.value_bool(absorbed);
-  if (held) write_caught(w, *this);
-  w.key("note");
-  w.value_string(note);
-  if (raised_calls_later > 0) {  // batched sync only
-    w.key("raised_calls_later");
-    w.value_int(raised_calls_later);
-  }
-  if (history) write_history(w, *history);
-  if (replay.tried) {
-    w.key("replay");
-    w.begin_array();
-    for (const ReplayFacts& r : replay.verdicts) r.write(w);
-    w.end_array();
-    w.key("not_replayed");
-    if (replay.not_replayed.empty()) {
-      w.value_null();
-    } else {
-      w.value_string(replay.not_replayed);
-    }
-  }
-  w.key("step");
-  w.value_int(step);
-  w.end_object();
-}
-
-void ReplayFacts::write(JsonWriter& w) const {
-  auto number = [&w](const char* key, const std::optional<double>& v) {
-    w.key(key);
-    if (v) {
-      w.value_float(*v);
-    } else {
-      w.value_null();
-    }
-  };
-  w.begin_object();
-  w.key("kind");
-  w.value_string(kind);
-  w.key("dtype");
-  w.value_string(dtype);
-  w.key("device");
-  w.value_string(device);
-  w.key("finite");
-  w.value_bool(finite);
-  number("max", max);
-  number("min", min);
-  w.key("verdict");
-  w.value_string(verdict);
+  write_json_fields(w, fields_of(*this));
   w.end_object();
 }
 
@@ -417,6 +272,165 @@ std::vector<ArgFacts> anomalous_args(const CallRecord& rec, const Finding& findi
   for_each_arg(rec, [&](const ArgPos& pos, const Entry& e) {
     if (finding.lists(pos)) collect_arg_facts(pos.label(), e, compat, out);
   });
+  return out;
+}
+
+namespace {
+
+template <typename T>
+std::vector<std::vector<FactField>> records_of(const std::vector<T>& facts) {
+  std::vector<std::vector<FactField>> out;
+  for (const T& f : facts) out.push_back(fields_of(f));
+  return out;
+}
+
+std::string joined_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& l : lines) out += (out.empty() ? "" : "\n  ") + l;
+  return out;
+}
+
+}  // namespace
+
+std::vector<FactField> fields_of(const Finding& f) {
+  std::vector<FactField> out = {
+      {"api_name", "call", FactValue::of(f.call)},
+      {"rank", "level", FactValue::of(to_string(f.severity))},
+      {"scene_type", "scene", FactValue::of(scene_name(f.scene))},
+      {"input_args_anomaly_indices", "input_args_anomaly_indices",
+       FactValue::list(f.input_indices)},
+      {"input_kwargs_anomaly_keys", "input_kwargs_anomaly_keys", FactValue::list(f.kwarg_keys)},
+      {"output_anomaly_indices", "output_anomaly_indices", FactValue::list(f.output_indices)},
+  };
+  if (f.scene == Scene::NumericalMutation) {
+    out.push_back({"threshold", nullptr, FactValue::of(f.threshold)});
+    out.push_back({"scale_change_detected", nullptr, FactValue::of(true)});
+  }
+  return out;
+}
+
+std::vector<FactField> fields_of(const ArgFacts& a) {
+  std::vector<FactField> out = {
+      {"position", "position", FactValue::of(a.position)},
+      {"type", "type", FactValue::of(a.type)},
+  };
+  if (a.is_tensor()) {
+    out.push_back({"dtype", "dtype", FactValue::of(a.dtype)});
+    out.push_back({"shape", "shape", FactValue::list(a.shape)});
+    if (a.counted) {
+      out.push_back({"nan", "nan", FactValue::of(a.nan)});
+      out.push_back({"posinf", "posinf", FactValue::of(a.posinf)});
+      out.push_back({"neginf", "neginf", FactValue::of(a.neginf)});
+    }
+  } else if (a.value) {
+    out.push_back({"value", "value", FactValue::of(*a.value)});
+  }
+  out.push_back({nullptr, "text", FactValue::of(a.text()), a.text()});
+  return out;
+}
+
+std::vector<FactField> fields_of(const ReplayFacts& r) {
+  return {
+      {"kind", "kind", FactValue::of(r.kind)},
+      {"dtype", "dtype", FactValue::of(r.dtype)},
+      {"device", "device", FactValue::of(r.device)},
+      {"finite", "finite", FactValue::of(r.finite)},
+      {"max", "max", FactValue::of(r.max)},
+      {"min", "min", FactValue::of(r.min)},
+      {"verdict", "verdict", FactValue::of(r.verdict), r.verdict},
+  };
+}
+
+namespace {
+
+std::vector<FactField> fields_of(const HeadroomTrend& trend) {
+  std::vector<std::vector<FactField>> steps;
+  for (const HeadroomPoint& p : trend.history) {
+    steps.push_back({{"step", nullptr, FactValue::of(p.step)},
+                     {"max", nullptr, FactValue::of(p.magnitude)},
+                     {"fraction", nullptr, FactValue::of(p.fraction)}});
+  }
+  return {{"dtype", nullptr, FactValue::of(trend.dtype)},
+          {"steps", nullptr, FactValue::list_of_records(std::move(steps))},
+          {"trend", nullptr, FactValue::of(trend.text)}};
+}
+
+// The fields that say where the NaN/inf came from and where it did damage.
+void add_origin_fields(const OverflowFacts& f, std::vector<FactField>& out) {
+  // A peer stop's first line names the peer's call and origin; this rank has no call of its own.
+  out.push_back({"origin", "origin",
+                 f.origin ? FactValue::of(std::string(to_string(*f.origin))) : FactValue(),
+                 f.origin && !f.peer.stop ? "origin: " + f.origin_words() : ""});
+  out.push_back({"parameter", "parameter", FactValue::of(f.parameter)});
+  out.push_back({"optimizer_state", "optimizer_state", FactValue::of(f.optimizer_state)});
+  out.push_back({nullptr, "peer_rank", f.peer.rank ? FactValue::of(*f.peer.rank) : FactValue()});
+  const bool caught = !f.caught.call.empty();
+  out.push_back({"held", nullptr, FactValue::of(true), "", f.held});
+  out.push_back({"caught", nullptr,
+                 caught ? FactValue::of(std::vector<FactField>{
+                              {"call", nullptr, FactValue::of(f.caught.call)},
+                              {"how", nullptr, FactValue::of(f.caught.how)}})
+                        : FactValue(),
+                 "", f.held});
+  out.push_back({nullptr, "caught", caught ? FactValue::of(f.caught.call) : FactValue(),
+                 caught ? "caught: at " + f.caught.call + ", where the NaN/inf " + f.caught.how +
+                              " (held until then: it was in tensors that need no gradient, which "
+                              "the program may still clean)"
+                        : ""});
+  out.push_back({nullptr, "caught_how", FactValue::of(f.caught.how)});
+}
+
+// The evidence: the arguments, the site's history, the replays, the gradients.
+void add_evidence_fields(const OverflowFacts& f, std::vector<FactField>& out) {
+  std::vector<std::string> texts, verdicts;
+  for (const ArgFacts& t : f.tensors) texts.push_back(t.text());
+  for (const ReplayFacts& r : f.replay.verdicts) verdicts.push_back(r.verdict);
+  out.push_back({"tensors", "tensors", FactValue::list_of_records(records_of(f.tensors)),
+                 joined_lines(texts)});
+  out.push_back({"history", nullptr, f.history ? FactValue::of(fields_of(*f.history)) : FactValue(),
+                 f.history ? "history: " + f.history_text() : "", f.history.has_value()});
+  out.push_back({"replay", "replay", FactValue::list_of_records(records_of(f.replay.verdicts)),
+                 joined_lines(verdicts), f.replay.tried});
+  out.push_back({"not_replayed", "not_replayed",
+                 f.replay.not_replayed.empty() ? FactValue() : FactValue::of(f.replay.not_replayed),
+                 f.replay.not_replayed, f.replay.tried});
+  out.push_back(
+      {"gradients", "gradients", FactValue::list(f.gradients.parameters), f.gradients_line()});
+  out.push_back({"masked", "masked", FactValue::of(f.gradients.masked)});
+  out.push_back({"absorbed", "absorbed", FactValue::of(f.absorbed)});
+}
+
+}  // namespace
+
+std::vector<FactField> fields_of(const OverflowFacts& f) {
+  std::vector<FactField> out = fields_of(f.finding);
+  // A peer stop names the peer's call, scene and level where it published them.
+  if (f.peer.stop) {
+    for (FactField& field : out) {
+      const std::string attr = field.attr ? field.attr : "";
+      if ((attr == "scene" && f.peer.stop->scene.empty()) ||
+          (attr == "level" && f.peer.stop->level.empty()))
+        field.value = FactValue();
+    }
+  }
+  out.push_back({"step", "step", FactValue::of(f.step)});
+  out.push_back({nullptr, "rank", FactValue::of(f.rank)});
+  add_origin_fields(f, out);
+  out.push_back({"note", "note", FactValue::of(f.note), f.note.empty() ? "" : "note:   " + f.note});
+  out.push_back({"raised_calls_later", nullptr, FactValue::of(f.raised_calls_later),
+                 f.raised_calls_later_line(), f.raised_calls_later > 0});
+  out.push_back({"module", "module", FactValue::of(f.module),
+                 f.peer.stop ? "" : "module: " + f.module.value_or("(none recorded)")});
+  out.push_back({"source", "source", FactValue::of(f.source), f.peer.stop ? "" : f.source_line()});
+  add_evidence_fields(f, out);
+  out.push_back({nullptr, nullptr, FactValue(), f.intended_line()});
+  out.push_back({nullptr, "dump_dir", f.dump.dir.empty() ? FactValue() : FactValue::of(f.dump.dir),
+                 f.peer.stop && f.dump.dir.empty() ? "" : "dump:   " + f.dump_words()});
+  // Every stop has these, so that every documented field of OverflowError reads the same way on
+  // every stop.
+  out.push_back({nullptr, "peer_stop", FactValue::of(f.peer.stop.has_value())});
+  out.push_back(
+      {nullptr, "peer_step", f.peer.stop ? FactValue::of(f.peer.stop->step) : FactValue()});
   return out;
 }
 

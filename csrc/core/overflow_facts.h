@@ -10,15 +10,12 @@
 
 #include "core/config.h"
 #include "core/detector.h"
+#include "core/fact_fields.h"
 #include "core/headroom.h"
 #include "core/json_writer.h"
 #include "core/record.h"
 
 namespace msprobe {
-
-// The members of one anomaly_details entry (api_name, rank, scene_type, indices, ...), written
-// into an object the caller opened.
-void write_detail_fields(JsonWriter& w, const Finding& f);
 
 // How each finding of a step was taken, for the summary and the report.
 // Held: downstream of NaN/inf held in tensors that need no gradient (the damage rule), not yet
@@ -40,7 +37,6 @@ struct ArgFacts {
   bool is_tensor() const { return type == "torch.Tensor"; }
   // "output[0]: torch.float16 [8, 4]: 0 NaN, 12 +inf, 0 -inf" or "input_args[2]: float -inf".
   std::string text() const;
-  void write(JsonWriter& w) const;
 };
 
 // One replay of an op-origin call (issue 23): in a wider dtype, or on the CPU in the same one.
@@ -51,7 +47,6 @@ struct ReplayFacts {
   bool finite = false;
   std::optional<double> max, min;  // over the finite elements; none when there is none
   std::string verdict;             // "replay in float32: finite (max 1.07e+05 > ...): ..."
-  void write(JsonWriter& w) const;
 };
 
 // Where held NaN/inf did damage: the call, and what the NaN/inf did there ("entered a tensor
@@ -82,13 +77,29 @@ struct ReachedGradients {
   bool masked = false;
 };
 
+// torch.distributed: another rank overflowed, and this one stopped with it (a peer stop).
+struct PeerOverflow {
+  int rank = 0;              // the rank that overflowed
+  int64_t step = 0;          // its step
+  std::string call;          // its first flagged call
+  std::string origin;        // that call's origin ("op", "input", "parameter"), or empty
+  std::string scene, level;  // that call's scene and level, as named in a report ("" unknown)
+};
+
+// Another rank in a finding: with origin peer, the rank whose input to the collective held the
+// NaN/inf; in a peer stop, the stop of another rank that this one follows (the finding names
+// that rank's call, and `rank` is that rank).
+struct PeerFacts {
+  std::optional<int> rank;
+  std::optional<PeerOverflow> stop;
+};
+
 struct OverflowFacts {
   Finding finding;
   std::optional<Origin> origin;          // none: downstream of an origin, or a mutation
   std::optional<std::string> parameter;  // origin parameter: its qualified name
   // Origin parameter through the optimizer's state of `parameter`: the state's key ("exp_avg_sq").
   std::optional<std::string> optimizer_state;
-  std::optional<int> peer_rank;       // origin peer: the rank whose input to the collective held it
   std::optional<std::string> module;  // the enclosing module call
   std::optional<std::string> source;  // "<file>:<line>: <code>" of the innermost user frame
   std::vector<ArgFacts> tensors;
@@ -112,9 +123,19 @@ struct OverflowFacts {
   // A 16-bit call site's largest magnitudes over the steps before this one, and their trend.
   std::optional<HeadroomTrend> history;
   ReplayOutcome replay;  // op-origin stops (overflow_check.replay)
+  PeerFacts peer;
 
-  // The exception's message: several lines, each fact on its own.
+  // The exception's message: several lines, each fact on its own (the field list's lines,
+  // core/fact_fields.h).
   std::string message() const;
+  // The texts of the message's lines that take more than one field's value.
+  std::string origin_words() const;  // "op (this call made NaN/inf from finite inputs)"
+  std::string history_text() const;  // "step 6 50%, step 7 90% of float16's range: grew"
+  std::string dump_words() const;    // where the step's files went, or why there are none
+  std::string source_line() const;
+  std::string raised_calls_later_line() const;
+  std::string gradients_line() const;
+  std::string intended_line() const;  // a critical op's ignore rule, where one may be meant
   // The one stderr line of an absorbed anomaly: "msprobe_cpp: step 2: NaN in an input was
   // absorbed by Torch.nan_to_num.0.forward (train.py:9: ...); no stop", or of a held one that
   // did no damage by the end of its step.
@@ -126,10 +147,25 @@ struct OverflowFacts {
   void write(JsonWriter& w) const;
 };
 
+// The facts of this rank's stop for `peer`'s, in `step`: its evidence in `dump_dir` ("" none),
+// and the gradients here that hold NaN/inf from it.
+OverflowFacts peer_stop_facts(const PeerOverflow& peer, int64_t step, int rank,
+                              const std::string& dump_dir, std::vector<std::string> gradients);
+// "[rank R] stopping: rank P overflowed at step S (call, origin O)": the line a rank says, and
+// its stop's first line.
+std::string peer_stop_line(const PeerOverflow& peer, int rank);
+
 // The facts of the anomalous arguments of `finding` in `rec`, from their entries: each anomalous
 // tensor with its dtype, shape and NaN/+inf/-inf counts (each anomalous tensor inside a list on
 // its own), each non-finite scalar with its value.
 std::vector<ArgFacts> anomalous_args(const CallRecord& rec, const Finding& finding, bool compat);
+
+// Each fact type's one field list (core/fact_fields.h): read by the report's JSON, the Python
+// objects' attributes and the message.
+std::vector<FactField> fields_of(const Finding& f);
+std::vector<FactField> fields_of(const ArgFacts& a);
+std::vector<FactField> fields_of(const ReplayFacts& r);
+std::vector<FactField> fields_of(const OverflowFacts& f);
 
 // A replay finite in a wider dtype says "keep this op in float32": wrong advice where the call's
 // history jumped (its inputs grew by orders of magnitude since the last step). There the advice

@@ -1,5 +1,7 @@
 #include "core/report.h"
 
+#include "core/fact_fields.h"
+
 namespace msprobe {
 
 namespace {
@@ -50,7 +52,7 @@ void Report::write(JsonWriter& w, const std::function<void(const std::string&)>&
   w.begin_array();
   findings.for_each([&](const Finding& f) {
     w.begin_object();
-    write_detail_fields(w, f);
+    write_json_fields(w, fields_of(f));
     w.end_object();
     grew();
   });

@@ -14,14 +14,6 @@
 
 namespace msprobe {
 
-// torch.distributed: another rank overflowed, and this one stopped with it (a peer stop).
-struct PeerOverflow {
-  int rank = 0;        // the rank that overflowed
-  int64_t step = 0;    // its step
-  std::string call;    // its first flagged call
-  std::string origin;  // that call's origin ("op", "input", "parameter"), or empty
-};
-
 struct Report {
   Findings findings;
   // overflow_report.json only: the finding that flagged the step, whatever its level, so the

@@ -261,8 +261,7 @@ class PeerStop:
                 self._evidence = self._session.stop_for_peer(
                     int(peer["rank"]), int(peer["step"]), str(peer["call"]), str(peer.get("origin") or ""))
                 # Said before the acknowledgement: the rank may die in a failed collective next.
-                log.say(logging.WARNING, f"[rank {self._rank}] stopping: rank {peer['rank']} overflowed at "
-                        f"step {peer['step']} ({peer['call']}, origin {peer.get('origin')})")
+                log.say(logging.WARNING, _C.peer_stop_line(peer, self._rank))
             return self._evidence
 
     def check(self, gradients: Optional[list] = None) -> None:
@@ -322,22 +321,8 @@ class PeerStop:
         dump_dir = self._write_evidence()
         step = self._evidence_step
         self._raised_peer = True
-        line = (f"[rank {self._rank}] stopping: rank {peer['rank']} overflowed at step {peer['step']} "
-                f"({peer['call']}, origin {peer.get('origin')})")
-        if gradients:
-            line += f"\n  gradients: {', '.join(gradients)} hold NaN/inf from rank {peer['rank']}'s"
-        message = line + (f"\n  dump:   {dump_dir}" if dump_dir else "")
-        facts = self._facts(step, dump_dir or None, True)
-        facts.update(peer_rank=int(peer["rank"]), peer_step=int(peer["step"]), call=peer["call"],
-                     origin="peer", scene=peer.get("scene"), level=peer.get("level"),
-                     gradients=list(gradients or []), message=message)
-        raise OverflowError(message, Overflow(**facts))
-
-    def _facts(self, step: Any, dump_dir: Optional[str], peer_stop: bool) -> Dict[str, Any]:
-        """Overflow's fields (the C++ engine's list of them) for a stop naming no call here."""
-        facts: Dict[str, Any] = _C.overflow_fields(step, self._rank)
-        facts.update(dump_dir=dump_dir, peer_stop=peer_stop)
-        return facts
+        facts = _C.peer_overflow_fields(peer, step, self._rank, dump_dir or "", list(gradients or []))
+        raise OverflowError(facts["message"], Overflow(**facts))
 
 
 def _explain_collective_failures(patches: Patches) -> None:

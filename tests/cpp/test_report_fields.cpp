@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/fact_fields.h"
 #include "core/report.h"
 
 namespace msprobe {
@@ -80,7 +81,7 @@ Report report_with_every_field() {
   Report r;
   r.findings.add(f);
   r.first_anomaly = facts;
-  r.peer_stop = PeerOverflow{1, 8, "Functional.linear.0.forward", "input"};
+  r.peer_stop = PeerOverflow{1, 8, "Functional.linear.0.forward", "input", "", ""};
   return r;
 }
 
@@ -115,6 +116,92 @@ TEST(ReportFields, EveryFieldWrittenIsDescribedInFormatsMd) {
     if (detail.contains(key)) continue;
     EXPECT_NE(section.find("| `" + key + "` |"), std::string::npos) << "no table row: " << key;
   }
+}
+
+std::set<std::string> json_keys(const std::vector<FactField>& fields) {
+  std::set<std::string> keys;
+  for (const FactField& f : fields) {
+    if (f.json && f.in_json) keys.insert(f.json);
+  }
+  return keys;
+}
+
+std::set<std::string> object_keys(const nlohmann::json& j) {
+  std::set<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.insert(k);
+  return keys;
+}
+
+// The three renderers read one list per fact type (core/fact_fields.h): the report's keys are
+// the list's JSON keys, at every level; the message is the list's lines, in its order; and the
+// Python attributes are its attribute names (tests/python/test_stop_fields.py).
+TEST(ReportFields, TheReportWritesEachFactTypesFieldList) {
+  const Report r = report_with_every_field();
+  const nlohmann::json written = nlohmann::json::parse(r.to_json());
+  const OverflowFacts& facts = *r.first_anomaly;
+  ASSERT_TRUE(written.contains("first_anomaly"));
+  const nlohmann::json& first = written["first_anomaly"];
+  EXPECT_EQ(object_keys(first), json_keys(fields_of(facts)));
+  ASSERT_EQ(first["tensors"].size(), facts.tensors.size());
+  for (size_t i = 0; i < facts.tensors.size(); ++i) {
+    EXPECT_EQ(object_keys(first["tensors"][i]), json_keys(fields_of(facts.tensors[i])));
+  }
+  ASSERT_EQ(first["replay"].size(), 1u);
+  EXPECT_EQ(object_keys(first["replay"][0]), json_keys(fields_of(facts.replay.verdicts[0])));
+  EXPECT_EQ(object_keys(written["anomaly_details"][0]), json_keys(fields_of(facts.finding)));
+}
+
+TEST(ReportFields, AnOptionalFieldLeavesTheReportWhenItHasNoValue) {
+  OverflowFacts facts;
+  facts.finding.call = "Functional.linear.0.forward";
+  JsonWriter w(0);
+  facts.write(w);
+  const std::set<std::string> keys = object_keys(nlohmann::json::parse(w.str()));
+  for (const char* optional : {"held", "caught", "raised_calls_later", "history", "replay",
+                               "not_replayed", "threshold", "scale_change_detected"}) {
+    EXPECT_EQ(keys.count(optional), 0u) << optional;
+  }
+  EXPECT_EQ(keys, json_keys(fields_of(facts)));
+}
+
+TEST(ReportFields, TheMessageIsTheFieldListsLinesInItsOrder) {
+  const OverflowFacts facts = *report_with_every_field().first_anomaly;
+  const std::string message = facts.message();
+  size_t at = message.find('\n');
+  ASSERT_NE(at, std::string::npos);
+  size_t lines = 0;
+  for (const FactField& f : fields_of(facts)) {
+    if (f.line.empty()) continue;
+    ++lines;
+    const size_t found = message.find("\n  " + f.line, at);
+    ASSERT_NE(found, std::string::npos) << "not in the message, or out of order: " << f.line;
+    at = found + 3 + f.line.size();  // past "\n  " and the line
+  }
+  EXPECT_EQ(at, message.size());  // nothing after the last field's line
+  EXPECT_GE(lines, 10u);
+}
+
+TEST(ReportFields, APeerStopIsBuiltFromTheSameList) {
+  const PeerOverflow peer{
+      1, 4, "Functional.linear.0.forward", "input", "InputAnomalyOutputAnomalyScene", "high"};
+  const OverflowFacts facts = peer_stop_facts(peer, 4, 0, "/d/step4/rank0", {"fc.weight"});
+  const std::string message = facts.message();
+  EXPECT_EQ(message.rfind("[rank 0] stopping: rank 1 overflowed at step 4 "
+                          "(Functional.linear.0.forward, origin input)",
+                          0),
+            0u)
+      << message;
+  EXPECT_EQ(message, peer_stop_line(peer, 0) + field_lines(fields_of(facts)));
+  EXPECT_NE(message.find("\n  non-finite gradients: fc.weight"), std::string::npos) << message;
+  EXPECT_NE(message.find("\n  dump:   /d/step4/rank0"), std::string::npos) << message;
+  bool peer_step = false, scene = false;
+  for (const FactField& f : fields_of(facts)) {
+    const std::string attr = f.attr ? f.attr : "";
+    if (attr == "peer_step") peer_step = f.value.integer == 4;
+    if (attr == "scene") scene = f.value.text == "InputAnomalyOutputAnomalyScene";
+  }
+  EXPECT_TRUE(peer_step);
+  EXPECT_TRUE(scene);
 }
 
 }  // namespace

@@ -260,7 +260,7 @@ def run_rank(args: argparse.Namespace) -> None:
     (out / f"pid_rank{rank}").write_text(str(os.getpid()))  # the launcher kills it by this, should it hang
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: where a hung rank is
     if args.no_peer_stop:
-        msprobe_cpp.peer_stop.create = lambda session: None
+        msprobe_cpp.peer_stop.create = lambda session, patches: None
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     r = Rank(args, out, rank, world, {

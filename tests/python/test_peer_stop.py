@@ -116,11 +116,11 @@ def test_an_unreachable_store_costs_the_coordination_not_the_training(tmp_path, 
     import msprobe_cpp
     from msprobe_cpp import peer_stop
 
-    def unreachable(session, host, port):
+    def unreachable(session, patches, host, port):
         raise RuntimeError("connection refused")
 
     monkeypatch.setattr(peer_stop, "_store_address", lambda: ("127.0.0.1", 1))
     monkeypatch.setattr(peer_stop, "PeerStop", unreachable)
-    assert peer_stop.create(None) is None
+    assert peer_stop.create(None, None) is None
     assert "a stop on one rank will not stop the others" in capfd.readouterr().err
     assert peer_stop.active() is None

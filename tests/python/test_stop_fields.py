@@ -6,6 +6,7 @@ on_overflow, nor raise, on that thread: the thread would die before it acknowled
 stopping rank would wait its whole timeout. Every documented field of OverflowError is present
 on every stop, None where it does not apply (e.peer_rank raised AttributeError on a local stop).
 """
+import json
 import os
 import pathlib
 import threading
@@ -70,3 +71,28 @@ def test_the_watcher_thread_runs_no_user_code_and_raises_nothing(tmp_path, gener
     report = read_dump_file(pathlib.Path(folder), "overflow_report.json")
     assert report["peer_stop"]["rank"] == 1
     assert "Torch.mul.0.forward" in report["critical_apis"]
+
+
+def test_the_report_and_the_error_read_the_engines_one_field_list(tmp_path):
+    """core/fact_fields.h: one list per fact type. A stop's attributes are that list's attribute
+    names (and the message and the Overflow itself), and its report's first_anomaly holds only
+    that list's report keys; tests/cpp/test_report_fields.cpp shows the message is its lines."""
+    names = _C.overflow_field_names()
+    attrs = {attr for _, attr in names if attr is not None}
+    keys = {key for key, _ in names if key is not None}
+    assert {"call", "origin", "tensors", "peer_rank", "dump_dir"} <= attrs
+    assert {"api_name", "origin", "tensors", "held", "history"} <= keys
+    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), task="overflow_check", level="L1")
+    x = torch.ones(4, requires_grad=True)
+    dbg.start()
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        torch.mul(x, 1e39)
+    e = info.value
+    assert set(vars(e.overflow)) == attrs | {"message"}
+    assert set(vars(e)) >= attrs | {"message", "overflow"}
+    report = json.loads((pathlib.Path(e.dump_dir) / "overflow_report.json").read_text())
+    first = report["first_anomaly"]
+    assert set(first) <= keys and {"api_name", "origin", "tensors", "step"} <= set(first)
+    tensor_keys = set(first["tensors"][0])
+    assert {"position", "type", "dtype", "shape"} <= tensor_keys
+    assert tensor_keys <= set(e.tensors[0]) - {"text"}  # the same list: the report lacks only the text

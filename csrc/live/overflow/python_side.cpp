@@ -2,6 +2,7 @@
 
 #include <pybind11/stl.h>
 
+#include "core/fact_fields.h"
 #include "live/crossing/python_crossing.h"
 #include "live/overflow/call_arguments.h"
 #include "live/session/resolve_deferred.h"
@@ -12,26 +13,37 @@ namespace msprobe {
 
 namespace {
 
-py::object optional_str(const std::optional<std::string>& s) {
-  return s ? py::object(py::str(*s)) : py::object(py::none());
+py::dict attr_dict(const std::vector<FactField>& fields);
+
+py::object attr_value(const FactValue& v) {
+  switch (v.kind) {
+    case FactValue::Kind::Null:
+      return py::none();
+    case FactValue::Kind::Bool:
+      return py::bool_(v.boolean);
+    case FactValue::Kind::Int:
+      return py::int_(v.integer);
+    case FactValue::Kind::Float:
+      return py::float_(v.number);
+    case FactValue::Kind::String:
+      return py::str(v.text);
+    case FactValue::Kind::List: {
+      py::list items;
+      for (const FactValue& item : v.items) items.append(attr_value(item));
+      return std::move(items);
+    }
+    case FactValue::Kind::Record:
+      return attr_dict(v.record);
+  }
+  return py::none();
 }
 
-py::dict tensor_dict(const ArgFacts& t) {
+// The fields that have an attribute, by it: the Python side of the one field list.
+py::dict attr_dict(const std::vector<FactField>& fields) {
   py::dict d;
-  d["position"] = t.position;
-  d["type"] = t.type;
-  if (t.is_tensor()) {
-    d["dtype"] = t.dtype;
-    d["shape"] = t.shape;
-    if (t.counted) {
-      d["nan"] = t.nan;
-      d["posinf"] = t.posinf;
-      d["neginf"] = t.neginf;
-    }
-  } else if (t.value) {
-    d["value"] = *t.value;
+  for (const FactField& f : fields) {
+    if (f.attr) d[f.attr] = attr_value(f.value);
   }
-  d["text"] = t.text();
   return d;
 }
 
@@ -142,62 +154,14 @@ void queue_backward_flush(Session& session) {
   }));
 }
 
-py::dict overflow_fields(const OverflowFacts& facts, bool has_call) {
-  const Finding& f = facts.finding;
-  py::list tensors;
-  for (const ArgFacts& t : facts.tensors) tensors.append(tensor_dict(t));
-  auto or_none = [has_call](const std::string& s) {
-    return has_call ? py::object(py::str(s)) : py::object(py::none());
-  };
-  py::dict kw;
-  kw["step"] = facts.step;
-  kw["rank"] = facts.rank;
-  kw["call"] = or_none(f.call);
-  kw["scene"] = or_none(scene_name(f.scene));
-  kw["level"] = or_none(to_string(f.severity));
-  kw["origin"] = facts.origin ? py::object(py::str(to_string(*facts.origin))) : py::none();
-  kw["parameter"] = optional_str(facts.parameter);
-  kw["optimizer_state"] = optional_str(facts.optimizer_state);
-  kw["input_args_anomaly_indices"] = f.input_indices;
-  kw["input_kwargs_anomaly_keys"] = f.kwarg_keys;
-  kw["output_anomaly_indices"] = f.output_indices;
-  kw["module"] = optional_str(facts.module);
-  kw["source"] = optional_str(facts.source);
-  kw["dump_dir"] = facts.dump.dir.empty() ? py::object(py::none()) : py::str(facts.dump.dir);
-  kw["tensors"] = tensors;
-  kw["gradients"] = facts.gradients.parameters;
-  kw["masked"] = facts.gradients.masked;
-  kw["absorbed"] = facts.absorbed;
-  kw["caught"] = facts.caught.call.empty() ? py::object(py::none()) : py::str(facts.caught.call);
-  kw["caught_how"] = facts.caught.how;
-  kw["note"] = facts.note;
-  py::list replay;
-  for (const ReplayFacts& r : facts.replay.verdicts) {
-    py::dict d;
-    d["kind"] = r.kind;
-    d["dtype"] = r.dtype;
-    d["device"] = r.device;
-    d["finite"] = r.finite;
-    d["max"] = r.max ? py::object(py::float_(*r.max)) : py::object(py::none());
-    d["min"] = r.min ? py::object(py::float_(*r.min)) : py::object(py::none());
-    d["verdict"] = r.verdict;
-    replay.append(d);
-  }
-  kw["replay"] = replay;
-  kw["not_replayed"] = facts.replay.not_replayed.empty() ? py::object(py::none())
-                                                         : py::str(facts.replay.not_replayed);
+py::dict overflow_fields(const OverflowFacts& facts) {
+  py::dict kw = attr_dict(fields_of(facts));
   kw["message"] = facts.message();
-  // A peer's stop fills these (peer_stop.py), a collective's result a peer fed fills
-  // peer_rank; every other stop has them too, so that every documented field of OverflowError
-  // reads the same way on every stop.
-  kw["peer_stop"] = false;
-  kw["peer_rank"] = facts.peer_rank ? py::object(py::int_(*facts.peer_rank)) : py::none();
-  kw["peer_step"] = py::none();
   return kw;
 }
 
 py::object overflow_object(const PythonSide& side, const OverflowFacts& facts) {
-  return side.overflow_type(**overflow_fields(facts, true));
+  return side.overflow_type(**overflow_fields(facts));
 }
 
 void flush_deferred(Session& session) {

@@ -36,7 +36,7 @@ void queue_backward_flush(Session& session);
 
 // msprobe_cpp.Overflow's fields, the one list of them: the facts as keyword arguments (without a
 // call: call, scene and level None, for a stop that names no call of this rank). GIL required.
-pybind11::dict overflow_fields(const OverflowFacts& facts, bool has_call);
+pybind11::dict overflow_fields(const OverflowFacts& facts);
 
 // The facts as a msprobe_cpp.Overflow object. GIL required.
 pybind11::object overflow_object(const PythonSide& side, const OverflowFacts& facts);

@@ -152,7 +152,7 @@ OverflowFacts OverflowGuard::facts_of(const GuardState& g, const StoredCall& cal
   facts.finding = *v.finding;
   facts.origin = v.origin;
   facts.parameter = v.parameter;
-  if (v.origin == Origin::Peer) facts.peer_rank = call.peer_rank;
+  if (v.origin == Origin::Peer) facts.peer.rank = call.peer_rank;
   facts.note = v.note;
   facts.absorbed = v.judgement == Judgement::Absorbed;
   // A backward call's forward module names it better than the module backward it ran inside.
