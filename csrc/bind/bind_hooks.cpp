@@ -99,6 +99,8 @@ void bind_hooks(py::module_& m) {
       "watch_compiled_runtime", &watch_compiled_runtime, py::arg("prefixes"), py::arg("fragments"),
       "From now on, hooked calls made from files that start with one of `prefixes` or contain one "
       "of `fragments` (torch.compile's run time) go straight to the original.");
+  m.def("compiled_runtime_file", &compiled_runtime_file, py::arg("file"),
+        "Whether code of `file` is a compiled region's run time (watch_compiled_runtime).");
   // Tensor methods need a descriptor to receive `self`; pybind11 callables are not descriptors.
   m.def(
       "as_method",

@@ -112,11 +112,6 @@ def _traceable(section: str, name: str, owner: Any, original: Any) -> Any:
     return wrapper
 
 
-def _called_by_compiled_region(frame: Any) -> bool:
-    name = frame.f_code.co_filename
-    return name.startswith(_COMPILED_RUNTIME) or "torchinductor" in name
-
-
 def _compile_aware(hook: Any, original: Any, is_compiling: Callable[[], bool]) -> Callable[..., Any]:
     """Under torch.compile the wrapper is inlined by the tracer, which folds is_compiling() to True
     and so traces the original call: compiled regions are left alone (neither recorded nor judged,
@@ -124,7 +119,7 @@ def _compile_aware(hook: Any, original: Any, is_compiling: Callable[[], bool]) -
     (the buffers inductor's code allocates, AOTAutograd's backward) calls torch eagerly too: once a
     compiled model was started, those calls, told by their caller's file, are left alone as well."""
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if is_compiling() or (_compiled_model_seen[0] and _called_by_compiled_region(sys._getframe(1))):
+        if is_compiling() or (_compiled_model_seen[0] and _C.compiled_runtime_file(sys._getframe(1).f_code.co_filename)):
             return original(*args, **kwargs)
         return hook(*args, **kwargs)
     wrapper.__name__ = getattr(original, "__name__", "wrapper")

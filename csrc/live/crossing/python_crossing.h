@@ -28,6 +28,21 @@ class PythonCrossing {
 
   static void assert_gil() { assert(PyGILState_Check()); }
 
+  // Gives the GIL up for a wait (a device sync) if this thread holds it; a thread without it
+  // (the autograd engine's) just waits.
+  class WithoutGil {
+   public:
+    WithoutGil() : saved_(PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
+    ~WithoutGil() {
+      if (saved_) PyEval_RestoreThread(saved_);
+    }
+    WithoutGil(const WithoutGil&) = delete;
+    WithoutGil& operator=(const WithoutGil&) = delete;
+
+   private:
+    PyThreadState* saved_;
+  };
+
   // A new reference, released when the object goes. Null stays null.
   static pybind11::object owned(PyObject* new_reference) {
     return pybind11::reinterpret_steal<pybind11::object>(new_reference);

@@ -43,6 +43,10 @@ void watch_compiled_runtime(std::vector<std::string> prefixes, std::vector<std::
   watching.store(true, std::memory_order_relaxed);
 }
 
+bool compiled_runtime_file(const std::string& file) {
+  return watching.load(std::memory_order_relaxed) && names_compiled_runtime(file);
+}
+
 void watch_compiling_flag(PyObject* globals, PyObject* name) {
   PyObject* const before[] = {compiler_globals, compiling_flag};
   compiler_globals = PythonCrossing::keep(globals);

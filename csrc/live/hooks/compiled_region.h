@@ -16,6 +16,10 @@ namespace msprobe {
 // is a compiled region's run time. Called with the GIL held (it is what guards the lists).
 void watch_compiled_runtime(std::vector<std::string> prefixes, std::vector<std::string> fragments);
 
+// Whether code of `file` is a compiled region's run time (once watch_compiled_runtime was
+// called): the one test of it, for the hooks and for Python's compile-aware wrappers.
+bool compiled_runtime_file(const std::string& file);
+
 // torch.compile is at work (torch 2.x): torch.compiler's `_is_compiling_flag`, which it holds
 // True while it traces and compiles, when eager code it runs (fake-tensor propagation, AOTAutograd)
 // calls torch. `globals`: that module's dict, kept for good. Called with the GIL held.

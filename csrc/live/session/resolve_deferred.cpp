@@ -1,5 +1,6 @@
 #include "live/session/resolve_deferred.h"
 
+#include "live/crossing/python_crossing.h"
 #include "live/overflow/call_arguments.h"
 
 namespace msprobe {
@@ -9,7 +10,10 @@ std::vector<OverflowEvent> resolve_deferred(Session& session) {
   std::vector<OverflowEvent> events;
   if (batch.empty()) return events;
   PendingStats* slots = session.hooks().capture.pending();
-  if (slots) slots->resolve();  // the one host sync of the batch
+  if (slots) {
+    PythonCrossing::WithoutGil no_gil;  // no thread waits on the GIL for a device
+    slots->resolve();                   // the one host sync of the batch
+  }
   bool raising = false;
   for (size_t i = 0; i < batch.size(); ++i) {
     if (slots) {
