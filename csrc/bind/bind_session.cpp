@@ -3,7 +3,6 @@
 
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
-#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -12,10 +11,8 @@
 #include "live/capture/call_values.h"
 #include "live/capture/held_data.h"
 #include "live/capture/is_tensor.h"
-#include "live/overflow/call_arguments.h"
 #include "live/overflow/python_objects.h"
 #include "live/overflow/python_side.h"
-#include "live/session/resolve_deferred.h"
 #include "live/session/session.h"
 
 namespace py = pybind11;
@@ -101,22 +98,8 @@ void bind_lifecycle(py::class_<Session, std::shared_ptr<Session>>& c) {
       .def(
           "first_time", [](Session& s, const std::string& what) { return s.said().first(what); },
           py::arg("what"), "True the first time the session is asked about `what`.")
-      // Calls still waiting for their device statistics are judged first: a stop they hold is
-      // raised here, with the step's files written.
-      .def(
-          "stop",
-          [](Session& s) {
-            flush_deferred(s);
-            s.stop();
-          },
-          "Ends collection for now and writes the step's files.")
-      .def(
-          "step",
-          [](Session& s) {
-            flush_deferred(s);
-            s.step();
-          },
-          "Writes the step if stop() did not, and moves to the next one.")
+      .def("stop", &stop_collecting, "Ends collection for now and writes the step's files.")
+      .def("step", &end_step, "Writes the step if stop() did not, and moves to the next one.")
       .def(
           "pause", [](Session& s) { s.hooks().gate.pause(); },
           "forward_backward_dump_end: only the backward of the calls recorded so far.")
@@ -158,17 +141,7 @@ void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
       .def(
           "on_line",
           [](const Session& s, size_t apis, size_t modules) {
-            // Said once, at the first start(): what the tool does to this run (issue 44).
-            const Config& c = s.config();
-            std::string hooked;
-            if (apis) hooked = std::to_string(apis) + " torch APIs";
-            if (modules) {
-              hooked += (hooked.empty() ? "" : " and ") + std::to_string(modules) + " modules";
-            }
-            return "msprobe_cpp: on: task " + std::string(to_string(c.task)) + ", level " +
-                   to_string(c.level) + "; " + (hooked.empty() ? "nothing" : hooked) + " hooked; " +
-                   (c.watching() ? "flagged steps are dumped under " : "steps are dumped under ") +
-                   std::filesystem::absolute(c.dump_path).lexically_normal().string();
+            return on_line(s.config(), apis, modules);
           },
           py::arg("apis"), py::arg("modules"),
           "The line said at the first start(): the task, the level, what is hooked, the dumps.")
@@ -209,43 +182,17 @@ void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
           },
           py::arg("tensors"),
           "The started models' names of these parameters (None for a tensor that is none).")
-      .def(
-          "mark_compiled_outputs",
-          [](Session& s, py::handle output) {
-            if (!s.config().watching() || !s.hooks().gate.forward()) return;
-            for (const LiveArg& arg : live_args_of(output.ptr())) {
-              if (arg.tensor.defined()) s.guard().mark_compiled_output(arg.tensor);
-              for (const at::Tensor& t : arg.items) s.guard().mark_compiled_output(t);
-            }
-          },
-          py::arg("output"), "The tensors a torch.compile'd model returned.")
-      .def(
-          "judge_loss_scale",
-          [](Session& s, double after) {
-            if (auto event = s.guard().judge_loss_scale(after)) handle_overflow_event(s, *event);
-          },
-          py::arg("after"),
-          "At step(): the scale now, against the one at set_loss_scaled(); a scale that fell "
-          "too low stops.")
-      .def(
-          "judge_optimizer_gradients",
-          [](Session& s, const std::string& optimizer, std::vector<std::string> bad, bool reduced) {
-            if (auto event = s.guard().judge_optimizer_gradients(optimizer, std::move(bad), reduced,
-                                                                 s.hooks().codes.capture()))
-              handle_overflow_event(s, *event);
-          },
-          py::arg("optimizer"), py::arg("bad"), py::arg("reduced"),
-          "Before an optimizer step: the parameters whose gradients hold NaN/inf.")
-      .def(
-          "judge_optimizer_state",
-          [](Session& s, const std::string& optimizer, const std::string& state,
-             const std::string& parameter, size_t more) {
-            if (auto event = s.guard().judge_optimizer_state({optimizer, state, parameter, more},
-                                                             s.hooks().codes.capture()))
-              handle_overflow_event(s, *event);
-          },
-          py::arg("optimizer"), py::arg("state"), py::arg("parameter"), py::arg("more"),
-          "Before an optimizer step: its state of `parameter` holds NaN/inf (and `more` others).");
+      .def("mark_compiled_outputs", &mark_compiled_outputs, py::arg("output"),
+           "The tensors a torch.compile'd model returned.")
+      .def("judge_loss_scale", &judge_loss_scale, py::arg("after"),
+           "At step(): the scale now, against the one at set_loss_scaled(); a scale that fell "
+           "too low stops.")
+      .def("judge_optimizer_gradients", &judge_optimizer_gradients, py::arg("optimizer"),
+           py::arg("bad"), py::arg("reduced"),
+           "Before an optimizer step: the parameters whose gradients hold NaN/inf.")
+      .def("judge_optimizer_state", &judge_optimizer_state, py::arg("optimizer"), py::arg("state"),
+           py::arg("parameter"), py::arg("more"),
+           "Before an optimizer step: its state of `parameter` holds NaN/inf (and `more` others).");
 }
 
 // torch.distributed: another rank's stop, as the watcher thread hands it over.
@@ -257,13 +204,7 @@ void bind_peer_stop(py::class_<Session, std::shared_ptr<Session>>& c) {
           "stop_for_peer",
           [](Session& s, int rank, int64_t step, const std::string& call,
              const std::string& origin) {
-            // The watcher thread's call: the batch still queued is judged into the step's
-            // records and report, but what it would tell or raise is not acted on here: no user
-            // code (on_overflow) and no raise on that thread, which must live to acknowledge.
-            // This rank raises the peer's stop at its next hooked call.
-            resolve_deferred(s);
-            raising_call_arguments().reset();  // kept for a replay that is not made here
-            return s.stop_for_peer(PeerOverflow{rank, step, call, origin, "", ""});
+            return stop_for_peer(s, PeerOverflow{rank, step, call, origin, "", ""});
           },
           py::arg("rank"), py::arg("step"), py::arg("call"), py::arg("origin"),
           "Writes this rank's step for a peer's stop and ends it; the folder, or \"\".");

@@ -497,4 +497,14 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   return config;
 }
 
+std::string on_line(const Config& c, size_t apis, size_t modules) {
+  std::string hooked;
+  if (apis) hooked = std::to_string(apis) + " torch APIs";
+  if (modules) hooked += (hooked.empty() ? "" : " and ") + std::to_string(modules) + " modules";
+  return "msprobe_cpp: on: task " + std::string(to_string(c.task)) + ", level " +
+         to_string(c.level) + "; " + (hooked.empty() ? "nothing" : hooked) + " hooked; " +
+         (c.watching() ? "flagged steps are dumped under " : "steps are dumped under ") +
+         std::filesystem::absolute(c.dump_path).lexically_normal().string();
+}
+
 }  // namespace msprobe

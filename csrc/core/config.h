@@ -98,6 +98,10 @@ inline bool past_last_step(const Config& c, int64_t step) {
   return !c.step.all() && step > c.step.last();
 }
 
+// The line said at the first start() (issue 44): what the tool does to this run: the task, the
+// level, `apis` torch APIs and `modules` modules hooked, and where the dumps go.
+std::string on_line(const Config& c, size_t apis, size_t modules);
+
 // Validates `doc` (the parsed config file, or an empty object when there is no file) with
 // `overrides` (keyword arguments of PrecisionDebugger: task, dump_path, level, step, rank, and
 // every key of the overflow_check section) applied on top. `source` names the file in messages

@@ -268,6 +268,29 @@ Entry kwarg_entry(PyObject* obj, const std::string& key, const EntryOptions& opt
   return value_entry(obj, options, stem, live);
 }
 
+std::vector<std::pair<std::string, Entry>> kwarg_entries(PyObject* kwargs,
+                                                         const EntryOptions& options,
+                                                         const std::string& call,
+                                                         std::vector<LiveArg>* live) {
+  PythonCrossing::assert_gil();
+  std::vector<std::pair<std::string, Entry>> out;
+  if (!kwargs || !PyDict_Check(kwargs)) return out;
+  out.reserve(static_cast<size_t>(PyDict_GET_SIZE(kwargs)));
+  PyObject *key_object = nullptr, *value = nullptr;
+  for (Py_ssize_t at = 0; PyDict_Next(kwargs, &at, &key_object, &value);) {
+    // Keywords are str: read in place, no str() object made for each.
+    Py_ssize_t size = 0;
+    const char* utf8 =
+        PyUnicode_Check(key_object) ? PyUnicode_AsUTF8AndSize(key_object, &size) : nullptr;
+    if (!utf8) PythonCrossing::drop_error();  // not UTF-8: str() decides, as for any other key
+    std::string key = utf8 ? std::string(utf8, static_cast<size_t>(size)) : py_str(key_object);
+    Entry entry = kwarg_entry(value, key, options, options.kwarg_stem(call, key),
+                              live ? &live->emplace_back() : nullptr);
+    out.emplace_back(std::move(key), std::move(entry));
+  }
+  return out;
+}
+
 std::vector<Entry> item_entries(PyObject* seq, const EntryOptions& options, const std::string& stem,
                                 std::vector<LiveArg>* live) {
   PythonCrossing::assert_gil();

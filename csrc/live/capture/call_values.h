@@ -25,6 +25,14 @@ Entry value_entry(PyObject* obj, const EntryOptions& options, const std::string&
 Entry kwarg_entry(PyObject* obj, const std::string& key, const EntryOptions& options,
                   const std::string& stem, LiveArg* live = nullptr);
 
+// A call's keyword arguments (a dict, or null), in the dict's order: one kwarg_entry each, keyed
+// by the keyword, its saved tensors named after `call`. With `live`, one LiveArg each is
+// appended. The one builder of a record's kwargs, for API and module calls alike.
+std::vector<std::pair<std::string, Entry>> kwarg_entries(PyObject* kwargs,
+                                                         const EntryOptions& options,
+                                                         const std::string& call,
+                                                         std::vector<LiveArg>* live = nullptr);
+
 // A sequence of values (a call's positional arguments, a tuple result): one entry per element,
 // element i named "<stem>.<i>"; a single value gives one entry named "<stem>.0". With `live`,
 // one LiveArg per entry is appended.

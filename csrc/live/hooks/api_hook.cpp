@@ -177,21 +177,7 @@ void ApiHook::describe_inputs(StoredCall& call, LiveTensors* live, PyObject* arg
   const std::string& name = call.record.name;
   call.record.inputs =
       item_entries(args, options, options.stem(name, "input"), live ? &live->inputs : nullptr);
-  PyObject *key_object = nullptr, *value = nullptr;
-  if (kwargs) call.record.kwargs.reserve(static_cast<size_t>(PyDict_GET_SIZE(kwargs)));
-  for (Py_ssize_t at = 0; kwargs && PyDict_Next(kwargs, &at, &key_object, &value);) {
-    // Keywords are str: read in place, no str() object made for each.
-    Py_ssize_t size = 0;
-    const char* utf8 =
-        PyUnicode_Check(key_object) ? PyUnicode_AsUTF8AndSize(key_object, &size) : nullptr;
-    if (!utf8)
-      PythonCrossing::drop_error();  // not UTF-8 encodable: str() decides, as for any other key
-    std::string key = utf8 ? std::string(utf8, static_cast<size_t>(size))
-                           : static_cast<std::string>(py::str(key_object));
-    Entry entry = kwarg_entry(value, key, options, options.kwarg_stem(name, key),
-                              live ? &live->kwargs.emplace_back() : nullptr);
-    call.record.kwargs.emplace_back(std::move(key), std::move(entry));
-  }
+  call.record.kwargs = kwarg_entries(kwargs, options, name, live ? &live->kwargs : nullptr);
   mark_write_only_buffer(written_, call.record);
 }
 

@@ -24,13 +24,8 @@ void record_inputs(Session& s, OpenModuleCall& open, py::handle inputs, py::hand
   const bool watching = s.config().watching();
   open.inputs = item_entries(inputs.ptr(), options, options.stem(open.name, "input"),
                              watching ? &open.live.inputs : nullptr);
-  if (!PyDict_Check(kwargs.ptr())) return;
-  for (auto kv : py::reinterpret_borrow<py::dict>(kwargs)) {
-    const std::string key = py::str(kv.first);
-    open.kwargs.emplace_back(
-        key, kwarg_entry(kv.second.ptr(), key, options, options.kwarg_stem(open.name, key),
-                         watching ? &open.live.kwargs.emplace_back() : nullptr));
-  }
+  open.kwargs =
+      kwarg_entries(kwargs.ptr(), options, open.name, watching ? &open.live.kwargs : nullptr);
 }
 
 void hook_backward(const std::shared_ptr<Session>& s, const std::string& backward_key,

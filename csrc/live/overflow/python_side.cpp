@@ -3,9 +3,9 @@
 #include <pybind11/stl.h>
 
 #include "core/fact_fields.h"
+#include "live/capture/call_values.h"
 #include "live/crossing/python_crossing.h"
 #include "live/overflow/call_arguments.h"
-#include "live/session/resolve_deferred.h"
 
 namespace py = pybind11;
 
@@ -45,6 +45,39 @@ py::dict attr_dict(const std::vector<FactField>& fields) {
     if (f.attr) d[f.attr] = attr_value(f.value);
   }
   return d;
+}
+
+// Batched sync: reads every queued call's device statistics back at once, then stores and judges
+// the calls in the order they were made, as Session::add would have one by one. Returns what the
+// hooks must do; a raise carries how many calls ran after its call.
+std::vector<OverflowEvent> resolve_deferred(Session& session) {
+  std::vector<DeferredCall> batch = session.deferred().take();
+  std::vector<OverflowEvent> events;
+  if (batch.empty()) return events;
+  PendingStats* slots = session.hooks().capture.pending();
+  if (slots) {
+    PythonCrossing::WithoutGil no_gil;  // no thread waits on the GIL for a device
+    slots->resolve();                   // the one host sync of the batch
+  }
+  bool raising = false;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (slots) {
+      for_each_entry(batch[i].call.record, [&](Entry& e) {
+        if (e.pending_stats >= 0) slots->fill(e);
+      });
+    }
+    std::optional<OverflowEvent> event = session.add(std::move(batch[i].call), &batch[i].live);
+    if (!event) continue;
+    if (event->raise && !raising) {
+      raising = true;
+      raising_call_arguments() = std::move(batch[i].held);  // for its replay (python_side)
+      const auto later = static_cast<int64_t>(batch.size() - 1 - i);
+      event->facts.raised_calls_later = later;
+      session.guard().set_raised_calls_later(event->facts.finding.call, later);
+    }
+    events.push_back(std::move(*event));
+  }
+  return events;
 }
 
 // The end of the backward pass: runs on the thread that finished it, with the GIL (torch's
@@ -219,6 +252,50 @@ void handle_overflow_event(Session& session, const OverflowEvent& event, py::obj
   if (side->on_stop && !side->on_stop.is_none()) side->on_stop(overflow);
   py::object error = side->error_type(facts.message(), overflow);
   PythonCrossing::raise(side->error_type, error, std::move(cause));
+}
+
+void stop_collecting(Session& session) {
+  flush_deferred(session);
+  session.stop();
+}
+
+void end_step(Session& session) {
+  flush_deferred(session);
+  session.step();
+}
+
+void judge_loss_scale(Session& session, double after) {
+  if (auto event = session.guard().judge_loss_scale(after)) handle_overflow_event(session, *event);
+}
+
+void judge_optimizer_gradients(Session& session, const std::string& optimizer,
+                               std::vector<std::string> bad, bool reduced) {
+  if (auto event = session.guard().judge_optimizer_gradients(optimizer, std::move(bad), reduced,
+                                                             session.hooks().codes.capture())) {
+    handle_overflow_event(session, *event);
+  }
+}
+
+void judge_optimizer_state(Session& session, const std::string& optimizer, const std::string& state,
+                           const std::string& parameter, size_t more) {
+  if (auto event = session.guard().judge_optimizer_state({optimizer, state, parameter, more},
+                                                         session.hooks().codes.capture())) {
+    handle_overflow_event(session, *event);
+  }
+}
+
+void mark_compiled_outputs(Session& session, pybind11::handle output) {
+  if (!session.config().watching() || !session.hooks().gate.forward()) return;
+  for (const LiveArg& arg : live_args_of(output.ptr())) {
+    if (arg.tensor.defined()) session.guard().mark_compiled_output(arg.tensor);
+    for (const at::Tensor& t : arg.items) session.guard().mark_compiled_output(t);
+  }
+}
+
+std::string stop_for_peer(Session& session, const PeerOverflow& peer) {
+  resolve_deferred(session);
+  raising_call_arguments().reset();  // kept for a replay that is not made here
+  return session.stop_for_peer(peer);
 }
 
 }  // namespace msprobe

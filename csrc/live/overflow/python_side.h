@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "live/overflow/python_objects.h"
 #include "live/session/session.h"
@@ -40,5 +41,29 @@ pybind11::dict overflow_fields(const OverflowFacts& facts);
 
 // The facts as a msprobe_cpp.Overflow object. GIL required.
 pybind11::object overflow_object(const PythonSide& side, const OverflowFacts& facts);
+
+// What Python asks of the session and its guard, each with its consequence done: the
+// judgements made outside any hooked call, the step's end with the calls batched sync still
+// holds, and a peer's stop. The bindings (bind/bind_session.cpp) only bind these.
+// stop() and step(), after the calls still waiting for their device statistics are judged: a
+// stop they hold is raised here, with the step's files written.
+void stop_collecting(Session& session);
+void end_step(Session& session);
+
+// At step(): the loss scale now; a scale that fell too low stops.
+void judge_loss_scale(Session& session, double after);
+// Before an optimizer's step: its parameters whose gradients hold NaN/inf (`reduced`: averaged
+// across ranks), or its state of `parameter` that does (and `more` others). A stop names the
+// program's line that called the step.
+void judge_optimizer_gradients(Session& session, const std::string& optimizer,
+                               std::vector<std::string> bad, bool reduced);
+void judge_optimizer_state(Session& session, const std::string& optimizer, const std::string& state,
+                           const std::string& parameter, size_t more);
+// The tensors a torch.compile'd model returned, in forward collection.
+void mark_compiled_outputs(Session& session, pybind11::handle output);
+// The watcher thread's call for another rank's stop: writes this rank's step and ends it; the
+// folder, or "". No user code and no raise on that thread: the batch still queued is judged into
+// the step's records and report, and this rank raises the peer's stop at its next hooked call.
+std::string stop_for_peer(Session& session, const PeerOverflow& peer);
 
 }  // namespace msprobe

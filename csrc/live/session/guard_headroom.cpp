@@ -6,7 +6,6 @@
 
 #include "live/crossing/python_crossing.h"
 #include "live/log/tool_log.h"
-#include "live/session/headroom_sites.h"
 #include "live/session/overflow_guard.h"
 
 namespace msprobe {

@@ -7,7 +7,6 @@
 #include "live/log/tool_log.h"
 #include "live/overflow/model_tensors.h"
 #include "live/overflow/python_objects.h"
-#include "live/session/headroom_sites.h"
 
 namespace msprobe {
 

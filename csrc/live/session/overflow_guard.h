@@ -27,12 +27,21 @@
 #include "live/capture/live_tensors.h"
 #include "live/overflow/model_tensors.h"
 #include "live/overflow/overflow_watch.h"
-#include "live/session/session_paths.h"
 #include "live/session/step_state.h"
 
 namespace msprobe {
 
 struct PythonSide;
+
+// The live side of the headroom warnings (core/headroom.h, guard_headroom.cpp): which call site a
+// stored call is, and what its 16-bit outputs tell the Headroom.
+// "Tensor.__mul__.3.forward" at `stack` -> the site {"Tensor.__mul__", the stack's identity}.
+HeadroomSite headroom_site(const std::string& name, const StackPtr& stack);
+
+// The float16/bfloat16 outputs of an API forward call, told to `headroom`; the site's record when
+// it just reached the threshold. Under the guard's lock.
+std::optional<HeadroomRecord> observe_headroom(Headroom& headroom, const StoredCall& call,
+                                               int64_t step);
 
 // What judge_call says of a recorded call.
 struct CallVerdict {

@@ -14,7 +14,7 @@
 #include "live/hooks/hook_scope.h"
 #include "live/log/tool_log.h"
 #include "live/overflow/python_objects.h"
-#include "live/session/headroom_sites.h"
+#include "live/session/overflow_guard.h"
 
 namespace msprobe {
 

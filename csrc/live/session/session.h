@@ -31,13 +31,22 @@
 #include "live/session/collection_gate.h"
 #include "live/session/deferred_calls.h"
 #include "live/session/overflow_guard.h"
-#include "live/session/peer_stop_flag.h"
-#include "live/session/session_paths.h"
 #include "live/session/step_state.h"
 #include "live/session/step_writer.h"
 #include "live/stats/device_stats.h"
 
 namespace msprobe {
+
+// torch.distributed: another rank stopped. Set from the peer-stop watcher thread, read first by
+// every hook: one atomic (release/acquire), no lock.
+class PeerStopFlag {
+ public:
+  void set() { stopped_.store(true, std::memory_order_release); }
+  bool stopped() const { return stopped_.load(std::memory_order_acquire); }
+
+ private:
+  std::atomic<bool> stopped_{false};
+};
 
 // Messages said once per session. Thread-safe.
 class SaidOnce {

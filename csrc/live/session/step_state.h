@@ -49,6 +49,15 @@ struct StepPlace {
   std::string folder() const { return step_folder(step, rank); }
 };
 
+// Where a session's files go, and which frames of a stack are the tool's own.
+struct SessionPaths {
+  std::string package_dir, library_dir;  // frames under these are ours, not the user's
+  std::string dump_root;                 // dump_path, absolute, without a trailing '/'
+
+  // <dump_root>/step<S>/rank<R>
+  std::string dir_of(const StepPlace& at) const { return dump_root + "/" + at.folder(); }
+};
+
 struct StepCalls {
   StepPlace at;
   std::vector<StoredCall> calls;
