@@ -25,12 +25,13 @@ def _named_parameters(optimizer: Any, started: Optional[NamesOf]) -> Iterator[Tu
     """(name, parameter) of the optimizer's parameters: those of the started models when models
     were started (`started(parameters)`: their names there, None for others; the engine's
     parameter_names), else all, named by their place in param_groups."""
-    placed = [(f"param_groups[{g}].params[{i}]", p)
-              for g, group in enumerate(optimizer.param_groups) for i, p in enumerate(group["params"])]
     if started is None:
-        yield from placed
+        for g, group in enumerate(optimizer.param_groups):
+            for i, p in enumerate(group["params"]):
+                yield f"param_groups[{g}].params[{i}]", p
         return
-    for name, (_, p) in zip(started([p for _, p in placed]), placed):
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for name, p in zip(started(params), params):
         if name is not None:
             yield name, p
 

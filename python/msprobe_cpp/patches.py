@@ -14,6 +14,9 @@ class Patches:
         self._replaced: List[Tuple[str, Any, str, Any]] = []
         self._hooks: List[Tuple[str, Any]] = []  # (kind, RemovableHandle)
         self._at_removal: Dict[str, List[Callable[[], None]]] = {}
+        # How many patches of each kind are in: start() asks at every step, of a registry that
+        # holds a thousand API wrappers.
+        self._counts: Dict[str, int] = {}
         self.closed = False  # remove() of everything ran: nothing goes in any more
 
     def replace(self, kind: str, owner: Any, attr: str, wrapper: Any) -> None:
@@ -21,22 +24,25 @@ class Patches:
         methods live in torch._C._TensorBase) is deleted again at removal, not shadowed."""
         own = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else getattr(owner, attr)
         self._replaced.append((kind, owner, attr, own))
+        self._counts[kind] = self._counts.get(kind, 0) + 1
         setattr(owner, attr, wrapper)
 
     def hook(self, kind: str, handles: Iterable[Any]) -> None:
         """Registered hooks (their RemovableHandles)."""
+        handles = list(handles)
         self._hooks += [(kind, h) for h in handles]
+        self._counts[kind] = self._counts.get(kind, 0) + len(handles)
 
     def at_removal(self, kind: str, call: Callable[[], None]) -> None:
         """`call()` runs when `kind` is removed (the last of its patches is out)."""
         self._at_removal.setdefault(kind, []).append(call)
 
     def installed(self, kind: str) -> bool:
-        return any(k == kind for k, *_ in self._replaced) or any(k == kind for k, _ in self._hooks)
+        return self._counts.get(kind, 0) > 0
 
     def count(self, kind: str) -> int:
-        """How many attributes of `kind` are replaced."""
-        return sum(1 for k, *_ in self._replaced if k == kind)
+        """How many patches of `kind` are in (attributes replaced and hooks registered)."""
+        return self._counts.get(kind, 0)
 
     def replaced(self, kind: str) -> List[Tuple[Any, str]]:
         return [(owner, attr) for k, owner, attr, _ in self._replaced if k == kind]
@@ -61,6 +67,7 @@ class Patches:
             else:
                 setattr(owner, attr, own)
         self._replaced = [entry for entry in self._replaced if not chosen(entry[0])]
+        self._counts = {k: n for k, n in self._counts.items() if not chosen(k)}
         for kind in [k for k in self._at_removal if chosen(k)]:
             for call in self._at_removal.pop(kind):
                 call()
