@@ -101,7 +101,7 @@ std::string OverflowFacts::history_text() const {
 std::string OverflowFacts::dump_words() const {
   if (!dump.error.empty()) return "not written: " + dump.error;
   if (dump.dir.empty()) return "none (overflow_nums reached: no more dumps are written)";
-  return dump.dir + "  (overflow_report.json, dump.json, dump_tensor_data/)";
+  return dump.dir + "  (overflow_report.json, dump.json, " + kTensorFolder + "/)";
 }
 
 std::string OverflowFacts::source_line() const {

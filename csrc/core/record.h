@@ -288,6 +288,9 @@ std::optional<CallName> parse_call_name(const std::string& call_name);
 // the blocks of a repeated layer are one site.
 std::string call_site_name(const std::string& call_name);
 
+// The folder of a rank folder that holds its saved tensors (msprobe's name).
+inline constexpr const char kTensorFolder[] = "dump_tensor_data";
+
 // "[rank R] " before a line a rank says; "" outside torch.distributed (rank < 0).
 std::string rank_label(int rank);
 

@@ -31,13 +31,18 @@ def generic():
     _C._force_generic_statistics(False)
 
 
-def test_a_local_stop_has_every_documented_field(tmp_path):
+def local_stop(tmp_path) -> msprobe_cpp.OverflowError:
+    """An op-origin stop of one process: Torch.mul making inf from finite inputs."""
     dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), task="overflow_check", level="L1")
     x = torch.ones(4, requires_grad=True)
     dbg.start()
     with pytest.raises(msprobe_cpp.OverflowError) as info:
         torch.mul(x, 1e39)
-    e = info.value
+    return info.value
+
+
+def test_a_local_stop_has_every_documented_field(tmp_path):
+    e = local_stop(tmp_path)
     missing = [name for name in DOCUMENTED if not hasattr(e, name)]
     assert missing == []
     assert e.peer_rank is None and e.peer_step is None and e.peer_stop is False
@@ -82,12 +87,7 @@ def test_the_report_and_the_error_read_the_engines_one_field_list(tmp_path):
     keys = {key for key, _ in names if key is not None}
     assert {"call", "origin", "tensors", "peer_rank", "dump_dir"} <= attrs
     assert {"api_name", "origin", "tensors", "held", "history"} <= keys
-    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), task="overflow_check", level="L1")
-    x = torch.ones(4, requires_grad=True)
-    dbg.start()
-    with pytest.raises(msprobe_cpp.OverflowError) as info:
-        torch.mul(x, 1e39)
-    e = info.value
+    e = local_stop(tmp_path)
     assert set(vars(e.overflow)) == attrs | {"message"}
     assert set(vars(e)) >= attrs | {"message", "overflow"}
     report = json.loads((pathlib.Path(e.dump_dir) / "overflow_report.json").read_text())

@@ -137,11 +137,6 @@ struct EndOnExit {
   ~EndOnExit() { selection.end(name); }
 };
 
-// "<api>.<n>.forward" -> "<api>.<n>.backward"
-std::string backward_of(const std::string& forward) {
-  return forward.substr(0, forward.size() - 7) + "backward";
-}
-
 }  // namespace
 
 py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
@@ -164,7 +159,7 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   Selection& selection = session->hooks().selection;
   // The backward name matters to the selection only through `list`.
   const Selected sel = selection.begin(
-      name, selection.has_list() ? backward_of(name) : std::string(), inside_listed_module());
+      name, selection.has_list() ? backward_name_of(name) : std::string(), inside_listed_module());
   if (!sel.any()) {
     EndOnExit end{selection, name};
     return call_original(args, kwargs);
@@ -227,7 +222,7 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
 
   if (sel.backward) {
     if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {
-      add_backward_recorder(fn, owner, backward_of(name), call.stack, sel, call.parent, epoch);
+      add_backward_recorder(fn, owner, backward_name_of(name), call.stack, sel, call.parent, epoch);
     }
   }
   if (!sel.forward) return result;

@@ -136,7 +136,7 @@ bool Session::start(int rank, bool new_models) {
   }
   guard_.begin_step(rank, first);
   // Task tensor saves as the calls happen: into the folder being built.
-  if (capture_.saver()) capture_.file_names().set_dir(staging + "/dump_tensor_data");
+  if (capture_.saver()) capture_.file_names().set_dir(staging + "/" + kTensorFolder);
   const bool rank_ok =
       rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
   const bool collect = rank_ok && config_.step.contains(step) && !past_last_step(config_, step);

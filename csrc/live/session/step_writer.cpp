@@ -90,7 +90,7 @@ void StepWriter::save_tensors(FinishedStep& step, const std::string& tensor_dir,
   }
   // Written again: the calls of the earlier write have their tensors in the published folder,
   // which this write replaces.
-  const std::string published = dump_root_ + "/" + step.folder + "/dump_tensor_data";
+  const std::string published = dump_root_ + "/" + step.folder + "/" + kTensorFolder;
   bool made = false;
   for (StoredCall& c : step.calls) {
     for_each_entry(c.record, [&](Entry& e) {
@@ -109,14 +109,14 @@ void StepWriter::save_tensors(FinishedStep& step, const std::string& tensor_dir,
   }
   std::string given = dump_path_;
   while (given.size() > 1 && given.back() == '/') given.pop_back();
-  header.dump_data_dir = given + "/" + step.folder + "/dump_tensor_data";
+  header.dump_data_dir = given + "/" + step.folder + "/" + kTensorFolder;
 }
 
 void StepWriter::write_files(FinishedStep& step) {
   const std::string& dir = step.staging;
   make_dirs(dir, dump_root_);
   DumpHeader header{task_, level_, std::nullopt};
-  if (saver_) save_tensors(step, dir + "/dump_tensor_data", header);
+  if (saver_) save_tensors(step, dir + "/" + kTensorFolder, header);
 
   JsonWriter stack(1, std::move(buffer_));
   stack.begin_object();
