@@ -24,10 +24,8 @@ size_t backward_segment(const std::string& name) {
   return segment(name, kSeg);
 }
 
-}  // namespace
-
-namespace {
 constexpr const char kModulePrefix[] = "Module.";
+
 }  // namespace
 
 bool is_module_name(const std::string& call_name) {
