@@ -138,6 +138,11 @@ void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
       .def_property_readonly(
           "watching", [](const Session& s) { return s.config().watching(); },
           "Task overflow_check.")
+      .def_property_readonly(
+          "task", [](const Session& s) { return to_string(s.config().task); }, "The task.")
+      .def_property_readonly(
+          "dumps_calls", [](const Session& s) { return s.config().dumps_calls(); },
+          "The task hooks calls and writes dumps (not grad_probe).")
       .def(
           "on_line",
           [](const Session& s, size_t apis, size_t modules) {

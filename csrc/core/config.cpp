@@ -10,8 +10,8 @@
 //   top level       is_deterministic, enable_dataloader (booleans),
 //                   framework ("pytorch" only: this is the PyTorch side of msprobe),
 //                   seed (integer),
-//                   free_benchmark, run_ut, grad_probe (sections of msprobe tasks this product does
-//                   not run; any content, since those tasks are refused anyway).
+//                   free_benchmark, run_ut (sections of msprobe tasks this product does not run;
+//                   any content, since those tasks are refused anyway).
 //   tensor          file_format ("npy" or "bin"),
 //                   online_run_ut (false only: true would silently skip a requested feature),
 //                   nfs_path, host, port, tls_path, online_run_ut_recompute (any content: they only
@@ -24,6 +24,7 @@
 
 #include "core/config.h"
 #include "core/config_checks.h"
+#include "core/task_sections.h"
 
 #include <algorithm>
 #include <cctype>
@@ -44,7 +45,8 @@ constexpr const char* kDebugger = "PrecisionDebugger";
 
 constexpr EnumName<Task> kTasks[] = {{"statistics", Task::Statistics},
                                      {"tensor", Task::Tensor},
-                                     {"overflow_check", Task::OverflowCheck}};
+                                     {"overflow_check", Task::OverflowCheck},
+                                     {"grad_probe", Task::GradProbe}};
 constexpr EnumName<Level> kLevels[] = {{"L0", Level::L0}, {"L1", Level::L1}, {"mix", Level::Mix}};
 constexpr EnumName<SummaryMode> kSummaryModes[] = {{"statistics", SummaryMode::Statistics},
                                                    {"md5", SummaryMode::Md5}};
@@ -72,7 +74,7 @@ bool is_one_of(const json& value, const std::vector<std::string>& words) {
 }
 
 Task parse_task(const json& value, const Loc& at) {
-  if (is_one_of(value, {"free_benchmark", "run_ut", "grad_probe"})) {
+  if (is_one_of(value, {"free_benchmark", "run_ut"})) {
     fail_unsupported(at, value, "task", enum_names(kTasks));
   }
   return parse_enum(value, at, kTasks);
@@ -344,12 +346,16 @@ std::string parse_dump_path(const json& value, const Loc& at) {
   return path;
 }
 
-const std::vector<std::string> kTopKeys = {"task",   "dump_path",      "rank",
-                                           "step",   "level",          "statistics",
-                                           "tensor", "overflow_check", "extra_apis"};
-const std::vector<std::string> kIgnoredTopKeys = {
-    "is_deterministic", "enable_dataloader", "async_dump", "framework", "seed", "free_benchmark",
-    "run_ut",           "grad_probe"};
+const std::vector<std::string> kTopKeys = {"task",       "dump_path",  "rank",   "step",
+                                           "level",      "statistics", "tensor", "overflow_check",
+                                           "extra_apis", "grad_probe"};
+const std::vector<std::string> kIgnoredTopKeys = {"is_deterministic",
+                                                  "enable_dataloader",
+                                                  "async_dump",
+                                                  "framework",
+                                                  "seed",
+                                                  "free_benchmark",
+                                                  "run_ut"};
 const std::vector<std::string> kOverrideKeys = {"task", "dump_path",  "level",     "step",
                                                 "rank", "extra_apis", "async_dump"};
 
@@ -480,7 +486,11 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   read("extra_apis",
        [&](const json& v, const Loc& at) { config.extra_apis = parse_api_names(v, at); });
   read("step", [&](const json& v, const Loc& at) { config.step = parse_ranges(v, at); });
-  read("level", [&](const json& v, const Loc& at) { config.level = parse_level(v, at); });
+  read("level", [&](const json& v, const Loc& at) {
+    // grad_probe has no level of its own (grad_probe.grad_level is its): msprobe's four pass.
+    if (config.task == Task::GradProbe && is_one_of(v, {"L0", "L1", "L2", "mix"})) return;
+    config.level = parse_level(v, at);
+  });
   read("statistics",
        [&](const json& v, const Loc& at) { config.statistics = parse_collect(v, at, true); });
   read("tensor",
@@ -489,6 +499,9 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
     const json* section = find(doc, "overflow_check");
     config.overflow_check =
         parse_overflow(section, root.child("overflow_check"), overrides, base_dir);
+  });
+  errors.attempt([&] {
+    config.grad_probe = parse_grad_probe(find(doc, "grad_probe"), root.child("grad_probe"));
   });
   // msprobe's top-level key, also a keyword argument (which wins).
   read("async_dump", [&](const json& v, const Loc& at) { config.async_dump = parse_bool(v, at); });

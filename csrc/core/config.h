@@ -11,11 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config_error.h"
+#include "core/grad_summary.h"
 #include "core/range_list.h"
 
 namespace msprobe {
 
-enum class Task { Statistics, Tensor, OverflowCheck };
+enum class Task { Statistics, Tensor, OverflowCheck, GradProbe };
 enum class Level { L0, L1, Mix };
 enum class SummaryMode { Statistics, Md5 };
 enum class Action { Raise, Continue };
@@ -79,6 +80,7 @@ struct Config {
   CollectSection statistics;
   CollectSection tensor;
   OverflowSection overflow_check;
+  GradProbeSection grad_probe;
   // msprobe's `async_dump`: a step's files are written by a thread of their own while the next
   // step runs (docs/config.md says when they are complete).
   bool async_dump = false;
@@ -91,6 +93,9 @@ struct Config {
   const CollectSection& collect() const { return task == Task::Tensor ? tensor : statistics; }
   // Task overflow_check: every call is judged by the overflow guard as it completes.
   bool watching() const { return task == Task::OverflowCheck; }
+  // Tasks that hook calls and write dumps (statistics, tensor, overflow_check); grad_probe does
+  // neither: start(), stop() and step() do nothing for it, as in msprobe.
+  bool dumps_calls() const { return task != Task::GradProbe; }
 };
 
 // Past the last step the config's `step` list names: collection is over for good.

@@ -13,7 +13,7 @@
 namespace msprobe {
 
 // Python's logging levels, so that a line's severity crosses unchanged.
-enum class LogLevel : int { Info = 20, Warning = 30, Error = 40 };
+enum class LogLevel : int { Debug = 10, Info = 20, Warning = 30, Error = 40 };
 
 struct Message {
   LogLevel level = LogLevel::Info;

@@ -14,6 +14,7 @@ from . import _C
 from . import api_hooks
 from . import log
 from .errors import Overflow, OverflowError
+from .grad_probe import GradProbe
 from .gradient_guard import install_gradient_guard, local_gradients, local_state, scaler_checked, scaler_skips
 from .loss_scalers import LossScaleSource, watch_grad_scalers
 from .patches import Patches
@@ -169,6 +170,8 @@ class PrecisionDebugger:
         self._peer: Any = None
         if self._session.watching:
             self._session.set_python_side(**_python_side(weakref.ref(self)))
+        # Task grad_probe: monitor(model) is the whole API; start(), stop() and step() do nothing.
+        self._grad_probe = GradProbe(self._session, self._patches) if self._session.task == "grad_probe" else None
 
         for warning in self._session.config_warnings:
             log.warn(warning)
@@ -203,6 +206,8 @@ class PrecisionDebugger:
 
         `model`: a module or a list of them; each new one is hooked in addition to those before
         it. `loss_scaler`: any object with get_scale() (a torch GradScaler is found by itself)."""
+        if not self._session.dumps_calls:
+            return
         if self._patches.closed or self._session.finished:
             self._release()
             return
@@ -244,6 +249,8 @@ class PrecisionDebugger:
     @_OnTheDebugger
     def stop(self) -> None:
         """Ends collection for now and writes the step's files."""
+        if not self._session.dumps_calls:
+            return
         if self._peer:
             self._peer.check()
         self._session.stop()
@@ -255,6 +262,8 @@ class PrecisionDebugger:
         With a loss scaler, this is where a skipped step is told apart from a missed overflow:
         it raises OverflowError when the scale did not drop after non-finite gradients, or fell
         below min_loss_scale."""
+        if not self._session.dumps_calls:
+            return
         if self._peer:
             self._peer.check()
         scaler, self._loss_scale.scaled_by = self._loss_scale.scaled_by, None
@@ -263,6 +272,16 @@ class PrecisionDebugger:
         self._session.step()
         if self._session.finished:
             self._release()
+
+    @_OnTheDebugger
+    def monitor(self, model: Any) -> None:
+        """Task grad_probe: summarizes `model`'s gradients before each optimizer step (msprobe's
+        monitor). Under any other task it does nothing, as msprobe's."""
+        if self._grad_probe is None:
+            self._warn_once("monitor", f"monitor() does nothing under task {self._session.task}: it is "
+                            "grad_probe's")
+            return
+        self._grad_probe.monitor(model)
 
     @_OnTheDebugger
     def forward_backward_dump_end(self) -> None:
@@ -394,6 +413,8 @@ class PrecisionDebugger:
         """Removes every hook; the debugger collects nothing more, and (async_dump) every step it
         handed over is on disk when this returns."""
         self._session.drain_writes()
+        if self._grad_probe is not None:
+            self._grad_probe.drain()
         self._patches.remove()
         self._models.let_go_of_modules()
         if self._peer:
@@ -408,6 +429,8 @@ def _drain_writes_at_exit() -> None:
     debugger = PrecisionDebugger._instance
     if debugger is not None:
         debugger._session.drain_writes()
+        if debugger._grad_probe is not None:
+            debugger._grad_probe.drain()
 
 
 def module_dump(module: torch.nn.Module, dump_name: str) -> None:

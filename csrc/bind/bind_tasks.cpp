@@ -1,0 +1,44 @@
+// msprobe's in-process tasks besides the dump: _C.GradMonitor (task grad_probe).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <optional>
+
+#include "bind/bindings.h"
+#include "live/grad_probe/grad_monitor.h"
+#include "live/hooks/hook_scope.h"
+#include "live/session/session.h"
+
+namespace py = pybind11;
+
+namespace msprobe {
+
+void bind_tasks(py::module_& m) {
+  py::class_<GradMonitor>(m, "GradMonitor",
+                          "Task grad_probe: the summary of each optimizer step's gradients.")
+      .def(py::init([](const Session& s) { return std::make_unique<GradMonitor>(s.config()); }),
+           py::arg("session"))
+      .def("watches", &GradMonitor::watches, py::arg("name"), "grad_probe.param_list names it.")
+      .def("writes_rank", &GradMonitor::writes_rank, py::arg("rank"),
+           "The config's rank list names this rank (-1: not distributed).")
+      .def("next_step", &GradMonitor::next_step,
+           "An optimizer is about to step: counts it; whether its gradients are summarized.")
+      .def_property_readonly("step", &GradMonitor::step, "The last optimizer step counted.")
+      .def(
+          "summarize",
+          [](GradMonitor& g, int rank,
+             const std::vector<std::pair<std::string, std::optional<at::Tensor>>>& grads) {
+            ReentryGuard unhooked;
+            std::vector<NamedGrad> named;
+            named.reserve(grads.size());
+            for (const auto& [name, grad] : grads)
+              named.push_back({name, grad.value_or(at::Tensor())});
+            g.summarize(rank, named);
+          },
+          py::arg("rank"), py::arg("grads"),
+          "Writes this step's summary of [(name, gradient or None)] (a thread writes the files).")
+      .def("drain", &GradMonitor::drain, "Returns once every summary handed over is on disk.");
+}
+
+}  // namespace msprobe

@@ -1,0 +1,193 @@
+#include "live/grad_probe/grad_monitor.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <map>
+
+#include "core/md5.h"
+#include "core/npy_file.h"
+#include "core/output_files.h"
+#include "live/log/tool_log.h"
+
+namespace msprobe {
+namespace {
+
+// Per gradient, in one float64 vector: max, min, norm (each as the float32 msprobe writes), the
+// count of zeros, then the count in each interval of the bounds.
+constexpr int64_t kMax = 0, kMin = 1, kNorm = 2, kZeros = 3, kIntervals = 4;
+
+// One gradient's statistics on its own device, computed with the ops msprobe uses
+// (torch.max/min/norm, torch.bucketize on float32 bounds), so the values are the same.
+at::Tensor statistics_of(const at::Tensor& g, const at::Tensor& bounds, bool distribution) {
+  const auto f64 = [](const at::Tensor& t) {
+    return t.to(at::kFloat).to(at::kDouble).reshape({1});
+  };
+  std::vector<at::Tensor> parts;
+  if (g.numel() == 0) {  // torch.max of nothing raises in msprobe; here: nan, and a norm of 0
+    parts.push_back(at::full({3}, std::nan(""), g.options().dtype(at::kDouble)));
+    parts[0][kNorm] = 0;
+  } else {
+    parts = {f64(at::max(g)), f64(at::min(g)),
+             f64(at::linalg_vector_norm(g, 2, c10::nullopt, false, c10::nullopt))};
+  }
+  if (distribution) {
+    parts.push_back(f64(at::eq(g, 0).sum()));
+    const at::Tensor g32 = g.scalar_type() == at::kBFloat16 ? g.to(at::kFloat) : g;
+    const at::Tensor where = at::bucketize(g32, bounds).reshape({-1});
+    parts.push_back(at::bincount(where, {}, bounds.numel() + 1).to(at::kDouble));
+  }
+  return at::cat(parts);
+}
+
+std::vector<int64_t> shape_of(const at::Tensor& t) {
+  return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
+}
+
+// What the write thread needs of one step: the rows and the bytes of each direction file.
+struct StepFiles {
+  std::string folder;  // <dump_path>/rank<R>
+  int64_t step = 0;
+  std::string csv;
+  std::vector<std::pair<std::string, std::string>> directions;  // (file name, npy bytes)
+};
+
+void write_step_files(const StepFiles& files) {
+  make_dirs(files.folder);
+  if (!files.directions.empty()) {
+    const std::string step_folder = files.folder + "/step" + std::to_string(files.step);
+    make_dirs(step_folder);
+    for (const auto& [name, bytes] : files.directions)
+      write_file_atomic(step_folder + "/" + name, bytes);
+  }
+  write_file_atomic(files.folder + "/grad_summary_" + std::to_string(files.step) + ".csv",
+                    files.csv);
+}
+
+// What grad_level asks of each gradient besides max, min, norm and shape.
+struct GradOutputs {
+  bool distribution, direction, md5;
+};
+
+// The gradients of one device, read back together: one copy of the statistics, one of the
+// directions and (L0) one of the float32 bytes.
+struct DeviceBatch {
+  at::Tensor bounds;  // float32, on the device, as msprobe's torch.Tensor(bounds)
+  std::vector<size_t> rows;
+  std::vector<at::Tensor> stats, directions, bytes;
+
+  void add(size_t row, const at::Tensor& grad, const GradOutputs& wanted) {
+    rows.push_back(row);
+    stats.push_back(statistics_of(grad, bounds, wanted.distribution));
+    if (wanted.direction) directions.push_back(at::gt(grad, 0).reshape({-1}));
+    if (wanted.md5) bytes.push_back(grad.to(at::kFloat).reshape({-1}));
+  }
+
+  void read_back(const GradOutputs& wanted, size_t bound_count, std::vector<GradFacts>& facts,
+                 StepFiles& files) const {
+    const int64_t per_row = wanted.distribution ? kIntervals + int64_t(bound_count) + 1 : kZeros;
+    const at::Tensor s = at::cat(stats).to(at::kCPU).contiguous();
+    const at::Tensor dirs = wanted.direction ? at::cat(directions).to(at::kCPU).contiguous() : s;
+    const at::Tensor f32 = wanted.md5 ? at::cat(bytes).to(at::kCPU).contiguous() : s;
+    int64_t element = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      GradFacts& f = facts[rows[i]];
+      const double* row = s.data_ptr<double>() + int64_t(i) * per_row;
+      f.max = row[kMax];
+      f.min = row[kMin];
+      f.norm = row[kNorm];
+      if (wanted.distribution) {
+        f.zeros = static_cast<int64_t>(row[kZeros]);
+        for (size_t b = 0; b <= bound_count; ++b)
+          f.intervals.push_back(static_cast<int64_t>(row[kIntervals + b]));
+      }
+      if (wanted.md5) f.md5 = md5_hex(f32.data_ptr<float>() + element, f.numel * sizeof(float));
+      if (wanted.direction) {
+        const auto* d = reinterpret_cast<const char*>(dirs.data_ptr<bool>()) + element;
+        files.directions.emplace_back(f.name + ".npy",
+                                      npy_bool_bytes(f.shape, std::string(d, size_t(f.numel))));
+      }
+      element += f.numel;
+    }
+  }
+};
+
+}  // namespace
+
+GradMonitor::GradMonitor(const Config& config)
+    : section_(config.grad_probe),
+      dump_path_(config.dump_path),
+      steps_(config.step),
+      ranks_(config.rank) {}
+
+GradMonitor::~GradMonitor() {
+  writes_.drain();
+}
+
+bool GradMonitor::writes_rank(int rank) const {
+  return rank < 0 || ranks_.all() || ranks_.contains(rank);
+}
+
+bool GradMonitor::next_step() {
+  say_failures();
+  ++step_;
+  say(LogLevel::Debug, "msprobe_cpp: grad_probe: optimizer step " + std::to_string(step_));
+  return steps_.all() || steps_.contains(step_);
+}
+
+void GradMonitor::summarize(int rank, const std::vector<NamedGrad>& grads) {
+  const GradOutputs wanted{section_.level == GradLevel::L2, writes_direction(section_.level),
+                           section_.level == GradLevel::L0};
+  std::vector<double> bounds;
+  for (const GradBound& b : section_.bounds) bounds.push_back(b.value);
+
+  std::vector<GradFacts> facts;
+  std::map<std::string, DeviceBatch> batches;  // by device
+  for (const NamedGrad& g : grads) {
+    if (!g.grad.defined()) {
+      say(LogLevel::Info, "msprobe_cpp: grad_probe: grad is None: " + g.name);
+      continue;
+    }
+    const at::Tensor grad = g.grad.detach();
+    DeviceBatch& batch = batches[grad.device().str()];
+    if (!batch.bounds.defined())
+      batch.bounds =
+          at::tensor(bounds, at::TensorOptions().dtype(at::kDouble)).to(grad.device(), at::kFloat);
+    batch.add(facts.size(), grad, wanted);
+    GradFacts f;
+    f.name = g.name;
+    f.shape = shape_of(grad);
+    f.numel = grad.numel();
+    facts.push_back(std::move(f));
+  }
+  StepFiles files;
+  files.folder = dump_path_ + "/rank" + std::to_string(rank < 0 ? 0 : rank);
+  files.step = step_;
+  for (auto& entry : batches) entry.second.read_back(wanted, bounds.size(), facts, files);
+  files.csv = grad_summary_csv(section_, facts);
+  writes_.post([this, files = std::move(files)] {
+    try {
+      write_step_files(files);
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(failed_mu_);
+      failed_.push_back(e.what());
+    }
+  });
+}
+
+void GradMonitor::drain() {
+  writes_.drain();
+  say_failures();
+}
+
+void GradMonitor::say_failures() {
+  std::vector<std::string> failed;
+  {
+    std::lock_guard<std::mutex> lock(failed_mu_);
+    failed.swap(failed_);
+  }
+  for (const std::string& why : failed)
+    say_warning("grad_probe: a summary could not be written: " + why);
+}
+
+}  // namespace msprobe

@@ -1,0 +1,71 @@
+"""Task grad_probe (msprobe 1.1.1's GradientMonitor): before each optimizer step, a summary of
+every watched parameter's gradient, written by the engine (_C.GradMonitor). Here: which
+parameters (debugger.monitor(model)), the optimizer hook, and each gradient as it can be read."""
+import logging
+import weakref
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+import torch
+
+from . import _C
+from . import log
+from .gradient_guard import install_gradient_guard
+from .patches import Patches
+
+
+def _rank() -> int:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return -1
+
+
+class GradProbe:
+    def __init__(self, session: Any, patches: Patches) -> None:
+        self._monitor = _C.GradMonitor(session)
+        self._patches = patches
+        self._params: List[Tuple[str, torch.nn.Parameter]] = []
+        self._seen: Set[int] = set()
+        self._shards_said = False
+
+    def monitor(self, model: torch.nn.Module) -> None:
+        """Watches `model`'s parameters (those grad_probe.param_list names; all when it is empty)
+        from its next optimizer step on. A rank the config's rank list leaves out watches none."""
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"PrecisionDebugger.monitor: model must be a torch.nn.Module, got {type(model).__name__}")
+        if not self._monitor.writes_rank(_rank()):
+            return
+        for name, p in model.named_parameters():
+            if id(p) not in self._seen and self._monitor.watches(name):
+                self._seen.add(id(p))
+                self._params.append((name, p))
+        log.say(logging.DEBUG, f"msprobe_cpp: grad_probe: {len(self._params)} parameters watched")
+        install_gradient_guard(self._patches, weakref.WeakMethod(self._before_step))
+
+    def _before_step(self, optimizer: Any, kwargs: Dict[str, Any]) -> None:
+        if self._patches.closed or not self._monitor.next_step():
+            return
+        grads = [(name, self._readable(p)) for name, p in self._params]
+        self._monitor.summarize(_rank(), grads)
+
+    def _readable(self, p: torch.nn.Parameter) -> Optional[torch.Tensor]:
+        """The gradient msprobe reads (main_grad where the parameter has one: Megatron's fp32
+        copy); a DTensor's (FSDP2) is this rank's local shard: reading the whole would be a
+        collective in the middle of the optimizer step."""
+        grad = p.main_grad if hasattr(p, "main_grad") else p.grad
+        if grad is None:
+            return None
+        local = getattr(grad, "_local_tensor", None)
+        if local is not None:
+            self._say_shards()
+            return local
+        return grad
+
+    def _say_shards(self) -> None:
+        if not self._shards_said:
+            self._shards_said = True
+            log.say(logging.INFO, "msprobe_cpp: grad_probe: sharded (DTensor) gradients: each rank summarizes its own "
+                    "shard; the shape column is the shard's")
+
+    def drain(self) -> None:
+        self._monitor.drain()
