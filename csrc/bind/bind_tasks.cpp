@@ -1,4 +1,5 @@
-// msprobe's in-process tasks besides the dump: _C.GradMonitor (task grad_probe).
+// msprobe's in-process tasks besides the dump: _C.GradMonitor (task grad_probe) and
+// _C.FreeBenchmark (task free_benchmark).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -6,6 +7,7 @@
 #include <optional>
 
 #include "bind/bindings.h"
+#include "live/free_benchmark/free_benchmark.h"
 #include "live/grad_probe/grad_monitor.h"
 #include "live/hooks/hook_scope.h"
 #include "live/session/session.h"
@@ -39,6 +41,15 @@ void bind_tasks(py::module_& m) {
           py::arg("rank"), py::arg("grads"),
           "Writes this step's summary of [(name, gradient or None)] (a thread writes the files).")
       .def("drain", &GradMonitor::drain, "Returns once every summary handed over is on disk.");
+
+  py::class_<FreeBenchmark, std::shared_ptr<FreeBenchmark>>(
+      m, "FreeBenchmark", "Task free_benchmark: each selected API call run again and compared.")
+      .def(py::init([](const std::shared_ptr<Session>& s) {
+             return std::make_shared<FreeBenchmark>(s->config(), s);
+           }),
+           py::arg("session"));
+  m.def("set_current_free_benchmark", &set_current_free_benchmark, py::arg("checker"),
+        "The checker the API hooks use (None: none).");
 }
 
 }  // namespace msprobe

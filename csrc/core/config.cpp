@@ -10,8 +10,8 @@
 //   top level       is_deterministic, enable_dataloader (booleans),
 //                   framework ("pytorch" only: this is the PyTorch side of msprobe),
 //                   seed (integer),
-//                   free_benchmark, run_ut (sections of msprobe tasks this product does not run;
-//                   any content, since those tasks are refused anyway).
+//                   run_ut (the section of the one msprobe task this product does not run; any
+//                   content, since the task is refused anyway).
 //   tensor          file_format ("npy" or "bin"),
 //                   online_run_ut (false only: true would silently skip a requested feature),
 //                   nfs_path, host, port, tls_path, online_run_ut_recompute (any content: they only
@@ -46,7 +46,8 @@ constexpr const char* kDebugger = "PrecisionDebugger";
 constexpr EnumName<Task> kTasks[] = {{"statistics", Task::Statistics},
                                      {"tensor", Task::Tensor},
                                      {"overflow_check", Task::OverflowCheck},
-                                     {"grad_probe", Task::GradProbe}};
+                                     {"grad_probe", Task::GradProbe},
+                                     {"free_benchmark", Task::FreeBenchmark}};
 constexpr EnumName<Level> kLevels[] = {{"L0", Level::L0}, {"L1", Level::L1}, {"mix", Level::Mix}};
 constexpr EnumName<SummaryMode> kSummaryModes[] = {{"statistics", SummaryMode::Statistics},
                                                    {"md5", SummaryMode::Md5}};
@@ -74,7 +75,7 @@ bool is_one_of(const json& value, const std::vector<std::string>& words) {
 }
 
 Task parse_task(const json& value, const Loc& at) {
-  if (is_one_of(value, {"free_benchmark", "run_ut"})) {
+  if (is_one_of(value, {"run_ut"})) {
     fail_unsupported(at, value, "task", enum_names(kTasks));
   }
   return parse_enum(value, at, kTasks);
@@ -346,16 +347,11 @@ std::string parse_dump_path(const json& value, const Loc& at) {
   return path;
 }
 
-const std::vector<std::string> kTopKeys = {"task",       "dump_path",  "rank",   "step",
-                                           "level",      "statistics", "tensor", "overflow_check",
-                                           "extra_apis", "grad_probe"};
-const std::vector<std::string> kIgnoredTopKeys = {"is_deterministic",
-                                                  "enable_dataloader",
-                                                  "async_dump",
-                                                  "framework",
-                                                  "seed",
-                                                  "free_benchmark",
-                                                  "run_ut"};
+const std::vector<std::string> kTopKeys = {
+    "task",   "dump_path",      "rank",       "step",       "level",         "statistics",
+    "tensor", "overflow_check", "extra_apis", "grad_probe", "free_benchmark"};
+const std::vector<std::string> kIgnoredTopKeys = {
+    "is_deterministic", "enable_dataloader", "async_dump", "framework", "seed", "run_ut"};
 const std::vector<std::string> kOverrideKeys = {"task", "dump_path",  "level",     "step",
                                                 "rank", "extra_apis", "async_dump"};
 
@@ -490,6 +486,9 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
     // grad_probe has no level of its own (grad_probe.grad_level is its): msprobe's four pass.
     if (config.task == Task::GradProbe && is_one_of(v, {"L0", "L1", "L2", "mix"})) return;
     config.level = parse_level(v, at);
+    // free_benchmark runs API calls again; modules (L0, mix) are not checked here.
+    if (config.task == Task::FreeBenchmark && config.level != Level::L1)
+      fail(at, "\"L1\" with task free_benchmark (it checks API calls)", v);
   });
   read("statistics",
        [&](const json& v, const Loc& at) { config.statistics = parse_collect(v, at, true); });
@@ -503,6 +502,10 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   errors.attempt([&] {
     config.grad_probe = parse_grad_probe(find(doc, "grad_probe"), root.child("grad_probe"));
   });
+  errors.attempt([&] {
+    config.free_benchmark =
+        parse_free_benchmark(find(doc, "free_benchmark"), root.child("free_benchmark"));
+  });
   // msprobe's top-level key, also a keyword argument (which wins).
   read("async_dump", [&](const json& v, const Loc& at) { config.async_dump = parse_bool(v, at); });
   errors.throw_if_any();
@@ -514,10 +517,13 @@ std::string on_line(const Config& c, size_t apis, size_t modules) {
   std::string hooked;
   if (apis) hooked = std::to_string(apis) + " torch APIs";
   if (modules) hooked += (hooked.empty() ? "" : " and ") + std::to_string(modules) + " modules";
+  const std::string dump = std::filesystem::absolute(c.dump_path).lexically_normal().string();
+  const std::string where =
+      c.task == Task::FreeBenchmark
+          ? "inconsistent calls are written to " + dump + "/free_benchmark.csv"
+          : (c.watching() ? "flagged steps are dumped under " : "steps are dumped under ") + dump;
   return "msprobe_cpp: on: task " + std::string(to_string(c.task)) + ", level " +
-         to_string(c.level) + "; " + (hooked.empty() ? "nothing" : hooked) + " hooked; " +
-         (c.watching() ? "flagged steps are dumped under " : "steps are dumped under ") +
-         std::filesystem::absolute(c.dump_path).lexically_normal().string();
+         to_string(c.level) + "; " + (hooked.empty() ? "nothing" : hooked) + " hooked; " + where;
 }
 
 }  // namespace msprobe

@@ -11,12 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config_error.h"
+#include "core/free_benchmark_rules.h"
 #include "core/grad_summary.h"
 #include "core/range_list.h"
 
 namespace msprobe {
 
-enum class Task { Statistics, Tensor, OverflowCheck, GradProbe };
+enum class Task { Statistics, Tensor, OverflowCheck, GradProbe, FreeBenchmark };
 enum class Level { L0, L1, Mix };
 enum class SummaryMode { Statistics, Md5 };
 enum class Action { Raise, Continue };
@@ -81,6 +82,7 @@ struct Config {
   CollectSection tensor;
   OverflowSection overflow_check;
   GradProbeSection grad_probe;
+  FreeBenchmarkSection free_benchmark;
   // msprobe's `async_dump`: a step's files are written by a thread of their own while the next
   // step runs (docs/config.md says when they are complete).
   bool async_dump = false;
@@ -96,6 +98,8 @@ struct Config {
   // Tasks that hook calls and write dumps (statistics, tensor, overflow_check); grad_probe does
   // neither: start(), stop() and step() do nothing for it, as in msprobe.
   bool dumps_calls() const { return task != Task::GradProbe; }
+  // free_benchmark checks each selected API call by running it again; it records none.
+  bool records_calls() const { return task != Task::GradProbe && task != Task::FreeBenchmark; }
 };
 
 // Past the last step the config's `step` list names: collection is over for good.

@@ -47,7 +47,95 @@ std::vector<GradBound> parse_bounds(const json& value, const Loc& at) {
   return out;
 }
 
+constexpr EnumName<PertMode> kPertModes[] = {{"improve_precision", PertMode::ImprovePrecision},
+                                             {"add_noise", PertMode::AddNoise},
+                                             {"bit_noise", PertMode::BitNoise},
+                                             {"change_value", PertMode::ChangeValue},
+                                             {"no_change", PertMode::NoChange},
+                                             {"to_cpu", PertMode::ToCpu}};
+constexpr EnumName<HandlerType> kHandlers[] = {{"check", HandlerType::Check},
+                                               {"fix", HandlerType::Fix}};
+constexpr EnumName<FuzzStage> kStages[] = {{"forward", FuzzStage::Forward},
+                                           {"backward", FuzzStage::Backward}};
+constexpr EnumName<bool> kFuzzDevices[] = {{"npu", false}, {"cpu", true}};
+constexpr EnumName<int> kFuzzLevels[] = {{"L1", 1}};
+
+int64_t parse_positive(const json& value, const Loc& at) {
+  auto number = as_int64(value);
+  if (!number || *number <= 0 || value.is_boolean()) fail(at, "an integer > 0", value);
+  return *number;
+}
+
+// msprobe's scope: a name, or a list of names.
+std::vector<std::string> parse_scope_names(const json& value, const Loc& at) {
+  if (value.is_string()) return {value.get<std::string>()};
+  if (!value.is_array()) fail(at, "a call name or a list of call names", value);
+  return parse_string_list(value, at);
+}
+
+// The combinations msprobe refuses, each told against the key that makes it wrong.
+void check_free_benchmark_combinations(const FreeBenchmarkSection& s, const json& section,
+                                       const Loc& at) {
+  const bool to_cpu = s.pert_mode == PertMode::ToCpu;
+  if (s.fuzz_on_cpu != to_cpu) {
+    fail(at.child("fuzz_device"),
+         to_cpu ? "\"cpu\" with pert_mode to_cpu"
+                : "\"npu\" (\"cpu\" goes with pert_mode to_cpu only)",
+         section.value("fuzz_device", json("npu")));
+  }
+  if (s.handler == HandlerType::Fix) {
+    if (s.preheat) fail(at.child("if_preheat"), "false with handler_type fix (no preheat)", true);
+    if (s.stage != FuzzStage::Forward)
+      fail(at.child("fuzz_stage"), "\"forward\" with handler_type fix", "backward");
+    if (s.pert_mode != PertMode::ImprovePrecision && !to_cpu)
+      fail(at.child("pert_mode"), "improve_precision or to_cpu with handler_type fix",
+           to_string(s.pert_mode));
+  }
+  if (!s.scope.empty() && !s.list.empty())
+    fail(at.child("list"), "[] when scope is given (msprobe takes one or the other)",
+         section.at("list"));
+}
+
 }  // namespace
+
+FreeBenchmarkSection parse_free_benchmark(const json* section, const Loc& at) {
+  FreeBenchmarkSection out;
+  if (!section) return out;
+  if (!section->is_object()) fail(at, "an object", *section);
+  ErrorList errors;
+  errors.attempt([&] {
+    check_keys(*section, at,
+               {"pert_mode", "fuzz_device", "handler_type", "fuzz_level", "fuzz_stage",
+                "if_preheat", "preheat_step", "max_sample", "scope", "list"},
+               {"data_mode", "file_format", "summary_mode", "overflow_nums", "check_mode"});
+  });
+  auto read = [&](const char* key, auto&& parse) {
+    errors.attempt([&] {
+      if (const json* v = find(*section, key)) parse(*v, at.child(key));
+    });
+  };
+  read("pert_mode",
+       [&](const json& v, const Loc& w) { out.pert_mode = parse_enum(v, w, kPertModes); });
+  read("fuzz_device",
+       [&](const json& v, const Loc& w) { out.fuzz_on_cpu = parse_enum(v, w, kFuzzDevices); });
+  read("handler_type",
+       [&](const json& v, const Loc& w) { out.handler = parse_enum(v, w, kHandlers); });
+  read("fuzz_stage", [&](const json& v, const Loc& w) { out.stage = parse_enum(v, w, kStages); });
+  read("fuzz_level", [&](const json& v, const Loc& w) { parse_enum(v, w, kFuzzLevels); });
+  read("if_preheat", [&](const json& v, const Loc& w) { out.preheat = parse_bool(v, w); });
+  read("scope", [&](const json& v, const Loc& w) { out.scope = parse_scope_names(v, w); });
+  read("list", [&](const json& v, const Loc& w) { out.list = parse_string_list(v, w); });
+  errors.throw_if_any();
+  // msprobe checks these only when preheat is on.
+  if (out.preheat) {
+    read("preheat_step",
+         [&](const json& v, const Loc& w) { out.preheat_step = parse_positive(v, w); });
+    read("max_sample", [&](const json& v, const Loc& w) { out.max_sample = parse_positive(v, w); });
+  }
+  errors.attempt([&] { check_free_benchmark_combinations(out, *section, at); });
+  errors.throw_if_any();
+  return out;
+}
 
 GradProbeSection parse_grad_probe(const json* section, const Loc& at) {
   GradProbeSection out;

@@ -170,8 +170,13 @@ class PrecisionDebugger:
         self._peer: Any = None
         if self._session.watching:
             self._session.set_python_side(**_python_side(weakref.ref(self)))
-        # Task grad_probe: monitor(model) is the whole API; start(), stop() and step() do nothing.
-        self._grad_probe = GradProbe(self._session, self._patches) if self._session.task == "grad_probe" else None
+        # Tasks grad_probe (monitor(model) is its whole API; start(), stop() and step() do nothing)
+        # and free_benchmark (the API hooks run each selected call again).
+        self._task: Any = None
+        if self._session.task == "grad_probe":
+            self._task = GradProbe(self._session, self._patches)
+        elif self._session.task == "free_benchmark":
+            self._task = _C.FreeBenchmark(self._session)
 
         for warning in self._session.config_warnings:
             log.warn(warning)
@@ -182,6 +187,7 @@ class PrecisionDebugger:
             previous._release()
         PrecisionDebugger._instance = self
         _C.set_current_session(self._session)
+        _C.set_current_free_benchmark(self._task if self._session.task == "free_benchmark" else None)
 
     @property
     def dump_path(self) -> str:
@@ -277,11 +283,11 @@ class PrecisionDebugger:
     def monitor(self, model: Any) -> None:
         """Task grad_probe: summarizes `model`'s gradients before each optimizer step (msprobe's
         monitor). Under any other task it does nothing, as msprobe's."""
-        if self._grad_probe is None:
+        if not isinstance(self._task, GradProbe):
             self._warn_once("monitor", f"monitor() does nothing under task {self._session.task}: it is "
                             "grad_probe's")
             return
-        self._grad_probe.monitor(model)
+        self._task.monitor(model)
 
     @_OnTheDebugger
     def forward_backward_dump_end(self) -> None:
@@ -413,14 +419,15 @@ class PrecisionDebugger:
         """Removes every hook; the debugger collects nothing more, and (async_dump) every step it
         handed over is on disk when this returns."""
         self._session.drain_writes()
-        if self._grad_probe is not None:
-            self._grad_probe.drain()
+        if isinstance(self._task, GradProbe):
+            self._task.drain()
         self._patches.remove()
         self._models.let_go_of_modules()
         if self._peer:
             self._peer.close()
         if PrecisionDebugger._instance is self:
             _C.set_current_session(None)
+            _C.set_current_free_benchmark(None)
 
 
 @atexit.register
@@ -429,8 +436,8 @@ def _drain_writes_at_exit() -> None:
     debugger = PrecisionDebugger._instance
     if debugger is not None:
         debugger._session.drain_writes()
-        if debugger._grad_probe is not None:
-            debugger._grad_probe.drain()
+        if isinstance(debugger._task, GradProbe):
+            debugger._task.drain()
 
 
 def module_dump(module: torch.nn.Module, dump_name: str) -> None:
@@ -462,3 +469,4 @@ def write_at_exit() -> None:
         debugger._write_at_exit()
         debugger._let_go_of_models()
     _C.set_current_session(None)
+    _C.set_current_free_benchmark(None)

@@ -1,5 +1,7 @@
 #include "live/hooks/api_hook.h"
 
+#include "live/free_benchmark/free_benchmark.h"
+
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <string_view>
@@ -11,6 +13,7 @@
 #include "live/capture/live_tensors.h"
 #include "live/capture/unwritten_memory.h"
 #include "live/crossing/python_crossing.h"
+#include "live/free_benchmark/free_benchmark.h"
 #include "live/hooks/backward_recorder.h"
 #include "live/hooks/compiled_region.h"
 #include "live/hooks/hook_scope.h"
@@ -156,6 +159,13 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   std::string name;
   name.reserve(api_.size() + index.size() + 10);
   name.append(api_).append(1, '.').append(index).append(".forward");
+  if (!session->config().records_calls()) {  // task free_benchmark: checked, not recorded
+    if (auto checker = current_free_benchmark()) {
+      return checker->call({*this, name, py::reinterpret_borrow<py::tuple>(args),
+                            kwargs ? py::reinterpret_borrow<py::dict>(kwargs) : py::dict()});
+    }
+    return call_original(args, kwargs);
+  }
   Selection& selection = session->hooks().selection;
   // The backward name matters to the selection only through `list`.
   const Selected sel = selection.begin(

@@ -115,6 +115,10 @@ int64_t Session::current_step() const {
   return state_.with_lock([](const StepCalls& s) { return s.at.step; });
 }
 
+int Session::current_rank() const {
+  return state_.with_lock([](const StepCalls& s) { return s.at.rank; });
+}
+
 bool Session::start(int rank, bool new_models) {
   deliver_said_lines();  // an earlier step's write thread's
   // A forward that an exception cut short (an overflow stop, a user's error) left its module

@@ -1,0 +1,158 @@
+#include "live/free_benchmark/free_benchmark.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include "core/output_files.h"
+#include "core/preheat_counter.h"
+#include "live/free_benchmark/output_compare.h"
+#include "live/free_benchmark/perturbation.h"
+#include "live/free_benchmark/tensor_objects.h"
+#include "live/hooks/api_hook.h"
+#include "live/log/tool_log.h"
+#include "live/session/session.h"
+#include "live/stats/tensor_stats.h"
+
+namespace py = pybind11;
+
+namespace msprobe {
+namespace {
+
+std::shared_ptr<FreeBenchmark>& current_slot() {
+  static std::shared_ptr<FreeBenchmark> current;  // GIL
+  return current;
+}
+
+// The call writes into its first argument: a Tensor method ending in "_", an augmented
+// assignment, item assignment, or inplace=True.
+bool writes_first_argument(const std::string& api, const py::dict& kwargs) {
+  const std::string op = api.substr(api.rfind('.') + 1);
+  if (op == "__setitem__") return true;
+  if (op.size() > 4 && op.rfind("__i", 0) == 0 && op.compare(op.size() - 2, 2, "__") == 0)
+    return true;
+  if (!op.empty() && op.back() == '_' && op.rfind("__", 0) != 0) return true;
+  return kwargs.contains("inplace") && py::bool_(kwargs["inplace"]);
+}
+
+// The default generators as they were: a second run draws nothing the program would have.
+class GeneratorStates {
+ public:
+  GeneratorStates() : cpu_(at::detail::getDefaultCPUGenerator()) {
+    std::lock_guard<std::mutex> lock(cpu_.mutex());
+    state_ = cpu_.get_state();
+  }
+  ~GeneratorStates() {
+    std::lock_guard<std::mutex> lock(cpu_.mutex());
+    cpu_.set_state(state_);
+  }
+
+ private:
+  at::Generator cpu_;
+  at::Tensor state_;
+};
+
+}  // namespace
+
+std::shared_ptr<FreeBenchmark> current_free_benchmark() {
+  return current_slot();
+}
+
+void set_current_free_benchmark(std::shared_ptr<FreeBenchmark> checker) {
+  current_slot() = std::move(checker);
+}
+
+FreeBenchmark::FreeBenchmark(const Config& config, std::weak_ptr<Session> session)
+    : section_(config.free_benchmark),
+      csv_path_((std::filesystem::path(config.dump_path) / "free_benchmark.csv").string()),
+      session_(std::move(session)) {
+  if (section_.preheat)
+    preheat_ = std::make_unique<PreheatCounter>(section_.preheat_step, section_.max_sample,
+                                                section_.pert_mode);
+}
+
+FreeBenchmark::~FreeBenchmark() = default;
+
+std::string FreeBenchmark::skip_reason_of(const CheckedCall& call) const {
+  return skip_reason(call.hook.api(), call.kwargs.contains("out") && !call.kwargs["out"].is_none());
+}
+
+py::object FreeBenchmark::call(const CheckedCall& call) {
+  const bool selected = section_.stage == FuzzStage::Forward && section_.selects(call.name);
+  if (!selected) return call.hook.call_original(call.args.ptr(), call.kwargs.ptr());
+  const std::optional<size_t> fuzzed = fuzzed_argument(call.args);
+  const std::string why_not = fuzzed ? skip_reason_of(call) : std::string();
+  if (!fuzzed || !why_not.empty()) {
+    if (!why_not.empty())
+      say_once("skip " + call.hook.api(),
+               "msprobe_cpp: free_benchmark: " + call.hook.api() + " is not checked: " + why_not);
+    return call.hook.call_original(call.args.ptr(), call.kwargs.ptr());
+  }
+  auto session = session_.lock();
+  const int64_t step = session ? session->current_step() : 0;
+  if (preheat_ && preheat_->counting(call.hook.api(), step))
+    return call.hook.call_original(call.args.ptr(), call.kwargs.ptr());
+  // What an in-place call is about to write, as it was.
+  py::object written_copy;
+  if (writes_first_argument(call.hook.api(), call.kwargs) && call.args.size() > 0)
+    written_copy = copy_tensors(call.args[0]);
+  py::object original = call.hook.call_original(call.args.ptr(), call.kwargs.ptr());
+  py::tuple args = call.args;
+  if (written_copy) {
+    py::list items(args);
+    items[0] = written_copy;
+    args = py::tuple(items);
+  }
+  bool ran = false;
+  try {
+    py::object perturbed = rerun(call, args, section_.pert_mode, *fuzzed, ran);
+    if (!ran) return original;
+    if (section_.handler == HandlerType::Fix) return fix(call, original, perturbed);
+    compare(call, original, perturbed, [&] {
+      bool cpu_ran = false;
+      return rerun(call, args, PertMode::ToCpu, *fuzzed, cpu_ran);
+    });
+  } catch (const c10::Error& e) {
+    say_once(
+        "failed " + call.hook.api(),
+        "free_benchmark: " + call.name + " could not be checked: " + e.what_without_backtrace(),
+        true);
+  } catch (const py::error_already_set& e) {
+    say_once("failed " + call.hook.api(),
+             "free_benchmark: " + call.name + " could not be checked: " + e.what(), true);
+  } catch (const std::exception& e) {
+    say_once("failed " + call.hook.api(),
+             "free_benchmark: " + call.name + " could not be checked: " + e.what(), true);
+  }
+  return original;
+}
+
+py::object FreeBenchmark::rerun(const CheckedCall& call, const py::tuple& args, PertMode mode,
+                                size_t fuzzed, bool& ran) {
+  at::NoGradGuard no_graph;
+  RerunArgs again = rerun_args(mode, args, call.kwargs, fuzzed);
+  if (!again.rerun) return py::none();
+  if (mode != PertMode::NoChange && !again.perturbed && !again.why_not.empty())
+    say(LogLevel::Debug, "msprobe_cpp: free_benchmark: for " + call.name + ", " + again.why_not);
+  GeneratorStates generators;
+  ran = true;
+  return call.hook.call_original(again.args.ptr(), again.kwargs.ptr());
+}
+
+void FreeBenchmark::say_once(const std::string& key, const std::string& text, bool warning) {
+  {
+    std::lock_guard<std::mutex> lock(said_mu_);
+    if (!said_.insert(key).second) return;
+  }
+  if (warning)
+    say_warning(text);
+  else
+    say(LogLevel::Info, text);
+}
+
+}  // namespace msprobe

@@ -1,0 +1,68 @@
+// Task free_benchmark (msprobe 1.1.1's FreeBenchmarkCheck): each selected API call is run a second
+// time on perturbed inputs, and the two outputs compared; an inconsistent one is a row of
+// <dump_path>/free_benchmark.csv. The second run never changes the training: it makes no autograd
+// graph, runs on copies of what an in-place call writes, leaves the random number generators as
+// they were, and its result is dropped (handler_type check). handler_type fix puts the upcast or
+// CPU result in place of the original's, on purpose.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "core/config.h"
+
+namespace msprobe {
+
+class ApiHook;
+class Session;
+class PreheatCounter;
+
+// A call on its way through the checker: what the hook knows of it.
+struct CheckedCall {
+  const ApiHook& hook;
+  const std::string& name;  // "Torch.add.0.forward"
+  pybind11::tuple args;
+  pybind11::dict kwargs;
+};
+
+class FreeBenchmark {
+ public:
+  FreeBenchmark(const Config& config, std::weak_ptr<Session> session);
+  ~FreeBenchmark();
+
+  // Calls the original and checks it (GIL held, the hook's reentry guard on): returns what the
+  // program gets.
+  pybind11::object call(const CheckedCall& call);
+
+ private:
+  // Why the call is not run again, or "".
+  std::string skip_reason_of(const CheckedCall& call) const;
+  pybind11::object rerun(const CheckedCall& call, const pybind11::tuple& args, PertMode mode,
+                         size_t fuzzed, bool& ran);
+  // The call run on the CPU in float32 (preheat's samples).
+  using CpuRun = std::function<pybind11::object()>;
+  void compare(const CheckedCall& call, const pybind11::object& original,
+               const pybind11::object& perturbed, const CpuRun& cpu_run);
+  pybind11::object fix(const CheckedCall& call, const pybind11::object& original,
+                       const pybind11::object& perturbed);
+  void say_once(const std::string& key, const std::string& text, bool warning = false);
+  void write_row(const UnequalRow& row);
+
+  const FreeBenchmarkSection section_;
+  const std::string csv_path_;
+  std::weak_ptr<Session> session_;
+  std::unique_ptr<PreheatCounter> preheat_;
+  std::mutex said_mu_;
+  std::set<std::string> said_;
+};
+
+// The checker the API hooks use while a debugger of task free_benchmark is live.
+std::shared_ptr<FreeBenchmark> current_free_benchmark();
+void set_current_free_benchmark(std::shared_ptr<FreeBenchmark> checker);
+
+}  // namespace msprobe
