@@ -42,13 +42,13 @@ INSTANTIATE_TEST_SUITE_P(
         // task
         InvalidCase{
             R"({"dump_path": "d", "task": 5})",
-            R"(config.json: task: expected one of statistics, tensor, overflow_check, got 5)"},
+            R"(config.json: task: expected one of statistics, tensor, overflow_check, grad_probe, free_benchmark, got 5)"},
         InvalidCase{
             R"({"dump_path": "d", "task": "stats"})",
-            R"(config.json: task: expected one of statistics, tensor, overflow_check, got "stats")"},
+            R"(config.json: task: expected one of statistics, tensor, overflow_check, grad_probe, free_benchmark, got "stats")"},
         InvalidCase{
             R"({"dump_path": "d", "task": null})",
-            R"(config.json: task: expected one of statistics, tensor, overflow_check, got null)"},
+            R"(config.json: task: expected one of statistics, tensor, overflow_check, grad_probe, free_benchmark, got null)"},
         // dump_path
         InvalidCase{
             R"({"task": "tensor"})",

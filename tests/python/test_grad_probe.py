@@ -1,7 +1,7 @@
 """Task grad_probe (msprobe 1.1.1's gradient monitor) and `msprobe-cpp grad-compare`.
 
 Fast tier, both torches: each summary CSV and direction .npy equals, byte for byte, what msprobe's
-own formulas (GradStatCsv, save_grad_direction, write_csv; copied below as `expected_summary` and
+own formulas (GradStatCsv, save_grad_direction, write_csv; restated below as `expected_summary` and
 `expected_direction`) make of the gradients the test reads itself right before optimizer.step();
 which optimizer steps are counted and written; main_grad; the config's errors; grad-compare on
 hand-built runs. Slow tier: msprobe 1.1.1 itself as a peer (torch 2), its GradComparator against
@@ -16,7 +16,6 @@ import importlib.util
 import io
 import json
 import math
-import os
 import pathlib
 import subprocess
 import sys
@@ -554,8 +553,8 @@ def hand_built_run(root: pathlib.Path, part_at: Dict[int, int], steps: int = 4) 
                 weight[:3] = True
             np.save(folder / "fc.weight.npy", weight)
             np.save(folder / "fc.bias.npy", np.ones(3, bool))
-        (root / f"rank{r}" / "grad_summary_0.csv").write_bytes(
-            "\ufeffparam_name,max,min,norm,shape\r\nfc.weight,1,1,1,\"[4, 5]\"\r\nfc.bias,1,1,1,[3]\r\n".encode("utf-8"))
+        summary = 'param_name,max,min,norm,shape\r\nfc.weight,1,1,1,"[4, 5]"\r\nfc.bias,1,1,1,[3]\r\n'
+        (root / f"rank{r}" / "grad_summary_0.csv").write_bytes(summary.encode("utf-8-sig"))
     return root
 
 
