@@ -484,7 +484,10 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   read("step", [&](const json& v, const Loc& at) { config.step = parse_ranges(v, at); });
   read("level", [&](const json& v, const Loc& at) {
     // grad_probe has no level of its own (grad_probe.grad_level is its): msprobe's four pass.
-    if (config.task == Task::GradProbe && is_one_of(v, {"L0", "L1", "L2", "mix"})) return;
+    if (config.task == Task::GradProbe) {
+      if (!is_one_of(v, {"L0", "L1", "L2", "mix"})) fail(at, "one of L0, L1, L2, mix", v);
+      return;
+    }
     config.level = parse_level(v, at);
     // free_benchmark runs API calls again; modules (L0, mix) are not checked here.
     if (config.task == Task::FreeBenchmark && config.level != Level::L1)

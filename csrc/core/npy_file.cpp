@@ -29,6 +29,23 @@ int64_t element_count(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// Fortran-order elements put in C order: the element at index (i0, ..., ik) is at
+// i0 + s0 * (i1 + s1 * (...)) in the Fortran data.
+std::string fortran_to_c_order(const std::vector<int64_t>& shape, const std::string& values) {
+  std::string out(values.size(), '\0');
+  std::vector<int64_t> index(shape.size(), 0);
+  for (size_t c = 0; c < values.size(); ++c) {
+    int64_t f = 0;
+    for (size_t k = shape.size(); k-- > 0;) f = f * shape[k] + index[k];
+    out[c] = values[static_cast<size_t>(f)];
+    for (size_t k = shape.size(); k-- > 0;) {  // the next C index
+      if (++index[k] < shape[k]) break;
+      index[k] = 0;
+    }
+  }
+  return out;
+}
+
 [[noreturn]] void not_bool_npy(const std::string& path, const std::string& what) {
   throw std::runtime_error(path + ": not a bool .npy file (" + what + ")");
 }
@@ -65,11 +82,12 @@ std::vector<int64_t> parse_shape(const std::string& text, const std::string& pat
 
 }  // namespace
 
-std::string npy_bool_bytes(const std::vector<int64_t>& shape, const std::string& values) {
-  std::string header =
-      "{'descr': '|b1', 'fortran_order': False, 'shape': " + shape_tuple(shape) + ", }";
+std::string npy_bool_bytes(const std::vector<int64_t>& shape, const std::string& values,
+                           bool fortran) {
+  std::string header = std::string("{'descr': '|b1', 'fortran_order': ") +
+                       (fortran ? "True" : "False") + ", 'shape': " + shape_tuple(shape) + ", }";
   if (!shape.empty()) {
-    const size_t digits = std::to_string(shape[0]).size();
+    const size_t digits = std::to_string(fortran ? shape.back() : shape[0]).size();
     if (digits < kGrowthAxisDigits) header += std::string(kGrowthAxisDigits - digits, ' ');
   }
   const size_t unpadded = kPreamble + header.size() + 1;  // + the closing newline
@@ -103,7 +121,8 @@ BoolArray read_npy_bool(const std::string& path) {
   const std::string header = bytes.substr(data_at - header_size, header_size);
   const std::string descr = header_value(header, "descr", path);
   if (descr != "'|b1'") not_bool_npy(path, "dtype " + descr);
-  if (header_value(header, "fortran_order", path) != "False") not_bool_npy(path, "Fortran order");
+  const std::string order = header_value(header, "fortran_order", path);
+  if (order != "False" && order != "True") not_bool_npy(path, "fortran_order " + order);
   BoolArray out;
   out.shape = parse_shape(header_value(header, "shape", path), path);
   const int64_t n = element_count(out.shape);
@@ -111,6 +130,7 @@ BoolArray read_npy_bool(const std::string& path) {
     not_bool_npy(path, "holds " + std::to_string(bytes.size() - data_at) + " bytes of data for " +
                            std::to_string(n) + " elements");
   out.values = bytes.substr(data_at);
+  if (order == "True") out.values = fortran_to_c_order(out.shape, out.values);
   return out;
 }
 

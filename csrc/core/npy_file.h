@@ -9,16 +9,19 @@
 
 namespace msprobe {
 
-// The file's bytes for a C-order bool array of `shape`; `values` holds one 0/1 byte per element.
-std::string npy_bool_bytes(const std::vector<int64_t>& shape, const std::string& values);
+// The file's bytes for a bool array of `shape`; `values` holds one 0/1 byte per element, in C
+// order, or in Fortran order when `fortran` (numpy saves an array that is Fortran-contiguous and
+// not C-contiguous, a transposed one, that way).
+std::string npy_bool_bytes(const std::vector<int64_t>& shape, const std::string& values,
+                           bool fortran = false);
 
 struct BoolArray {
   std::vector<int64_t> shape;
   std::string values;  // one 0/1 byte per element, C order
 };
 
-// Reads a bool .npy file; anything else (another dtype, Fortran order, a cut-short file) is an
-// std::runtime_error naming the file and what it holds.
+// Reads a bool .npy file (C or Fortran order); anything else (another dtype, a cut-short file)
+// is an std::runtime_error naming the file and what it holds.
 BoolArray read_npy_bool(const std::string& path);
 
 }  // namespace msprobe

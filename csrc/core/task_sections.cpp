@@ -30,8 +30,10 @@ GradBound parse_bound(const json& value, const Loc& at) {
   }
   if (!value.is_number_float()) fail(at, allowed, value);
   const double v = value.get<double>();
-  // 2**63 is the first double past the range; -2**63 is in it.
-  if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) fail(at, allowed, value);
+  // 2**63 is the first double past the range. -2**63 is in it, but a JSON integer below int64
+  // (-2**63-1, which msprobe refuses) arrives as that same double: a float bound of exactly
+  // -2**63 is refused with it.
+  if (!(v > -9223372036854775808.0 && v < 9223372036854775808.0)) fail(at, allowed, value);
   return {v, python_float(v)};
 }
 

@@ -65,3 +65,18 @@ TEST(NpyFile, RefusesOtherFiles) {
             }).find("no NumPy magic"),
             std::string::npos);
 }
+
+TEST(NpyFile, FortranOrderAsNumpy) {
+  // np.save(f, np.array([[True, False, True], [False, False, True]]).T): Fortran order, the
+  // growth padding sized by the last axis.
+  const std::string header =
+      "{'descr': '|b1', 'fortran_order': True, 'shape': (3, 2), }" + std::string(59, ' ') + "\n";
+  const std::string data("\x01\x00\x01\x00\x00\x01", 6);
+  const std::string bytes = npy_bool_bytes({3, 2}, data, true);
+  EXPECT_EQ(bytes, std::string("\x93NUMPY\x01\x00v\x00", 10) + header + data);
+  TempDir dir;
+  const BoolArray back = read_npy_bool(write_file(dir, "f.npy", bytes));
+  // In C order: [[1, 0], [0, 0], [1, 1]].
+  EXPECT_EQ(back.values, std::string("\x01\x00\x00\x00\x01\x01", 6));
+  EXPECT_EQ(back.shape, (std::vector<int64_t>{3, 2}));
+}

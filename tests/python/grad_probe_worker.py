@@ -94,7 +94,7 @@ def main() -> None:
         optimizer.step()
         losses.append(loss.item().hex())
     if args.tool == "ours":
-        debugger._grad_probe.drain()
+        debugger._task.drain()
     torch.save(grads, out / f"grads_rank{rank}.pt")
     (out / f"result_rank{rank}.json").write_text(json.dumps({"rank": rank, "losses": losses}))
     if args.ddp:

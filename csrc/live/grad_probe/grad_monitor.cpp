@@ -44,6 +44,23 @@ std::vector<int64_t> shape_of(const at::Tensor& t) {
   return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
 }
 
+// numpy's flags: Fortran-contiguous (sizes of 1 aside) and not C-contiguous.
+bool fortran_only(const at::Tensor& t) {
+  if (t.dim() < 2 || t.is_contiguous()) return false;
+  int64_t expected = 1;
+  for (int64_t k = 0; k < t.dim(); ++k) {
+    if (t.size(k) != 1 && t.stride(k) != expected) return false;
+    expected *= t.size(k);
+  }
+  return true;
+}
+
+at::Tensor reversed(const at::Tensor& t) {
+  std::vector<int64_t> dims;
+  for (int64_t k = t.dim() - 1; k >= 0; --k) dims.push_back(k);
+  return t.permute(dims);
+}
+
 // What the write thread needs of one step: the rows and the bytes of each direction file.
 struct StepFiles {
   std::string folder;  // <dump_path>/rank<R>
@@ -75,11 +92,19 @@ struct DeviceBatch {
   at::Tensor bounds;  // float32, on the device, as msprobe's torch.Tensor(bounds)
   std::vector<size_t> rows;
   std::vector<at::Tensor> stats, directions, bytes;
+  std::vector<bool> fortran_order;
 
   void add(size_t row, const at::Tensor& grad, const GradOutputs& wanted) {
     rows.push_back(row);
     stats.push_back(statistics_of(grad, bounds, wanted.distribution));
-    if (wanted.direction) directions.push_back(at::gt(grad, 0).reshape({-1}));
+    if (wanted.direction) {
+      // numpy saves a Fortran-contiguous array (a transposed parameter's gradient) in Fortran
+      // order: so does this, from the same layout msprobe's `grad.clone() > 0` has.
+      const at::Tensor positive = at::gt(grad, 0);
+      const bool fortran = fortran_only(positive);
+      fortran_order.push_back(fortran);
+      directions.push_back(fortran ? reversed(positive).reshape({-1}) : positive.reshape({-1}));
+    }
     if (wanted.md5) bytes.push_back(grad.to(at::kFloat).reshape({-1}));
   }
 
@@ -104,8 +129,9 @@ struct DeviceBatch {
       if (wanted.md5) f.md5 = md5_hex(f32.data_ptr<float>() + element, f.numel * sizeof(float));
       if (wanted.direction) {
         const auto* d = reinterpret_cast<const char*>(dirs.data_ptr<bool>()) + element;
-        files.directions.emplace_back(f.name + ".npy",
-                                      npy_bool_bytes(f.shape, std::string(d, size_t(f.numel))));
+        files.directions.emplace_back(
+            f.name + ".npy",
+            npy_bool_bytes(f.shape, std::string(d, size_t(f.numel)), fortran_order[i]));
       }
       element += f.numel;
     }
