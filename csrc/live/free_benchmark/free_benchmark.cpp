@@ -1,7 +1,6 @@
 #include "live/free_benchmark/free_benchmark.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdio>
@@ -11,6 +10,7 @@
 
 #include "core/output_files.h"
 #include "core/preheat_counter.h"
+#include "live/free_benchmark/generator_states.h"
 #include "live/free_benchmark/output_compare.h"
 #include "live/free_benchmark/perturbation.h"
 #include "live/free_benchmark/tensor_objects.h"
@@ -40,23 +40,6 @@ bool writes_first_argument(const std::string& api, const py::dict& kwargs) {
   return kwargs.contains("inplace") && py::bool_(kwargs["inplace"]);
 }
 
-// The default generators as they were: a second run draws nothing the program would have.
-class GeneratorStates {
- public:
-  GeneratorStates() : cpu_(at::detail::getDefaultCPUGenerator()) {
-    std::lock_guard<std::mutex> lock(cpu_.mutex());
-    state_ = cpu_.get_state();
-  }
-  ~GeneratorStates() {
-    std::lock_guard<std::mutex> lock(cpu_.mutex());
-    cpu_.set_state(state_);
-  }
-
- private:
-  at::Generator cpu_;
-  at::Tensor state_;
-};
-
 }  // namespace
 
 std::shared_ptr<FreeBenchmark> current_free_benchmark() {
@@ -83,7 +66,8 @@ std::string FreeBenchmark::skip_reason_of(const CheckedCall& call) const {
 }
 
 py::object FreeBenchmark::call(const CheckedCall& call) {
-  const bool selected = section_.stage == FuzzStage::Forward && section_.selects(call.name);
+  if (section_.stage == FuzzStage::Backward) return call_backward(call);
+  const bool selected = section_.selects(call.name);
   if (!selected) return call.hook.call_original(call.args.ptr(), call.kwargs.ptr());
   const std::optional<size_t> fuzzed = fuzzed_argument(call.args);
   const std::string why_not = fuzzed ? skip_reason_of(call) : std::string();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <pybind11/pybind11.h>
+#include <torch/types.h>
 
 #include <functional>
 #include <memory>
@@ -30,7 +31,9 @@ struct CheckedCall {
   pybind11::dict kwargs;
 };
 
-class FreeBenchmark {
+struct BackwardCall;
+
+class FreeBenchmark : public std::enable_shared_from_this<FreeBenchmark> {
  public:
   FreeBenchmark(const Config& config, std::weak_ptr<Session> session);
   ~FreeBenchmark();
@@ -42,6 +45,10 @@ class FreeBenchmark {
  private:
   // Why the call is not run again, or "".
   std::string skip_reason_of(const CheckedCall& call) const;
+  // fuzz_stage backward: keeps what the check needs and hooks the output's gradient.
+  pybind11::object call_backward(const CheckedCall& call);
+  // On the autograd thread, without the GIL: the output's gradient arrived.
+  void check_gradients(const BackwardCall& call, const at::Tensor& grad);
   pybind11::object rerun(const CheckedCall& call, const pybind11::tuple& args, PertMode mode,
                          size_t fuzzed, bool& ran);
   // The call run on the CPU in float32 (preheat's samples).
