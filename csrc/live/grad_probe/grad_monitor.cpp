@@ -138,6 +138,36 @@ struct DeviceBatch {
   }
 };
 
+// The step's files from the gradients' copies: the same ATen ops msprobe uses, read back once per
+// device.
+StepFiles summary_files(const GradProbeSection& section, const std::vector<NamedGrad>& grads,
+                        const std::string& folder, int64_t step) {
+  const GradOutputs wanted{section.level == GradLevel::L2, writes_direction(section.level),
+                           section.level == GradLevel::L0};
+  std::vector<double> bounds;
+  for (const GradBound& b : section.bounds) bounds.push_back(b.value);
+  std::vector<GradFacts> facts;
+  std::map<std::string, DeviceBatch> batches;  // by device
+  for (const NamedGrad& g : grads) {
+    DeviceBatch& batch = batches[g.grad.device().str()];
+    if (!batch.bounds.defined())
+      batch.bounds = at::tensor(bounds, at::TensorOptions().dtype(at::kDouble))
+                         .to(g.grad.device(), at::kFloat);
+    batch.add(facts.size(), g.grad, wanted);
+    GradFacts f;
+    f.name = g.name;
+    f.shape = shape_of(g.grad);
+    f.numel = g.grad.numel();
+    facts.push_back(std::move(f));
+  }
+  StepFiles files;
+  files.folder = folder;
+  files.step = step;
+  for (auto& entry : batches) entry.second.read_back(wanted, bounds.size(), facts, files);
+  files.csv = grad_summary_csv(section, facts);
+  return files;
+}
+
 }  // namespace
 
 GradMonitor::GradMonitor(const Config& config)
@@ -162,38 +192,21 @@ bool GradMonitor::next_step() {
 }
 
 void GradMonitor::summarize(int rank, const std::vector<NamedGrad>& grads) {
-  const GradOutputs wanted{section_.level == GradLevel::L2, writes_direction(section_.level),
-                           section_.level == GradLevel::L0};
-  std::vector<double> bounds;
-  for (const GradBound& b : section_.bounds) bounds.push_back(b.value);
-
-  std::vector<GradFacts> facts;
-  std::map<std::string, DeviceBatch> batches;  // by device
+  // Copies (the next backward or zero_grad writes into the gradients): everything else is done
+  // by the write thread, so the training step pays one copy per gradient.
+  std::vector<NamedGrad> copies;
+  copies.reserve(grads.size());
   for (const NamedGrad& g : grads) {
     if (!g.grad.defined()) {
       say(LogLevel::Info, "msprobe_cpp: grad_probe: grad is None: " + g.name);
       continue;
     }
-    const at::Tensor grad = g.grad.detach();
-    DeviceBatch& batch = batches[grad.device().str()];
-    if (!batch.bounds.defined())
-      batch.bounds =
-          at::tensor(bounds, at::TensorOptions().dtype(at::kDouble)).to(grad.device(), at::kFloat);
-    batch.add(facts.size(), grad, wanted);
-    GradFacts f;
-    f.name = g.name;
-    f.shape = shape_of(grad);
-    f.numel = grad.numel();
-    facts.push_back(std::move(f));
+    copies.push_back({g.name, g.grad.detach().clone()});
   }
-  StepFiles files;
-  files.folder = dump_path_ + "/rank" + std::to_string(rank < 0 ? 0 : rank);
-  files.step = step_;
-  for (auto& entry : batches) entry.second.read_back(wanted, bounds.size(), facts, files);
-  files.csv = grad_summary_csv(section_, facts);
-  writes_.post([this, files = std::move(files)] {
+  const std::string folder = dump_path_ + "/rank" + std::to_string(rank < 0 ? 0 : rank);
+  writes_.post([this, copies = std::move(copies), folder, step = step_] {
     try {
-      write_step_files(files);
+      write_step_files(summary_files(section_, copies, folder, step));
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(failed_mu_);
       failed_.push_back(e.what());

@@ -1,8 +1,9 @@
 // Task grad_probe (msprobe 1.1.1's GradientMonitor): before each optimizer step, a summary row
 // of each watched parameter's gradient (grad_summary_<step>.csv) and, at L1 and L2, its direction
-// (step<N>/<name>.npy). The statistics of every gradient come back to the host in one copy per
-// device, not one sync per statistic per parameter; the files are written by a thread of their
-// own while training goes on.
+// (step<N>/<name>.npy). The training step copies the watched gradients; a thread of its own
+// computes their statistics (one read-back per device, not one sync per statistic per
+// parameter) and writes the files while training goes on. Memory: the copies of at most two
+// steps' gradients wait for it.
 #pragma once
 
 #include <torch/types.h>
