@@ -376,6 +376,31 @@ void check_ignored_top_level(const json& doc, const Loc& root) {
   }
 }
 
+// The level, as each task takes it: grad_probe has none of its own (grad_probe.grad_level is its,
+// and msprobe's four pass); free_benchmark checks API calls (L1).
+Level parse_task_level(Task task, const json& v, const Loc& at) {
+  if (task == Task::GradProbe) {
+    if (!is_one_of(v, {"L0", "L1", "L2", "mix"})) fail(at, "one of L0, L1, L2, mix", v);
+    return Level::L1;
+  }
+  const Level level = parse_level(v, at);
+  if (task == Task::FreeBenchmark && level != Level::L1)
+    fail(at, "\"L1\" with task free_benchmark (it checks API calls)", v);
+  return level;
+}
+
+void read_task_sections(const json& doc, const Loc& root, Config& config) {
+  ErrorList errors;
+  errors.attempt([&] {
+    config.grad_probe = parse_grad_probe(find(doc, "grad_probe"), root.child("grad_probe"));
+  });
+  errors.attempt([&] {
+    config.free_benchmark =
+        parse_free_benchmark(find(doc, "free_benchmark"), root.child("free_benchmark"));
+  });
+  errors.throw_if_any();
+}
+
 // A null keyword argument is Python's None, the default of PrecisionDebugger's parameters: not
 // given.
 void check_override_keys(const json& overrides) {
@@ -482,17 +507,8 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   read("extra_apis",
        [&](const json& v, const Loc& at) { config.extra_apis = parse_api_names(v, at); });
   read("step", [&](const json& v, const Loc& at) { config.step = parse_ranges(v, at); });
-  read("level", [&](const json& v, const Loc& at) {
-    // grad_probe has no level of its own (grad_probe.grad_level is its): msprobe's four pass.
-    if (config.task == Task::GradProbe) {
-      if (!is_one_of(v, {"L0", "L1", "L2", "mix"})) fail(at, "one of L0, L1, L2, mix", v);
-      return;
-    }
-    config.level = parse_level(v, at);
-    // free_benchmark runs API calls again; modules (L0, mix) are not checked here.
-    if (config.task == Task::FreeBenchmark && config.level != Level::L1)
-      fail(at, "\"L1\" with task free_benchmark (it checks API calls)", v);
-  });
+  read("level",
+       [&](const json& v, const Loc& at) { config.level = parse_task_level(config.task, v, at); });
   read("statistics",
        [&](const json& v, const Loc& at) { config.statistics = parse_collect(v, at, true); });
   read("tensor",
@@ -502,13 +518,7 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
     config.overflow_check =
         parse_overflow(section, root.child("overflow_check"), overrides, base_dir);
   });
-  errors.attempt([&] {
-    config.grad_probe = parse_grad_probe(find(doc, "grad_probe"), root.child("grad_probe"));
-  });
-  errors.attempt([&] {
-    config.free_benchmark =
-        parse_free_benchmark(find(doc, "free_benchmark"), root.child("free_benchmark"));
-  });
+  errors.attempt([&] { read_task_sections(doc, root, config); });
   // msprobe's top-level key, also a keyword argument (which wins).
   read("async_dump", [&](const json& v, const Loc& at) { config.async_dump = parse_bool(v, at); });
   errors.throw_if_any();

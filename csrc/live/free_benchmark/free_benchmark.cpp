@@ -14,7 +14,6 @@
 #include "live/free_benchmark/output_compare.h"
 #include "live/free_benchmark/perturbation.h"
 #include "live/free_benchmark/tensor_objects.h"
-#include "live/hooks/api_hook.h"
 #include "live/log/tool_log.h"
 #include "live/session/session.h"
 #include "live/stats/tensor_stats.h"
@@ -62,30 +61,30 @@ FreeBenchmark::FreeBenchmark(const Config& config, std::weak_ptr<Session> sessio
 FreeBenchmark::~FreeBenchmark() = default;
 
 std::string FreeBenchmark::skip_reason_of(const CheckedCall& call) const {
-  return skip_reason(call.hook.api(), call.kwargs.contains("out") && !call.kwargs["out"].is_none());
+  return skip_reason(call.api, call.kwargs.contains("out") && !call.kwargs["out"].is_none());
 }
 
 py::object FreeBenchmark::call(const CheckedCall& call) {
   if (section_.stage == FuzzStage::Backward) return call_backward(call);
   const bool selected = section_.selects(call.name);
-  if (!selected) return call.hook.call_original(call.args.ptr(), call.kwargs.ptr());
+  if (!selected) return call.call_original(call.args.ptr(), call.kwargs.ptr());
   const std::optional<size_t> fuzzed = fuzzed_argument(call.args);
   const std::string why_not = fuzzed ? skip_reason_of(call) : std::string();
   if (!fuzzed || !why_not.empty()) {
     if (!why_not.empty())
-      say_once("skip " + call.hook.api(),
-               "msprobe_cpp: free_benchmark: " + call.hook.api() + " is not checked: " + why_not);
-    return call.hook.call_original(call.args.ptr(), call.kwargs.ptr());
+      say_once("skip " + call.api,
+               "msprobe_cpp: free_benchmark: " + call.api + " is not checked: " + why_not);
+    return call.call_original(call.args.ptr(), call.kwargs.ptr());
   }
   auto session = session_.lock();
   const int64_t step = session ? session->current_step() : 0;
-  if (preheat_ && preheat_->counting(call.hook.api(), step))
-    return call.hook.call_original(call.args.ptr(), call.kwargs.ptr());
+  if (preheat_ && preheat_->counting(call.api, step))
+    return call.call_original(call.args.ptr(), call.kwargs.ptr());
   // What an in-place call is about to write, as it was.
   py::object written_copy;
-  if (writes_first_argument(call.hook.api(), call.kwargs) && call.args.size() > 0)
+  if (writes_first_argument(call.api, call.kwargs) && call.args.size() > 0)
     written_copy = copy_tensors(call.args[0]);
-  py::object original = call.hook.call_original(call.args.ptr(), call.kwargs.ptr());
+  py::object original = call.call_original(call.args.ptr(), call.kwargs.ptr());
   py::tuple args = call.args;
   if (written_copy) {
     py::list items(args);
@@ -103,14 +102,14 @@ py::object FreeBenchmark::call(const CheckedCall& call) {
     });
   } catch (const c10::Error& e) {
     say_once(
-        "failed " + call.hook.api(),
+        "failed " + call.api,
         "free_benchmark: " + call.name + " could not be checked: " + e.what_without_backtrace(),
         true);
   } catch (const py::error_already_set& e) {
-    say_once("failed " + call.hook.api(),
+    say_once("failed " + call.api,
              "free_benchmark: " + call.name + " could not be checked: " + e.what(), true);
   } catch (const std::exception& e) {
-    say_once("failed " + call.hook.api(),
+    say_once("failed " + call.api,
              "free_benchmark: " + call.name + " could not be checked: " + e.what(), true);
   }
   return original;
@@ -125,7 +124,7 @@ py::object FreeBenchmark::rerun(const CheckedCall& call, const py::tuple& args, 
     say(LogLevel::Debug, "msprobe_cpp: free_benchmark: for " + call.name + ", " + again.why_not);
   GeneratorStates generators;
   ran = true;
-  return call.hook.call_original(again.args.ptr(), again.kwargs.ptr());
+  return call.call_original(again.args.ptr(), again.kwargs.ptr());
 }
 
 void FreeBenchmark::say_once(const std::string& key, const std::string& text, bool warning) {

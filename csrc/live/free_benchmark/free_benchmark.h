@@ -16,17 +16,20 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/function_ref.h"
 
 namespace msprobe {
 
-class ApiHook;
 class Session;
 class PreheatCounter;
 
 // A call on its way through the checker: what the hook knows of it.
 struct CheckedCall {
-  const ApiHook& hook;
-  const std::string& name;  // "Torch.add.0.forward"
+  const std::string& api;            // "Torch.add"
+  const std::string& name;           // "Torch.add.0.forward"
+  const pybind11::object& original;  // the API itself
+  // Calls it as the hook calls it (a peer's stop explains a collective's failure).
+  FunctionRef<pybind11::object(PyObject*, PyObject*)> call_original;
   pybind11::tuple args;
   pybind11::dict kwargs;
 };

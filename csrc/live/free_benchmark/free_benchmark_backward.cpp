@@ -13,7 +13,6 @@
 #include "live/free_benchmark/output_compare.h"
 #include "live/free_benchmark/perturbation.h"
 #include "live/free_benchmark/tensor_objects.h"
-#include "live/hooks/api_hook.h"
 #include "live/hooks/hook_scope.h"
 #include "live/session/session.h"
 #include "live/stats/tensor_stats.h"
@@ -40,7 +39,7 @@ std::optional<std::optional<size_t>> gradient_output(const py::object& result) {
 }  // namespace
 
 py::object FreeBenchmark::call_backward(const CheckedCall& call) {
-  auto original = [&] { return call.hook.call_original(call.args.ptr(), call.kwargs.ptr()); };
+  auto original = [&] { return call.call_original(call.args.ptr(), call.kwargs.ptr()); };
   const std::string name = backward_name_of(call.name);
   if (!section_.selects(name) || !at::GradMode::is_enabled()) return original();
   auto keep = std::make_shared<BackwardCall>();
@@ -55,22 +54,22 @@ py::object FreeBenchmark::call_backward(const CheckedCall& call) {
   const std::string why_not = skip_reason_of(call);
   if (keep->positions.empty() || !why_not.empty()) {
     if (!why_not.empty())
-      say_once("skip " + call.hook.api(),
-               "msprobe_cpp: free_benchmark: " + call.hook.api() + " is not checked: " + why_not);
+      say_once("skip " + call.api,
+               "msprobe_cpp: free_benchmark: " + call.api + " is not checked: " + why_not);
     return original();
   }
   auto session = session_.lock();
   keep->step = session ? session->current_step() : 0;
-  if (preheat_ && preheat_->counting(call.hook.api(), keep->step)) return original();
+  if (preheat_ && preheat_->counting(call.api, keep->step)) return original();
   py::object result = original();
   const auto output_at = gradient_output(result);
   if (!output_at) return result;
-  keep->function = call.hook.original();
+  keep->function = call.original;
   keep->args = py::tuple(args);
   keep->kwargs = py::dict(call.kwargs);
   keep->output_at = *output_at;
   keep->name = name;
-  keep->api = call.hook.api();
+  keep->api = call.api;
   keep->rank = session ? std::max(0, session->current_rank()) : 0;
   const at::Tensor out = *output_at ? tensor_of(result[py::int_(**output_at)]) : tensor_of(result);
   std::weak_ptr<FreeBenchmark> self = weak_from_this();

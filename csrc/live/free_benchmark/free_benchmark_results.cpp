@@ -13,7 +13,6 @@
 #include "live/free_benchmark/output_compare.h"
 #include "live/free_benchmark/perturbation.h"
 #include "live/free_benchmark/tensor_objects.h"
-#include "live/hooks/api_hook.h"
 #include "live/log/tool_log.h"
 #include "live/session/session.h"
 #include "live/stats/tensor_stats.h"
@@ -102,7 +101,7 @@ void FreeBenchmark::compare(const CheckedCall& call, const py::object& original,
       const at::Tensor& t = tensor_of(o);
       const std::string dtype = dtype_name(t.scalar_type());
       const double threshold =
-          preheat_ ? preheat_->threshold(call.hook.api(), dtype)
+          preheat_ ? preheat_->threshold(call.api, dtype)
                    : ratio_threshold(float_kind(t.scalar_type()), section_.pert_mode);
       row.ratio = output_ratio(t, tensor_of(p), section_.stage);
       max_ratio = std::max(max_ratio, *row.ratio);
@@ -117,14 +116,14 @@ void FreeBenchmark::compare(const CheckedCall& call, const py::object& original,
     for (size_t i = 0; i < py::len(original); ++i)
       one(original[py::int_(i)], perturbed[py::int_(i)], static_cast<int64_t>(i));
   }
-  if (preheat_ && preheat_->sampled(call.hook.api(), base.step)) {
+  if (preheat_ && preheat_->sampled(call.api, base.step)) {
     bool cpu_ok = true;
     try {
       cpu_ok = agrees(original, cpu_run());
     } catch (const std::exception&) {
       cpu_ok = true;  // msprobe counts a CPU run that fails as agreeing
     }
-    preheat_->record(call.hook.api(), first_dtype(original), max_ratio, cpu_ok);
+    preheat_->record(call.api, first_dtype(original), max_ratio, cpu_ok);
   }
 }
 
@@ -142,7 +141,7 @@ py::object FreeBenchmark::fix(const CheckedCall& call, const py::object& origina
     for (size_t i = 0; i < py::len(original); ++i)
       replace(original[py::int_(i)], perturbed[py::int_(i)]);
   } else {
-    say_once("fix failed " + call.hook.api(),
+    say_once("fix failed " + call.api,
              "free_benchmark: fix: " + call.name + "'s output is kept: outputs of types " +
                  std::string(Py_TYPE(original.ptr())->tp_name) + " and " +
                  std::string(Py_TYPE(perturbed.ptr())->tp_name) +
@@ -150,8 +149,8 @@ py::object FreeBenchmark::fix(const CheckedCall& call, const py::object& origina
              true);
     return original;
   }
-  say_once("fix " + call.hook.api(),
-           "msprobe_cpp: free_benchmark: fix: " + call.hook.api() + "'s outputs are those of its " +
+  say_once("fix " + call.api,
+           "msprobe_cpp: free_benchmark: fix: " + call.api + "'s outputs are those of its " +
                to_string(section_.pert_mode) +
                " run, cast back to their dtype and device: the training differs from an unfixed "
                "run by design");

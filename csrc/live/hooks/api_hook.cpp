@@ -161,7 +161,8 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   name.append(api_).append(1, '.').append(index).append(".forward");
   if (!session->config().records_calls()) {  // task free_benchmark: checked, not recorded
     if (auto checker = current_free_benchmark()) {
-      return checker->call({*this, name, py::reinterpret_borrow<py::tuple>(args),
+      auto run = [this](PyObject* a, PyObject* k) { return call_original(a, k); };
+      return checker->call({api_, name, original_, run, py::reinterpret_borrow<py::tuple>(args),
                             kwargs ? py::reinterpret_borrow<py::dict>(kwargs) : py::dict()});
     }
     return call_original(args, kwargs);
