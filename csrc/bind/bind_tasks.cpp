@@ -29,17 +29,24 @@ void bind_tasks(py::module_& m) {
       .def_property_readonly("step", &GradMonitor::step, "The last optimizer step counted.")
       .def(
           "summarize",
-          [](GradMonitor& g, int rank,
-             const std::vector<std::pair<std::string, std::optional<at::Tensor>>>& grads) {
+          [](GradMonitor& g, int rank, const std::vector<py::tuple>& grads) {
             ReentryGuard unhooked;
             std::vector<NamedGrad> named;
             named.reserve(grads.size());
-            for (const auto& [name, grad] : grads)
-              named.push_back({name, grad.value_or(at::Tensor())});
+            for (const py::tuple& item : grads) {
+              NamedGrad n{item[0].cast<std::string>(), {}, {}, {}};
+              if (!item[1].is_none()) n.grad = item[1].cast<at::Tensor>();
+              if (item.size() > 3 && !item[2].is_none()) {
+                n.global_shape = item[2].cast<std::vector<int64_t>>();
+                n.placements = item[3].cast<std::string>();
+              }
+              named.push_back(std::move(n));
+            }
             g.summarize(rank, named);
           },
           py::arg("rank"), py::arg("grads"),
-          "Writes this step's summary of [(name, gradient or None)] (a thread writes the files).")
+          "Writes this step's summary of [(name, gradient or None[, global shape, placements])] "
+          "(a thread writes the files).")
       .def("drain", &GradMonitor::drain, "Returns once every summary handed over is on disk.");
 
   py::class_<FreeBenchmark, std::shared_ptr<FreeBenchmark>>(

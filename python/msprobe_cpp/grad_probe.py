@@ -45,27 +45,25 @@ class GradProbe:
     def _before_step(self, optimizer: Any, kwargs: Dict[str, Any]) -> None:
         if self._patches.closed or not self._monitor.next_step():
             return
-        grads = [(name, self._readable(p)) for name, p in self._params]
-        self._monitor.summarize(_rank(), grads)
+        self._monitor.summarize(_rank(), [self._readable(name, p) for name, p in self._params])
 
-    def _readable(self, p: torch.nn.Parameter) -> Optional[torch.Tensor]:
-        """The gradient msprobe reads (main_grad where the parameter has one: Megatron's fp32
-        copy); a DTensor's (FSDP2) is this rank's local shard: reading the whole would be a
-        collective in the middle of the optimizer step."""
+    def _readable(self, name: str, p: torch.nn.Parameter) -> Tuple[Any, ...]:
+        """(name, the gradient msprobe reads: main_grad where the parameter has one, Megatron's
+        fp32 copy). A DTensor's (FSDP2) is this rank's local shard, with the whole's shape and
+        its placements: reading the whole would be a collective in the middle of the optimizer
+        step."""
         grad = p.main_grad if hasattr(p, "main_grad") else p.grad
-        if grad is None:
-            return None
-        local = getattr(grad, "_local_tensor", None)
-        if local is not None:
-            self._say_shards()
-            return local
-        return grad
+        local = getattr(grad, "_local_tensor", None) if grad is not None else None
+        if local is None:
+            return (name, grad)
+        self._say_shards()
+        return (name, local, list(grad.shape), ", ".join(repr(pl) for pl in grad.placements))
 
     def _say_shards(self) -> None:
         if not self._shards_said:
             self._shards_said = True
             log.say(logging.INFO, "msprobe_cpp: grad_probe: sharded (DTensor) gradients: each rank summarizes its own "
-                    "shard; the shape column is the shard's")
+                    "shard; the shape column is the shard's, and rank<R>/shards.json gives each one's whole shape")
 
     def drain(self) -> None:
         self._monitor.drain()

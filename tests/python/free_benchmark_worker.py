@@ -14,8 +14,8 @@ that both tools' processes compute the same bits.
 Cases:
 - calls: deterministic CPU calls (torch 2's float16 kernels), several of them precision-sensitive
   on purpose; the data change with the step;
-- explained: the calls msprobe runs again and we do not: an in-place add_, a dropout, a bernoulli
-  draw; then torch.rand, whose numbers tell whether the tool drew from the generator;
+- explained: the calls msprobe runs again and we do not: an in-place add_ and +=, a dropout, a
+  bernoulli draw (and under --dist an all_reduce, which neither runs again); then torch.rand, whose numbers tell whether the tool drew from the generator;
 - mlp32 / bf16: a small model (float32 / bfloat16) trained with SGD, with one dropout, in-place ops
   (ReLU(inplace=True), add_) and masks. The global generator is seeded at each step's start, so
   that msprobe's second draw of the step's one dropout changes nothing later.
@@ -81,6 +81,8 @@ def explained(step: int, seen: List[str]) -> None:
     y += torch.full((4,), 0.5)
     torch.nn.functional.dropout(torch.ones(64), 0.5)
     torch.bernoulli(torch.full((64,), 0.5))
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(torch.ones(4))
     seen += [v.hex() for v in x.tolist() + y.tolist() + torch.rand(4).tolist()]
 
 

@@ -89,6 +89,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reraise", choices=["none", "non-overflow", "all"], default="none",
                    help="re-raise what ended the run (all, or all but an msprobe_cpp.OverflowError) after "
                         "writing the files, so that the exit status shows it (torchrun sees a failing worker)")
+    p.add_argument("--monitor", action="store_true", help="debugger.monitor(wrapped): task grad_probe")
     p.add_argument("--start-module", action="store_true", help="debugger.start(wrapped.module), not the wrapper")
     p.add_argument("--model", choices=sorted(MODELS), default="mlp")
     p.add_argument("--optim", choices=["sgd", "adamw"], default="sgd")
@@ -149,6 +150,8 @@ def train(r: Rank) -> None:
     else:
         opt = r.opt = torch.optim.SGD(wrapped.parameters(), lr=0.1, momentum=args.momentum)
     debugger = None if args.bare else make_debugger(args, r.out)
+    if debugger is not None and args.monitor:
+        debugger.monitor(wrapped)
     scaler = torch.amp.GradScaler("cpu", init_scale=args.init_scale) if args.amp else None
     target = wrapped.module if (args.start_module and args.wrap == "ddp") else wrapped
     g = torch.Generator().manual_seed(100 + r.rank)

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "core/md5.h"
 #include "core/npy_file.h"
 #include "core/output_files.h"
@@ -67,6 +69,7 @@ struct StepFiles {
   int64_t step = 0;
   std::string csv;
   std::vector<std::pair<std::string, std::string>> directions;  // (file name, npy bytes)
+  std::string shards;  // shards.json: the sharded gradients' global shapes ("" when none is)
 };
 
 void write_step_files(const StepFiles& files) {
@@ -77,6 +80,7 @@ void write_step_files(const StepFiles& files) {
     for (const auto& [name, bytes] : files.directions)
       write_file_atomic(step_folder + "/" + name, bytes);
   }
+  if (!files.shards.empty()) write_file_atomic(files.folder + "/shards.json", files.shards);
   write_file_atomic(files.folder + "/grad_summary_" + std::to_string(files.step) + ".csv",
                     files.csv);
 }
@@ -138,6 +142,26 @@ struct DeviceBatch {
   }
 };
 
+// What a rank's summary of sharded gradients (FSDP2's DTensors) is of: each one's shard shape,
+// whole shape and placements. msprobe's files have no place for it; its comparator reads no
+// .json.
+std::string shards_json(const std::vector<NamedGrad>& grads) {
+  nlohmann::json parameters = nlohmann::json::object();
+  for (const NamedGrad& g : grads) {
+    if (g.placements.empty()) continue;
+    parameters[g.name] = {{"shard_shape", shape_of(g.grad)},
+                          {"global_shape", g.global_shape},
+                          {"placements", g.placements}};
+  }
+  if (parameters.empty()) return "";
+  const nlohmann::json doc = {
+      {"note",
+       "each row of this rank's grad_summary CSVs and each direction file is of the "
+       "rank's own shard of the gradient, not of the whole"},
+      {"parameters", parameters}};
+  return doc.dump(1) + "\n";
+}
+
 // The step's files from the gradients' copies: the same ATen ops msprobe uses, read back once per
 // device.
 StepFiles summary_files(const GradProbeSection& section, const std::vector<NamedGrad>& grads,
@@ -165,6 +189,7 @@ StepFiles summary_files(const GradProbeSection& section, const std::vector<Named
   files.step = step;
   for (auto& entry : batches) entry.second.read_back(wanted, bounds.size(), facts, files);
   files.csv = grad_summary_csv(section, facts);
+  files.shards = shards_json(grads);
   return files;
 }
 
@@ -201,7 +226,7 @@ void GradMonitor::summarize(int rank, const std::vector<NamedGrad>& grads) {
       say(LogLevel::Info, "msprobe_cpp: grad_probe: grad is None: " + g.name);
       continue;
     }
-    copies.push_back({g.name, g.grad.detach().clone()});
+    copies.push_back({g.name, g.grad.detach().clone(), g.global_shape, g.placements});
   }
   const std::string folder = dump_path_ + "/rank" + std::to_string(rank < 0 ? 0 : rank);
   writes_.post([this, copies = std::move(copies), folder, step = step_] {

@@ -19,9 +19,12 @@
 namespace msprobe {
 
 // A gradient to summarize; `grad` undefined where the parameter has none (said, and skipped).
+// A DTensor's (FSDP2) is this rank's shard: `global_shape` and `placements` then say of what.
 struct NamedGrad {
   std::string name;
   at::Tensor grad;
+  std::vector<int64_t> global_shape;
+  std::string placements;  // "" for a whole gradient
 };
 
 class GradMonitor {
