@@ -419,6 +419,33 @@ def test_check_never_alters_training(tmp_path, device, mode):
     assert not differ, f"not bit-identical: {differ}"
 
 
+# Found by the zoo (resnet18): F.batch_norm in training mode updates running_mean and running_var,
+# its 2nd and 3rd arguments, in place; the second run, given the same buffers, updates them again.
+BATCH_NORM_BUG = ("the second run of a training-mode batch_norm updates running_mean/running_var a second "
+                  "time (they are written in place, but are not its first argument)")
+
+
+@pytest.mark.xfail(strict=True, reason=BATCH_NORM_BUG)
+@pytest.mark.parametrize("mode", [m for m in MODES if m != "improve_precision"])  # float32: no second run
+def test_batch_norm_running_statistics_are_updated_once(tmp_path, mode):
+    def run(dbg: Any = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        bn = nn.BatchNorm1d(3)
+        x = torch.arange(12.0).reshape(4, 3)
+        if dbg is not None:
+            dbg.start()
+        bn(x)
+        if dbg is not None:
+            dbg.stop()
+            dbg.step()
+        return bn.running_mean.clone(), bn.running_var.clone()
+
+    mean0, var0 = run()
+    dbg = debugger(tmp_path, mode)
+    mean, var = run(dbg)
+    dbg._release()
+    assert torch.equal(mean, mean0) and torch.equal(var, var0), (mean, mean0)
+
+
 # --- fast: fix --------------------------------------------------------------------------------------
 
 FIX_LINE = ("msprobe_cpp: free_benchmark: fix: {api}'s outputs are those of its {mode} run, cast back to their "
@@ -792,7 +819,9 @@ ZOO = ["resnet18", "vit", "hf_gpt2", "hf_bert_mlm"]
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["improve_precision", "add_noise"])
 @pytest.mark.parametrize("name", ZOO)
-def test_a_real_model_trains_bit_identically_under_check(tmp_path, name, mode):
+def test_a_real_model_trains_bit_identically_under_check(tmp_path, name, mode, request):
+    if name == "resnet18" and mode == "add_noise":  # BatchNorm2d: its running statistics
+        request.applymarker(pytest.mark.xfail(strict=True, reason=BATCH_NORM_BUG))
     import real_models
     pytest.importorskip(real_models.MODELS[name].requires)
     losses0, state0, _ = real_models.run(name)

@@ -66,7 +66,10 @@ std::string FreeBenchmark::skip_reason_of(const CheckedCall& call) const {
 
 py::object FreeBenchmark::call(const CheckedCall& call) {
   if (section_.stage == FuzzStage::Backward) return call_backward(call);
-  const bool selected = section_.selects(call.name);
+  // improve_precision runs again only what it can upcast: a float32 call costs a look.
+  const bool selected = section_.selects(call.name) &&
+                        (section_.pert_mode != PertMode::ImprovePrecision ||
+                         holds_low_precision(call.args) || holds_low_precision(call.kwargs));
   if (!selected) return call.call_original(call.args.ptr(), call.kwargs.ptr());
   const std::optional<size_t> fuzzed = fuzzed_argument(call.args);
   const std::string why_not = fuzzed ? skip_reason_of(call) : std::string();

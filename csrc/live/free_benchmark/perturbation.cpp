@@ -192,6 +192,23 @@ RerunArgs rerun_args(PertMode mode, const py::tuple& args, const py::dict& kwarg
   return out;
 }
 
+bool holds_low_precision(const py::handle& obj) {
+  if (is_tensor(obj)) {
+    const at::ScalarType t = tensor_of(obj).scalar_type();
+    return t == at::kHalf || t == at::kBFloat16;
+  }
+  if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    for (const py::handle item : obj)
+      if (holds_low_precision(item)) return true;
+    return false;
+  }
+  if (py::isinstance<py::dict>(obj)) {
+    for (const auto& entry : py::reinterpret_borrow<py::dict>(obj))
+      if (holds_low_precision(entry.second)) return true;
+  }
+  return false;
+}
+
 py::object copy_tensors(const py::handle& obj) {
   return map_tensors(
       obj, [](const at::Tensor& t, const py::handle&) { return wrap(t.detach().clone()); });

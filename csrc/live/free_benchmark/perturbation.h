@@ -35,6 +35,10 @@ struct RerunArgs {
 RerunArgs rerun_args(PertMode mode, const pybind11::tuple& args, const pybind11::dict& kwargs,
                      size_t fuzzed);
 
+// Whether `obj` holds a float16 or bfloat16 tensor (through lists, tuples and dicts): what
+// improve_precision has to upcast; a call without one is not run again.
+bool holds_low_precision(const pybind11::handle& obj);
+
 // A copy of every tensor in `obj` (through lists, tuples and dicts): the program's tensors that
 // an in-place call writes, taken before it does.
 pybind11::object copy_tensors(const pybind11::handle& obj);
