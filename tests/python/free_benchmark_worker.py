@@ -21,8 +21,9 @@ Cases:
   that msprobe's second draw of the step's one dropout changes nothing later.
 
 Writes OUT/pid_rank<r> at its start; at its end OUT/result_rank<r>.json ({"rank", "losses":
-float.hex of each loss, "values": float.hex of what the case wants seen}) and, for the models,
-OUT/state_rank<r>.pt (the state_dict after training).
+float.hex of each loss, "values": float.hex of what the case wants seen}), for the models
+OUT/state_rank<r>.pt (the state_dict after training), for calls OUT/outputs_rank<r>.pt (every
+output tensor as the program got it: after a fix, or msprobe's writes into it).
 """
 import argparse
 import json
@@ -42,36 +43,43 @@ def seeded(*shape: int, seed: int, dtype: torch.dtype = torch.float32, lo: float
     return (torch.rand(*shape, generator=g) * scale + lo).to(dtype)
 
 
-def calls(step: int, seen: List[str]) -> None:
+def calls(step: int, kept: List[torch.Tensor]) -> None:
+    """Each output tensor goes to `kept` (a tuple's one by one), as the call left it."""
+
+    def keep(*outputs: Any) -> None:
+        for o in outputs:
+            kept.extend(o if isinstance(o, tuple) else [o])
+
     h, b = torch.float16, torch.bfloat16
     s = 100 * step
-    torch.exp(torch.tensor([[0.5, 1], [2, 3]], dtype=h) + step)
-    torch.mul(torch.tensor([[1, 2, 3], [4, 0.5, 6]], dtype=b), 1.0)
-    torch.max(torch.tensor([[1, 5, 2], [3, 1, 4]], dtype=h) * (step + 1), dim=1)  # a tuple, int indices
-    torch.add(torch.empty(0, dtype=h), 1.0)  # an empty output: max_rel -inf
-    torch.sum(torch.full((4096,), 1e-3, dtype=h))  # many small float16 values
-    torch.sum(torch.tensor([1000.0, 0.01, -999.99], dtype=h))  # large minus large, plus small
-    torch.sub(torch.tensor([1000.0, 2048.0, -3.0], dtype=h), torch.tensor([999.5, 0.01, -3.0], dtype=h))
-    torch.cumsum(seeded(4096, seed=s + 1, dtype=h), 0)  # float16 accumulation differs from float32's
-    torch.pow(seeded(64, seed=s + 2, dtype=h, lo=1.0), 2.7)
-    torch.prod(torch.full((64,), 1.01 + step / 100, dtype=h))  # a float16 product drifts from float32's
-    torch.matmul(torch.randn(8, 8, generator=torch.Generator().manual_seed(s + 3)),
-                 torch.randn(8, 8, generator=torch.Generator().manual_seed(s + 4)))
-    torch.matmul(seeded(16, 64, seed=s + 5, dtype=h, lo=-0.5), seeded(64, 16, seed=s + 6, dtype=h, lo=-0.5))
-    torch.var_mean(seeded(64, 64, seed=s + 7, dtype=h), dim=1)
-    torch.exp(torch.tensor([[12.0, 1], [2, 3]], dtype=h))  # float16 inf, float32 finite: to_cpu's row
-    torch.cat([seeded(3, seed=s + 8, dtype=h), seeded(5, seed=s + 9, dtype=h)])
-    F.gelu(seeded(4, 32, seed=s + 10, dtype=b, lo=-2, scale=4))
-    F.softmax(seeded(4, 32, seed=s + 11, dtype=h, lo=-4, scale=8), dim=-1)
-    F.layer_norm(seeded(4, 64, seed=s + 12, dtype=b, lo=-1, scale=2), (64,))
-    F.linear(seeded(4, 32, seed=s + 13, dtype=b, lo=-1, scale=2), seeded(8, 32, seed=s + 14, dtype=b, lo=-1, scale=2))
-    torch.add(torch.arange(6), 1)  # not floating: never run again
+    keep(torch.exp(torch.tensor([[0.5, 1], [2, 3]], dtype=h) + step))
+    keep(torch.mul(torch.tensor([[1, 2, 3], [4, 0.5, 6]], dtype=b), 1.0))
+    keep(torch.max(torch.tensor([[1, 5, 2], [3, 1, 4]], dtype=h) * (step + 1), dim=1))  # a tuple, int indices
+    keep(torch.add(torch.empty(0, dtype=h), 1.0))  # an empty output: max_rel -inf
+    keep(torch.sum(torch.full((4096,), 1e-3, dtype=h)))  # many small float16 values
+    keep(torch.sum(torch.tensor([1000.0, 0.01, -999.99], dtype=h)))  # large minus large, plus small
+    keep(torch.sub(torch.tensor([1000.0, 2048.0, -3.0], dtype=h), torch.tensor([999.5, 0.01, -3.0], dtype=h)))
+    keep(torch.cumsum(seeded(4096, seed=s + 1, dtype=h), 0))  # float16 accumulation differs from float32's
+    keep(torch.pow(seeded(64, seed=s + 2, dtype=h, lo=1.0), 2.7))
+    keep(torch.prod(torch.full((64,), 1.01 + step / 100, dtype=h)))  # a float16 product drifts from float32's
+    keep(torch.matmul(torch.randn(8, 8, generator=torch.Generator().manual_seed(s + 3)),
+                      torch.randn(8, 8, generator=torch.Generator().manual_seed(s + 4))))
+    keep(torch.matmul(seeded(16, 64, seed=s + 5, dtype=h, lo=-0.5), seeded(64, 16, seed=s + 6, dtype=h, lo=-0.5)))
+    keep(torch.var_mean(seeded(64, 64, seed=s + 7, dtype=h), dim=1))
+    keep(torch.exp(torch.tensor([[12.0, 1], [2, 3]], dtype=h)))  # float16 inf, float32 finite: to_cpu's row
+    keep(torch.cat([seeded(3, seed=s + 8, dtype=h), seeded(5, seed=s + 9, dtype=h)]))
+    keep(F.gelu(seeded(4, 32, seed=s + 10, dtype=b, lo=-2, scale=4)))
+    keep(F.softmax(seeded(4, 32, seed=s + 11, dtype=h, lo=-4, scale=8), dim=-1))
+    keep(F.layer_norm(seeded(4, 64, seed=s + 12, dtype=b, lo=-1, scale=2), (64,)))
+    keep(F.linear(seeded(4, 32, seed=s + 13, dtype=b, lo=-1, scale=2),
+                  seeded(8, 32, seed=s + 14, dtype=b, lo=-1, scale=2)))
+    keep(torch.add(torch.arange(6), 1))  # not floating: never run again
     a, c = seeded(16, seed=s + 15, dtype=h, lo=-1, scale=2), seeded(16, seed=s + 16, dtype=h, lo=-1, scale=2)
-    _ = a + c, a * c, a - c, a.sum(), a.abs()
-    torch.sort(seeded(32, seed=s + 17, dtype=h, lo=-1, scale=2))
-    torch.topk(seeded(32, seed=s + 18, dtype=b, lo=-1, scale=2), 5)
-    torch.sqrt(seeded(3, 5, 7, seed=s + 19, lo=0.5))  # float32, 3-d
-    torch.mul(seeded(2, 3, seed=s + 20, dtype=torch.float64), 3.0)
+    keep(a + c, a * c, a - c, a.sum(), a.abs())
+    keep(torch.sort(seeded(32, seed=s + 17, dtype=h, lo=-1, scale=2)))
+    keep(torch.topk(seeded(32, seed=s + 18, dtype=b, lo=-1, scale=2), 5))
+    keep(torch.sqrt(seeded(3, 5, 7, seed=s + 19, lo=0.5)))  # float32, 3-d
+    keep(torch.mul(seeded(2, 3, seed=s + 20, dtype=torch.float64), 3.0))
 
 
 def explained(step: int, seen: List[str]) -> None:
@@ -154,13 +162,16 @@ def main() -> None:
     train = make_model(args.case) if args.case in ("mlp32", "bf16") else None
     losses: List[str] = []
     seen: List[str] = []
+    kept: List[torch.Tensor] = []
     for i in range(args.steps):
         if debugger is not None:
             debugger.start()
         if train is not None:
             losses.append(train(i).hex())
+        elif args.case == "calls":
+            calls(i, kept)
         else:
-            {"calls": calls, "explained": explained}[args.case](i, seen)
+            explained(i, seen)
         if debugger is not None:
             debugger.stop()
             debugger.step()
@@ -168,6 +179,8 @@ def main() -> None:
     if train is not None:
         torch.save({k: v.detach().clone() for k, v in train.model.state_dict().items()},  # type: ignore[attr-defined]
                    out / f"state_rank{rank}.pt")
+    if args.case == "calls":
+        torch.save([t.detach().clone() for t in kept], out / f"outputs_rank{rank}.pt")
     if args.tool == "ours":
         debugger._release()
     (out / f"result_rank{rank}.json").write_text(json.dumps(result))

@@ -5,7 +5,10 @@ torch 2 with gloo world 1, written down below), outside torch.distributed too (k
 the calls that are not run again (random ops, `out=`) and their one INFO line; in-place calls run
 again on a copy taken before the call; training bit-identical under `check` in every mode (device
 param); fix; scope and list; preheat's step 0; the config's errors; the on-line message; no
-dump.json.
+dump.json. "Kept difference N" is the N-th of docs/decisions.md's free_benchmark list.
+
+Known bugs are strict xfails (BATCH_NORM_BUG, SDPA_DROPOUT_BUG, PREHEAT_TO_CPU_BUG): the fix makes
+them pass, and their marks go then.
 
 Slow tier: msprobe 1.1.1 itself as the peer (torch 2; free_benchmark_worker.py, one process per run
 through dist_runs.run_ranks, gloo world 1): the same CSV byte for byte in all six modes, with scope,
@@ -237,7 +240,8 @@ def test_preheat_compares_nothing_in_step_0(tmp_path):
     dbg._release()
     rows = csv_rows(tmp_path / "dump")
     assert rows and {r.split(",")[3] for r in rows} == {"1", "2"}
-    # 5.0 and 3.34375 exceed 2.05; 0.3359375 and 3.0 (ratio 4.0) ... as the thresholds say.
+    # Against 2.05 in step 1: Torch.mul's ratio 6.0 is a row, Torch.max's 1.3359375 is not (it is
+    # without preheat: 1.004).
     assert '0,change_value,forward,1,Torch.mul.0.forward,5.0,torch.bfloat16,"torch.Size([2, 3])",' in rows
     assert not any(",Torch.max.0.forward," in r for r in rows if r.split(",")[3] == "1")
 
@@ -292,12 +296,12 @@ def test_an_in_place_call_writes_once_and_is_compared_on_what_it_was_given(tmp_p
     assert [n for n in judged if n.startswith(("Tensor.add_.", "Tensor.__iadd__."))] == []
 
 
-def random_calls(device: str) -> List[float]:
-    x = torch.ones(64, device=device)
+def random_calls(device: str, dtype: torch.dtype = torch.float32) -> List[float]:
+    x = torch.ones(64, device=device, dtype=dtype)
     F.dropout(x, 0.5)
     F.dropout(x, 0.5)
-    torch.bernoulli(torch.full((16,), 0.5, device=device))
-    torch.normal(torch.zeros(8, device=device), 1.0)
+    torch.bernoulli(torch.full((16,), 0.5, device=device, dtype=dtype))
+    torch.normal(torch.zeros(8, device=device, dtype=dtype), 1.0)
     return torch.rand(8, device=device).tolist() + torch.randn(3).tolist()
 
 
@@ -305,13 +309,15 @@ def random_calls(device: str) -> List[float]:
 @pytest.mark.parametrize("device", DEVICES, indirect=True)
 def test_a_random_op_is_not_run_again_and_the_generator_goes_on_as_without_the_tool(tmp_path, capfd, device, mode):
     """Kept difference 2: msprobe runs dropout again, drawing twice, so the training after it
-    draws other numbers."""
+    draws other numbers. bfloat16 for improve_precision, which looks no further at a call it has
+    nothing to upcast in."""
+    dtype = torch.bfloat16 if mode == "improve_precision" else torch.float32
     torch.manual_seed(7)
-    want = [random_calls(device) for _ in range(2)]
+    want = [random_calls(device, dtype) for _ in range(2)]
     capfd.readouterr()
     dbg = debugger(tmp_path, mode)
     torch.manual_seed(7)
-    got = run_steps(dbg, lambda i: random_calls(device), 2)
+    got = run_steps(dbg, lambda i: random_calls(device, dtype), 2)
     dbg._release()
     assert got == want
     assert skip_lines(capfd.readouterr().err) == [
@@ -319,6 +325,15 @@ def test_a_random_op_is_not_run_again_and_the_generator_goes_on_as_without_the_t
         f"msprobe_cpp: free_benchmark: Torch.bernoulli is not checked: {RANDOM_SKIP}",
         f"msprobe_cpp: free_benchmark: Torch.normal is not checked: {RANDOM_SKIP}"]
     assert [r for r in csv_rows(tmp_path / "dump") if random_op(api_of(r))] == []
+
+
+def test_improve_precision_says_nothing_of_a_float32_random_op(tmp_path, capfd):
+    """Nothing to upcast: the call is not looked at further, so there is nothing to skip."""
+    capfd.readouterr()
+    dbg = debugger(tmp_path, "improve_precision")
+    run_steps(dbg, lambda i: random_calls("cpu"))
+    dbg._release()
+    assert skip_lines(capfd.readouterr().err) == []
 
 
 def test_the_skip_lines_are_info_on_the_msprobe_cpp_logger(tmp_path):
@@ -417,6 +432,8 @@ def test_check_never_alters_training(tmp_path, device, mode):
     assert state.keys() == state0.keys()
     differ = [k for k in state if not (state[k].dtype == state0[k].dtype and torch.equal(state[k], state0[k]))]
     assert not differ, f"not bit-identical: {differ}"
+    if mode == "no_change":  # every second run, in-place ones included, gives the first's bits
+        assert csv_rows(tmp_path / "dump") == []
 
 
 # Found by the zoo (resnet18): F.batch_norm in training mode updates running_mean and running_var,
@@ -444,6 +461,24 @@ def test_batch_norm_running_statistics_are_updated_once(tmp_path, mode):
     mean, var = run(dbg)
     dbg._release()
     assert torch.equal(mean, mean0) and torch.equal(var, var0), (mean, mean0)
+
+
+SDPA_DROPOUT_BUG = ("scaled_dot_product_attention with dropout_p > 0 draws its dropout again in the second run "
+                    "(not in the random-op list): false rows, and on an accelerator a draw the training makes "
+                    "twice (only the CPU generator is restored)")
+
+
+@pytest.mark.xfail(strict=True, reason=SDPA_DROPOUT_BUG)
+@pytest.mark.skipif(not hasattr(F, "scaled_dot_product_attention"), reason="torch 2's")
+def test_attention_with_dropout_is_a_random_op(tmp_path, capfd):
+    """What Hugging Face's models call in training (attention_dropout > 0): no_change flags it,
+    in every zoo model that has it."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 8, 4, generator=g) for _ in range(3))
+    dbg = debugger(tmp_path, "no_change")
+    run_steps(dbg, lambda i: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5))
+    dbg._release()
+    assert csv_rows(tmp_path / "dump") == []
 
 
 # --- fast: fix --------------------------------------------------------------------------------------
@@ -636,9 +671,10 @@ _PEER_RUNS: Dict[str, Run] = {}
 
 def peer_run(tmp_path_factory: Any, tool: str, case: str, mode: str, steps: int = 2,
              section: Optional[Dict[str, Any]] = None, top: Optional[Dict[str, Any]] = None,
-             dist: bool = True) -> Run:
-    """One free_benchmark_worker.py process (cached per module): its Run, the CSV under OUT/dump."""
-    key = json.dumps([tool, case, mode, steps, section, top, dist], sort_keys=True)
+             dist: bool = True, world: int = 1) -> Run:
+    """One free_benchmark_worker.py run, a process per rank (cached per module): its Run, the CSV
+    under OUT/dump."""
+    key = json.dumps([tool, case, mode, steps, section, top, dist, world], sort_keys=True)
     if key not in _PEER_RUNS:
         out = tmp_path_factory.mktemp(f"{tool}_{case}_{mode}")
         path = out / "config.json"
@@ -646,8 +682,8 @@ def peer_run(tmp_path_factory: Any, tool: str, case: str, mode: str, steps: int 
                                     "step": [], "level": "L1", **(top or {}),
                                     "free_benchmark": section_for(mode, **(section or {}))}))
         args = ["--tool", tool, "--config", str(path), "--case", case, "--steps", str(steps)]
-        run = run_ranks(out, 1, args + (["--dist"] if dist else []), worker=WORKER, timeout=300)
-        assert run.returncodes == [0], run.context()
+        run = run_ranks(out, world, args + (["--dist"] if dist else []), worker=WORKER, timeout=300)
+        assert run.returncodes == [0] * world, run.context()
         _PEER_RUNS[key] = run
     return _PEER_RUNS[key]
 
@@ -666,6 +702,12 @@ def assert_same_csv(ours: Run, theirs: Run) -> List[str]:
     return csv_rows(ours.out / "dump")
 
 
+def outputs(run: Run) -> List[bytes]:
+    """The bits of each output tensor of the calls case, as the program got them."""
+    return [bytes(t.reshape(-1).view(torch.uint8).tolist()) + str((t.dtype, tuple(t.shape))).encode()
+            for t in torch.load(run.out / "outputs_rank0.pt")]
+
+
 @pytest.mark.slow
 @needs_gloo
 @needs_msprobe
@@ -673,9 +715,12 @@ def assert_same_csv(ours: Run, theirs: Run) -> List[str]:
 def test_rows_are_msprobes_byte_for_byte(tmp_path_factory, mode):
     """Deterministic CPU calls, two steps: float16 sums of many small values, large minus large,
     a float16 product, float16 and bfloat16 matmuls and normalizations, tuples with int indices,
-    an empty output, a float16 overflow float32 does not have (to_cpu)."""
-    rows = assert_same_csv(peer_run(tmp_path_factory, "ours", "calls", mode),
-                           peer_run(tmp_path_factory, "msprobe", "calls", mode))
+    an empty output, a float16 overflow float32 does not have (to_cpu). The program gets the
+    outputs it gets without a tool; from msprobe too, but for to_cpu's 1 over the inf (kept
+    difference 4)."""
+    ours = peer_run(tmp_path_factory, "ours", "calls", mode)
+    theirs = peer_run(tmp_path_factory, "msprobe", "calls", mode)
+    rows = assert_same_csv(ours, theirs)
     assert {r.split(",")[3] for r in rows} == {"0", "1"}
     names = {api_of(r) for r in rows}
     assert "Torch.add.0.forward" in names or mode == "to_cpu"  # the empty output: -inf
@@ -686,6 +731,28 @@ def test_rows_are_msprobes_byte_for_byte(tmp_path_factory, mode):
         assert "0,to_cpu,forward,0,Torch.var_mean.0.forward,,,," in rows
     if mode == "change_value":
         assert any(",Torch.max.0.forward," in r and r.endswith(",0") for r in rows)
+    bare = outputs(peer_run(tmp_path_factory, "none", "calls", "improve_precision"))
+    assert outputs(ours) == bare
+    differ = [i for i, (a, b) in enumerate(zip(outputs(theirs), bare)) if a != b]
+    if mode == "to_cpu":
+        inf = torch.load(theirs.out / "outputs_rank0.pt")[differ[0]]
+        assert len(differ) == 2 and inf[0, 0].item() == 1.0  # exp(12) of both steps
+    else:
+        assert differ == []
+
+
+@pytest.mark.slow
+@needs_gloo
+@needs_msprobe
+@pytest.mark.parametrize("mode", ["improve_precision", "to_cpu"])
+def test_fix_gives_msprobes_outputs(tmp_path_factory, mode):
+    ours = peer_run(tmp_path_factory, "ours", "calls", mode, section={"handler_type": "fix"})
+    theirs = peer_run(tmp_path_factory, "msprobe", "calls", mode, section={"handler_type": "fix"})
+    bare = outputs(peer_run(tmp_path_factory, "none", "calls", "improve_precision"))
+    assert csv_bytes(ours) is None and csv_bytes(theirs) is None
+    fixed = outputs(ours)
+    assert fixed == outputs(theirs)
+    assert fixed != bare  # the float16 product and power, at least
 
 
 SELECTIONS = {
@@ -713,10 +780,17 @@ def test_scope_list_and_steps_select_as_msprobe(tmp_path_factory, what):
         assert {api_of(r) for r in rows} <= set(section["scope"])
 
 
+PREHEAT_TO_CPU_BUG = ("preheat with to_cpu: msprobe's preheat handler compares by ratio (cmp_output_npu, rows "
+                      "with max_rel, thresholds learnt from step 1) whatever fuzz_device; ours uses to_cpu's "
+                      "SingleCompare and never samples")
+
+
 @pytest.mark.slow
 @needs_gloo
 @needs_msprobe
-@pytest.mark.parametrize("mode", ["change_value", "add_noise", "improve_precision", "bit_noise"])
+@pytest.mark.parametrize("mode", ["change_value", "add_noise", "improve_precision", "bit_noise",
+                                  pytest.param("to_cpu", marks=pytest.mark.xfail(strict=True,
+                                                                                 reason=PREHEAT_TO_CPU_BUG))])
 def test_preheat_is_msprobes(tmp_path_factory, mode):
     section = {"if_preheat": True, "preheat_step": 2, "max_sample": 2}
     if mode == "bit_noise":
@@ -739,6 +813,22 @@ def test_outside_torch_distributed_ours_are_msprobes_rows_under_it_and_msprobe_w
     alone = peer_run(tmp_path_factory, "msprobe", "calls", "change_value", dist=False)
     assert csv_bytes(alone) is None
     assert "Default process group has not been initialized" in alone.logs[0]
+
+
+@pytest.mark.slow
+@needs_gloo
+@needs_msprobe
+@pytest.mark.parametrize("ranks", [[], [1]])
+def test_two_ranks_append_to_one_file_as_msprobes_do(tmp_path_factory, ranks):
+    top = {"rank": ranks}
+    ours = peer_run(tmp_path_factory, "ours", "calls", "bit_noise", top=top, world=2)
+    theirs = peer_run(tmp_path_factory, "msprobe", "calls", "bit_noise", top=top, world=2)
+    a, b = csv_rows(ours.out / "dump"), csv_rows(theirs.out / "dump")
+    assert sorted(a) == sorted(b)  # the ranks' rows interleave as they come
+    one = csv_rows(peer_run(tmp_path_factory, "ours", "calls", "bit_noise").out / "dump")
+    for r in ranks or [0, 1]:
+        assert [row for row in a if row.startswith(f"{r},")] == [f"{r}," + row.split(",", 1)[1] for row in one]
+    assert {row.split(",")[0] for row in a} == {str(r) for r in ranks or [0, 1]}
 
 
 @pytest.mark.slow

@@ -17,29 +17,30 @@ namespace {
 
 // Per gradient, in one float64 vector: max, min, norm (each as the float32 msprobe writes), the
 // count of zeros, then the count in each interval of the bounds.
-constexpr int64_t kMax = 0, kMin = 1, kNorm = 2, kZeros = 3, kIntervals = 4;
+// Per gradient, in the values read back: max, min and norm (each as the float32 msprobe writes);
+// in the counts (L2): the zeros, then each interval of the bounds.
+constexpr int64_t kMax = 0, kMin = 1, kNorm = 2, kValues = 3;
 
-// One gradient's statistics on its own device, computed with the ops msprobe uses
-// (torch.max/min/norm, torch.bucketize on float32 bounds), so the values are the same.
-at::Tensor statistics_of(const at::Tensor& g, const at::Tensor& bounds, bool distribution) {
-  const auto f64 = [](const at::Tensor& t) {
-    return t.to(at::kFloat).to(at::kDouble).reshape({1});
-  };
-  std::vector<at::Tensor> parts;
+// One gradient's max, min and norm on its own device, with the ops msprobe's torch.max, min and
+// norm run (aminmax makes both extremes in one pass; they are exact either way), as float32
+// 0-d tensors: a float32 gradient's need no cast.
+void add_values(const at::Tensor& g, std::vector<at::Tensor>& out) {
   if (g.numel() == 0) {  // torch.max of nothing raises in msprobe; here: nan, and a norm of 0
-    parts.push_back(at::full({3}, std::nan(""), g.options().dtype(at::kDouble)));
-    parts[0][kNorm] = 0;
-  } else {
-    parts = {f64(at::max(g)), f64(at::min(g)),
-             f64(at::linalg_vector_norm(g, 2, c10::nullopt, false, c10::nullopt))};
+    const auto nan = at::full({}, std::nan(""), g.options().dtype(at::kFloat));
+    out.insert(out.end(), {nan, nan, at::zeros({}, g.options().dtype(at::kFloat))});
+    return;
   }
-  if (distribution) {
-    parts.push_back(f64(at::eq(g, 0).sum()));
-    const at::Tensor g32 = g.scalar_type() == at::kBFloat16 ? g.to(at::kFloat) : g;
-    const at::Tensor where = at::bucketize(g32, bounds).reshape({-1});
-    parts.push_back(at::bincount(where, {}, bounds.numel() + 1).to(at::kDouble));
-  }
-  return at::cat(parts);
+  auto [min, max] = at::aminmax(g);
+  out.insert(out.end(),
+             {max.to(at::kFloat), min.to(at::kFloat),
+              at::linalg_vector_norm(g, 2, c10::nullopt, false, c10::nullopt).to(at::kFloat)});
+}
+
+// L2: the zeros and torch.bucketize's intervals on the float32 bounds, as int64.
+void add_counts(const at::Tensor& g, const at::Tensor& bounds, std::vector<at::Tensor>& out) {
+  out.push_back(at::eq(g, 0).sum().reshape({1}));
+  const at::Tensor g32 = g.scalar_type() == at::kBFloat16 ? g.to(at::kFloat) : g;
+  out.push_back(at::bincount(at::bucketize(g32, bounds).reshape({-1}), {}, bounds.numel() + 1));
 }
 
 std::vector<int64_t> shape_of(const at::Tensor& t) {
@@ -95,12 +96,13 @@ struct GradOutputs {
 struct DeviceBatch {
   at::Tensor bounds;  // float32, on the device, as msprobe's torch.Tensor(bounds)
   std::vector<size_t> rows;
-  std::vector<at::Tensor> stats, directions, bytes;
+  std::vector<at::Tensor> values, counts, directions, bytes;
   std::vector<bool> fortran_order;
 
   void add(size_t row, const at::Tensor& grad, const GradOutputs& wanted) {
     rows.push_back(row);
-    stats.push_back(statistics_of(grad, bounds, wanted.distribution));
+    add_values(grad, values);
+    if (wanted.distribution) add_counts(grad, bounds, counts);
     if (wanted.direction) {
       // numpy saves a Fortran-contiguous array (a transposed parameter's gradient) in Fortran
       // order: so does this, from the same layout msprobe's `grad.clone() > 0` has.
@@ -114,21 +116,22 @@ struct DeviceBatch {
 
   void read_back(const GradOutputs& wanted, size_t bound_count, std::vector<GradFacts>& facts,
                  StepFiles& files) const {
-    const int64_t per_row = wanted.distribution ? kIntervals + int64_t(bound_count) + 1 : kZeros;
-    const at::Tensor s = at::cat(stats).to(at::kCPU).contiguous();
+    const int64_t per_count = int64_t(bound_count) + 2;
+    const at::Tensor s = at::stack(values).to(at::kCPU).to(at::kDouble).contiguous();
+    const at::Tensor n = wanted.distribution ? at::cat(counts).to(at::kCPU).contiguous() : s;
     const at::Tensor dirs = wanted.direction ? at::cat(directions).to(at::kCPU).contiguous() : s;
     const at::Tensor f32 = wanted.md5 ? at::cat(bytes).to(at::kCPU).contiguous() : s;
     int64_t element = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
       GradFacts& f = facts[rows[i]];
-      const double* row = s.data_ptr<double>() + int64_t(i) * per_row;
+      const double* row = s.data_ptr<double>() + int64_t(i) * kValues;
       f.max = row[kMax];
       f.min = row[kMin];
       f.norm = row[kNorm];
       if (wanted.distribution) {
-        f.zeros = static_cast<int64_t>(row[kZeros]);
-        for (size_t b = 0; b <= bound_count; ++b)
-          f.intervals.push_back(static_cast<int64_t>(row[kIntervals + b]));
+        const int64_t* c = n.data_ptr<int64_t>() + int64_t(i) * per_count;
+        f.zeros = c[0];
+        f.intervals.assign(c + 1, c + per_count);
       }
       if (wanted.md5) f.md5 = md5_hex(f32.data_ptr<float>() + element, f.numel * sizeof(float));
       if (wanted.direction) {
