@@ -97,8 +97,16 @@ std::string skip_reason(const std::string& api, bool has_out_argument) {
       "geometric_",     "cauchy_",        "log_normal_",   "random_",
       "gumbel_softmax", "native_dropout", "fused_dropout", "feature_dropout"};
   for (const char* name : kRandom)
-    if (op == name) return "a random op: a second run would draw other numbers";
+    if (op == name) return kRandomReason;
   return "";
+}
+
+std::vector<size_t> written_statistics(const std::string& api) {
+  if (api == "Functional.batch_norm" || api == "Functional.instance_norm") return {1, 2};
+  if (api == "Torch.batch_norm" || api == "Torch.instance_norm" ||
+      api == "Torch.native_batch_norm" || api == "Torch._native_batch_norm_legit")
+    return {3, 4};
+  return {};
 }
 
 std::string free_benchmark_header() {

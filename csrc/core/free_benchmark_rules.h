@@ -55,6 +55,13 @@ int64_t ratio_chunks(int64_t bytes, int64_t ndim);
 // draw again), a collective (the other ranks would wait for a call they never make), a call that
 // writes into `out=`. "" for every other call.
 std::string skip_reason(const std::string& api, bool has_out_argument);
+// An attention call with a dropout probability above 0 draws numbers too.
+inline constexpr const char* kRandomReason = "a random op: a second run would draw other numbers";
+
+// The positional arguments besides the first that a call writes into: batch norm's and instance
+// norm's running statistics (a second run on them would update them twice). Their keyword names
+// are running_mean and running_var.
+std::vector<size_t> written_statistics(const std::string& api);
 
 // The header and one row of free_benchmark.csv, as msprobe writes them.
 struct UnequalRow {

@@ -7,9 +7,6 @@ again on a copy taken before the call; training bit-identical under `check` in e
 param); fix; scope and list; preheat's step 0; the config's errors; the on-line message; no
 dump.json. "Kept difference N" is the N-th of docs/decisions.md's free_benchmark list.
 
-Known bugs are strict xfails (BATCH_NORM_BUG, SDPA_DROPOUT_BUG, PREHEAT_TO_CPU_BUG): the fix makes
-them pass, and their marks go then.
-
 Slow tier: msprobe 1.1.1 itself as the peer (torch 2; free_benchmark_worker.py, one process per run
 through dist_runs.run_ranks, gloo world 1): the same CSV byte for byte in all six modes, with scope,
 list, a step list and preheat; on small models trained a few steps, our flagged calls a subset of
@@ -437,12 +434,7 @@ def test_check_never_alters_training(tmp_path, device, mode):
 
 
 # Found by the zoo (resnet18): F.batch_norm in training mode updates running_mean and running_var,
-# its 2nd and 3rd arguments, in place; the second run, given the same buffers, updates them again.
-BATCH_NORM_BUG = ("the second run of a training-mode batch_norm updates running_mean/running_var a second "
-                  "time (they are written in place, but are not its first argument)")
-
-
-@pytest.mark.xfail(strict=True, reason=BATCH_NORM_BUG)
+# its 2nd and 3rd arguments, in place; the second run gets copies of them.
 @pytest.mark.parametrize("mode", [m for m in MODES if m != "improve_precision"])  # float32: no second run
 def test_batch_norm_running_statistics_are_updated_once(tmp_path, mode):
     def run(dbg: Any = None) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -463,12 +455,6 @@ def test_batch_norm_running_statistics_are_updated_once(tmp_path, mode):
     assert torch.equal(mean, mean0) and torch.equal(var, var0), (mean, mean0)
 
 
-SDPA_DROPOUT_BUG = ("scaled_dot_product_attention with dropout_p > 0 draws its dropout again in the second run "
-                    "(not in the random-op list): false rows, and on an accelerator a draw the training makes "
-                    "twice (only the CPU generator is restored)")
-
-
-@pytest.mark.xfail(strict=True, reason=SDPA_DROPOUT_BUG)
 @pytest.mark.skipif(not hasattr(F, "scaled_dot_product_attention"), reason="torch 2's")
 def test_attention_with_dropout_is_a_random_op(tmp_path, capfd):
     """What Hugging Face's models call in training (attention_dropout > 0): no_change flags it,
@@ -780,17 +766,11 @@ def test_scope_list_and_steps_select_as_msprobe(tmp_path_factory, what):
         assert {api_of(r) for r in rows} <= set(section["scope"])
 
 
-PREHEAT_TO_CPU_BUG = ("preheat with to_cpu: msprobe's preheat handler compares by ratio (cmp_output_npu, rows "
-                      "with max_rel, thresholds learnt from step 1) whatever fuzz_device; ours uses to_cpu's "
-                      "SingleCompare and never samples")
-
-
+# msprobe's preheat handler compares by ratio whatever fuzz_device (to_cpu too), and samples.
 @pytest.mark.slow
 @needs_gloo
 @needs_msprobe
-@pytest.mark.parametrize("mode", ["change_value", "add_noise", "improve_precision", "bit_noise",
-                                  pytest.param("to_cpu", marks=pytest.mark.xfail(strict=True,
-                                                                                 reason=PREHEAT_TO_CPU_BUG))])
+@pytest.mark.parametrize("mode", ["change_value", "add_noise", "improve_precision", "bit_noise", "to_cpu"])
 def test_preheat_is_msprobes(tmp_path_factory, mode):
     section = {"if_preheat": True, "preheat_step": 2, "max_sample": 2}
     if mode == "bit_noise":
@@ -910,8 +890,6 @@ ZOO = ["resnet18", "vit", "hf_gpt2", "hf_bert_mlm"]
 @pytest.mark.parametrize("mode", ["improve_precision", "add_noise"])
 @pytest.mark.parametrize("name", ZOO)
 def test_a_real_model_trains_bit_identically_under_check(tmp_path, name, mode, request):
-    if name == "resnet18" and mode == "add_noise":  # BatchNorm2d: its running statistics
-        request.applymarker(pytest.mark.xfail(strict=True, reason=BATCH_NORM_BUG))
     import real_models
     pytest.importorskip(real_models.MODELS[name].requires)
     losses0, state0, _ = real_models.run(name)

@@ -39,6 +39,38 @@ bool writes_first_argument(const std::string& api, const py::dict& kwargs) {
   return kwargs.contains("inplace") && py::bool_(kwargs["inplace"]);
 }
 
+// scaled_dot_product_attention (and multi-head attention) with a dropout probability above 0.
+bool attention_dropout(const std::string& api, const py::tuple& args, const py::dict& kwargs) {
+  size_t at = 0;
+  if (api == "Functional.scaled_dot_product_attention")
+    at = 4;
+  else if (api == "Functional.multi_head_attention_forward")
+    at = 11;
+  else
+    return false;
+  py::object p = kwargs.contains("dropout_p") ? py::object(kwargs["dropout_p"])
+                 : args.size() > at           ? py::object(args[at])
+                                              : py::object();
+  if (!p || p.is_none()) return false;
+  try {
+    return p.cast<double>() > 0;
+  } catch (const py::cast_error&) {
+    return false;
+  }
+}
+
+// The second run's arguments: what the call wrote into (its first argument, as it was before;
+// running statistics, as copies) is not the program's.
+py::tuple rerun_inputs(const CheckedCall& call, const py::object& written_copy) {
+  const std::vector<size_t> statistics = written_statistics(call.api);
+  if (!written_copy && statistics.empty()) return call.args;
+  py::list items(call.args);
+  if (written_copy) items[0] = written_copy;
+  for (size_t i : statistics)
+    if (i < call.args.size()) items[i] = copy_tensors(call.args[i]);
+  return py::tuple(items);
+}
+
 }  // namespace
 
 std::shared_ptr<FreeBenchmark> current_free_benchmark() {
@@ -61,7 +93,10 @@ FreeBenchmark::FreeBenchmark(const Config& config, std::weak_ptr<Session> sessio
 FreeBenchmark::~FreeBenchmark() = default;
 
 std::string FreeBenchmark::skip_reason_of(const CheckedCall& call) const {
-  return skip_reason(call.api, call.kwargs.contains("out") && !call.kwargs["out"].is_none());
+  std::string why =
+      skip_reason(call.api, call.kwargs.contains("out") && !call.kwargs["out"].is_none());
+  if (why.empty() && attention_dropout(call.api, call.args, call.kwargs)) why = kRandomReason;
+  return why;
 }
 
 py::object FreeBenchmark::call(const CheckedCall& call) {
@@ -88,12 +123,7 @@ py::object FreeBenchmark::call(const CheckedCall& call) {
   if (writes_first_argument(call.api, call.kwargs) && call.args.size() > 0)
     written_copy = copy_tensors(call.args[0]);
   py::object original = call.call_original(call.args.ptr(), call.kwargs.ptr());
-  py::tuple args = call.args;
-  if (written_copy) {
-    py::list items(args);
-    items[0] = written_copy;
-    args = py::tuple(items);
-  }
+  const py::tuple args = rerun_inputs(call, written_copy);
   bool ran = false;
   try {
     py::object perturbed = rerun(call, args, section_.pert_mode, *fuzzed, ran);

@@ -1,6 +1,7 @@
 #include "live/free_benchmark/output_compare.h"
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -26,14 +27,23 @@ SingleLimits single_limits(at::ScalarType t) {
 
 }  // namespace
 
-double output_ratio(const at::Tensor& original, const at::Tensor& perturbed, FuzzStage stage) {
-  at::Tensor o;
+double output_ratio(const at::Tensor& original, const at::Tensor& perturbed_output,
+                    FuzzStage stage) {
+  at::Tensor o, perturbed = perturbed_output;
   try {
     o = original.to(perturbed.scalar_type()).to(perturbed.device());
   } catch (const std::exception&) {
     return std::nan("");
   }
-  const double tol = ratio_tolerance(float_kind(perturbed.scalar_type()), stage);
+#if TORCH_VERSION_MAJOR < 2
+  // torch 1.13 has no float16 clamp on the CPU (msprobe 1.1.1 needs torch 2): the ratio of a
+  // float16 output is taken in float32 there, from the same float16 values.
+  if (perturbed.scalar_type() == at::kHalf && perturbed.device().is_cpu()) {
+    o = o.to(at::kFloat);
+    perturbed = perturbed.to(at::kFloat);
+  }
+#endif
+  const double tol = ratio_tolerance(float_kind(perturbed_output.scalar_type()), stage);
   const int64_t chunks = ratio_chunks(int64_t(o.element_size()) * o.numel(), o.dim());
   std::vector<at::Tensor> parts_o = {o}, parts_p = {perturbed};
   if (chunks > 1 || (o.dim() > 0 && o.numel() > 0)) {

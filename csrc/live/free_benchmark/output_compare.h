@@ -12,7 +12,8 @@ namespace msprobe {
 // The largest element ratio between `original` and `perturbed` (each way, values below the
 // tolerance clamped to it), chunked as msprobe chunks it; -inf for an empty output; nan when the
 // original cannot be cast to the perturbed output's dtype.
-double output_ratio(const at::Tensor& original, const at::Tensor& perturbed, FuzzStage stage);
+double output_ratio(const at::Tensor& original, const at::Tensor& perturbed_output,
+                    FuzzStage stage);
 
 // to_cpu's comparison (SingleCompare): whether `actual` agrees with the golden CPU result by
 // msprobe's per-dtype absolute, relative and error-balance limits. `actual` is not changed (msprobe

@@ -160,6 +160,8 @@ RerunArgs rerun_args(PertMode mode, const py::tuple& args, const py::dict& kwarg
   RerunArgs out;
   out.kwargs = py::dict(kwargs);  // a copy: the caller's dict is not changed
   if (out.kwargs.contains("inplace") && mode != PertMode::ToCpu) out.kwargs["inplace"] = false;
+  for (const char* running : {"running_mean", "running_var"})  // batch norm writes into them
+    if (out.kwargs.contains(running)) out.kwargs[running] = copy_tensors(out.kwargs[running]);
   if (mode == PertMode::ImprovePrecision || mode == PertMode::ToCpu) {
     const bool to_cpu = mode == PertMode::ToCpu;
     auto change = [&](const at::Tensor& t, const py::handle& h) -> py::object {
