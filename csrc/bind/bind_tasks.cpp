@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "bind/bindings.h"
+#include "live/crossing/python_crossing.h"
 #include "live/free_benchmark/free_benchmark.h"
 #include "live/grad_probe/grad_monitor.h"
 #include "live/hooks/hook_scope.h"
@@ -29,7 +30,7 @@ void bind_tasks(py::module_& m) {
       .def_property_readonly("step", &GradMonitor::step, "The last optimizer step counted.")
       .def(
           "summarize",
-          [](GradMonitor& g, int rank, const std::vector<py::tuple>& grads) {
+          [](GradMonitor& g, int rank, const std::vector<py::tuple>& grads, bool optimizer_writes) {
             ReentryGuard unhooked;
             std::vector<NamedGrad> named;
             named.reserve(grads.size());
@@ -42,11 +43,18 @@ void bind_tasks(py::module_& m) {
               }
               named.push_back(std::move(n));
             }
-            g.summarize(rank, named);
+            g.summarize(rank, named, optimizer_writes);
           },
-          py::arg("rank"), py::arg("grads"),
+          py::arg("rank"), py::arg("grads"), py::arg("optimizer_writes") = false,
           "Writes this step's summary of [(name, gradient or None[, global shape, placements])] "
           "(a thread writes the files).")
+      .def(
+          "step_done",
+          [](GradMonitor& g) {
+            PythonCrossing::WithoutGil waits;  // for the read thread, which never takes it
+            g.step_done();
+          },
+          "The optimizer step is over: returns once its gradients are read.")
       .def("drain", &GradMonitor::drain, "Returns once every summary handed over is on disk.");
 
   py::class_<FreeBenchmark, std::shared_ptr<FreeBenchmark>>(

@@ -20,6 +20,13 @@ def _rank() -> int:
     return -1
 
 
+def _writes_gradients(optimizer: Any) -> bool:
+    """Whether the optimizer writes into the gradients during its step (a fused one unscales them
+    in place; maximize negates them in place in some implementations): they are copied first."""
+    defaults = getattr(optimizer, "defaults", None) or {}
+    return bool(defaults.get("fused") or defaults.get("maximize") or defaults.get("differentiable"))
+
+
 class GradProbe:
     def __init__(self, session: Any, patches: Patches) -> None:
         self._monitor = _C.GradMonitor(session)
@@ -40,12 +47,18 @@ class GradProbe:
                 self._seen.add(id(p))
                 self._params.append((name, p))
         log.say(logging.DEBUG, f"msprobe_cpp: grad_probe: {len(self._params)} parameters watched")
-        install_gradient_guard(self._patches, weakref.WeakMethod(self._before_step))
+        install_gradient_guard(self._patches, weakref.WeakMethod(self._before_step),
+                               weakref.WeakMethod(self._monitor_step_done))
 
     def _before_step(self, optimizer: Any, kwargs: Dict[str, Any]) -> None:
         if self._patches.closed or not self._monitor.next_step():
             return
-        self._monitor.summarize(_rank(), [self._readable(name, p) for name, p in self._params])
+        self._monitor.summarize(_rank(), [self._readable(name, p) for name, p in self._params],
+                                _writes_gradients(optimizer))
+
+    def _monitor_step_done(self) -> None:
+        """The optimizer step is over: the gradients are read before the program writes into them."""
+        self._monitor.step_done()
 
     def _readable(self, name: str, p: torch.nn.Parameter) -> Tuple[Any, ...]:
         """(name, the gradient msprobe reads: main_grad where the parameter has one, Megatron's

@@ -108,36 +108,50 @@ def _optimizer_classes() -> List[type]:
     return found
 
 
-def install_gradient_guard(patches: Patches, judge: Callable[[], Optional[Callable[[Any, Dict[str, Any]], None]]]) -> None:
+def install_gradient_guard(patches: Patches, judge: Callable[[], Optional[Callable[[Any, Dict[str, Any]], None]]],
+                           after: Optional[Callable[[], Optional[Callable[[], None]]]] = None) -> None:
     """Calls `judge()(optimizer, kwargs)` (a weak method: the debugger may go) before each
-    optimizer step, with the step's keyword arguments (kind "optimizer"). Again at each start():
-    on torch 1.13, optimizer classes defined since are wrapped then."""
+    optimizer step, with the step's keyword arguments (kind "optimizer"), and `after()()`, when
+    given, once the step is over (raised or not). Again at each start(): on torch 1.13, optimizer
+    classes defined since are wrapped then."""
     def before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         seen = judge()
         if seen is not None:
             seen(optimizer, kwargs)
 
+    def after_step(*_: Any) -> None:
+        done = after() if after is not None else None
+        if done is not None:
+            done()
+
     register = getattr(optimizer_module, "register_optimizer_step_pre_hook", None)
     if register is not None:
         if not patches.installed("optimizer"):
-            patches.hook("optimizer", [register(before_step)])
+            handles = [register(before_step)]
+            if after is not None:
+                handles.append(optimizer_module.register_optimizer_step_post_hook(after_step))
+            patches.hook("optimizer", handles)
         return
     inside = threading.local()  # a subclass's step calling super().step(): judged once
     for cls in _optimizer_classes():
         own = cls.__dict__.get("step")
         if own is not None and not getattr(own, "_msprobe_cpp_guard", False):
-            patches.replace("optimizer", cls, "step", _guarded_step(own, before_step, inside))
+            patches.replace("optimizer", cls, "step", _guarded_step(own, before_step, after_step, inside))
 
 
-def _guarded_step(step: Any, before_step: Callable[[Any, Any, Any], None], inside: threading.local) -> Any:
+def _guarded_step(step: Any, before_step: Callable[[Any, Any, Any], None], after_step: Callable[[], None],
+                  inside: threading.local) -> Any:
     def guarded_step(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(inside, "depth", 0) == 0:
+        outermost = getattr(inside, "depth", 0) == 0
+        if outermost:
             before_step(optimizer, args, kwargs)
         inside.depth = getattr(inside, "depth", 0) + 1
         try:
             return step(optimizer, *args, **kwargs)
         finally:
             inside.depth -= 1
+            if outermost:
+                after_step()
     guarded_step._msprobe_cpp_guard = True  # type: ignore[attr-defined]
     # torch 1.13 wraps a class's step for its profiler unless it says it is wrapped already.
     guarded_step.hooked = getattr(step, "hooked", False)  # type: ignore[attr-defined]

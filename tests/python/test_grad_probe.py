@@ -804,3 +804,52 @@ def test_a_real_model_trains_bit_identically_under_grad_probe(tmp_path, name):
     assert sorted(p.name for p in rank.glob("*.csv")) == [f"grad_summary_{i}.csv" for i in range(steps)]
     # The last step's gradients are still on the parameters (the optimizers step out of place).
     assert_step(rank, steps - 1, read_grads(model), "L2", BOUNDS)
+
+
+class DoublingSGD(torch.optim.Optimizer):
+    """Plain SGD that writes into the gradients during its step (as a fused optimizer unscales
+    them), without saying so in its defaults. Its own step, not SGD's through super(): torch 2 calls
+    the global step hooks around each class's step, so a nested SGD.step would be a second step."""
+
+    def __init__(self, params: Any, lr: float) -> None:
+        super().__init__(params, dict(lr=lr))
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.mul_(2)
+                    p.add_(p.grad, alpha=-group["lr"])
+        return None
+
+
+def test_gradients_are_read_while_the_optimizer_steps_and_copied_once_it_writes_into_them(tmp_path, capfd):
+    """The gradients are read by a thread of their own during the optimizer step, which waits at its
+    end for them. An optimizer that writes into them meanwhile is found out at the step's end (their
+    version moved): said once, and the gradients are copied before every later step, whose
+    summaries are then of the gradients the step was given."""
+    model = mlp()
+    dbg = monitored(write_config(tmp_path, "L1"), model)
+    seen = train(model, 4, optimizer=DoublingSGD(model.parameters(), lr=0.1))
+    dbg._task.drain()
+    err = capfd.readouterr().err
+    assert err.count("wrote into") == 1, err
+    for step in range(1, 4):  # copied before the step: the gradients as the step was given them
+        assert_step(tmp_path / "dump" / "rank0", step, seen[step], "L1", [-1, 0, 1])
+    dbg._release()
+
+
+def test_a_fused_optimizers_gradients_are_copied_before_its_step(tmp_path, capfd):
+    model = mlp()
+    dbg = monitored(write_config(tmp_path, "L1"), model)
+    opt = DoublingSGD(model.parameters(), lr=0.1)
+    opt.defaults["maximize"] = True  # what _writes_gradients looks at (fused, maximize, differentiable)
+    for group in opt.param_groups:
+        group["maximize"] = False  # the step itself as before
+    seen = train(model, 2, optimizer=opt)
+    dbg._task.drain()
+    assert "wrote into" not in capfd.readouterr().err
+    for step in range(2):
+        assert_step(tmp_path / "dump" / "rank0", step, seen[step], "L1", [-1, 0, 1])
+    dbg._release()

@@ -22,17 +22,15 @@ namespace {
 constexpr int64_t kMax = 0, kMin = 1, kNorm = 2, kValues = 3;
 
 // One gradient's max, min and norm on its own device, with the ops msprobe's torch.max, min and
-// norm run (aminmax makes both extremes in one pass; they are exact either way), as float32
-// 0-d tensors: a float32 gradient's need no cast.
+// norm run, as float32 0-d tensors: a float32 gradient's need no cast.
 void add_values(const at::Tensor& g, std::vector<at::Tensor>& out) {
   if (g.numel() == 0) {  // torch.max of nothing raises in msprobe; here: nan, and a norm of 0
     const auto nan = at::full({}, std::nan(""), g.options().dtype(at::kFloat));
     out.insert(out.end(), {nan, nan, at::zeros({}, g.options().dtype(at::kFloat))});
     return;
   }
-  auto [min, max] = at::aminmax(g);
   out.insert(out.end(),
-             {max.to(at::kFloat), min.to(at::kFloat),
+             {at::max(g).to(at::kFloat), at::min(g).to(at::kFloat),
               at::linalg_vector_norm(g, 2, c10::nullopt, false, c10::nullopt).to(at::kFloat)});
 }
 
@@ -205,6 +203,7 @@ GradMonitor::GradMonitor(const Config& config)
       ranks_(config.rank) {}
 
 GradMonitor::~GradMonitor() {
+  reads_.drain();
   writes_.drain();
 }
 
@@ -219,30 +218,65 @@ bool GradMonitor::next_step() {
   return steps_.all() || steps_.contains(step_);
 }
 
-void GradMonitor::summarize(int rank, const std::vector<NamedGrad>& grads) {
-  // Copies (the next backward or zero_grad writes into the gradients): everything else is done
-  // by the write thread, so the training step pays one copy per gradient.
-  std::vector<NamedGrad> copies;
-  copies.reserve(grads.size());
+void GradMonitor::summarize(int rank, const std::vector<NamedGrad>& grads, bool optimizer_writes) {
+  const bool copy = optimizer_writes || copy_always_;
+  std::vector<NamedGrad> read;
+  read.reserve(grads.size());
+  in_place_.clear();
+  versions_.clear();
   for (const NamedGrad& g : grads) {
     if (!g.grad.defined()) {
       say(LogLevel::Info, "msprobe_cpp: grad_probe: grad is None: " + g.name);
       continue;
     }
-    copies.push_back({g.name, g.grad.detach().clone(), g.global_shape, g.placements});
+    read.push_back(
+        {g.name, copy ? g.grad.detach().clone() : g.grad.detach(), g.global_shape, g.placements});
+    if (!copy) {
+      in_place_.push_back(read.back());
+      versions_.push_back(static_cast<int64_t>(g.grad._version()));
+    }
   }
   const std::string folder = dump_path_ + "/rank" + std::to_string(rank < 0 ? 0 : rank);
-  writes_.post([this, copies = std::move(copies), folder, step = step_] {
+  reads_.post([this, read = std::move(read), folder, step = step_] {
     try {
-      write_step_files(summary_files(section_, copies, folder, step));
+      auto files = std::make_shared<StepFiles>(summary_files(section_, read, folder, step));
+      writes_.post([this, files] {
+        try {
+          write_step_files(*files);
+        } catch (const std::exception& e) {
+          failed(e.what());
+        }
+      });
+    } catch (const c10::Error& e) {
+      failed(e.what_without_backtrace());
     } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lock(failed_mu_);
-      failed_.push_back(e.what());
+      failed(e.what());
     }
   });
 }
 
+void GradMonitor::step_done() {
+  reads_.drain();
+  for (size_t i = 0; i < in_place_.size(); ++i) {
+    if (static_cast<int64_t>(in_place_[i].grad._version()) == versions_[i]) continue;
+    copy_always_ = true;
+    failed("the optimizer wrote into " + in_place_[i].name + "'s gradient during step " +
+           std::to_string(step_) +
+           " while it was read: that step's summary may mix its values before and after; the "
+           "gradients are copied before each step from now on");
+    break;
+  }
+  in_place_.clear();
+  versions_.clear();
+}
+
+void GradMonitor::failed(const std::string& why) {
+  std::lock_guard<std::mutex> lock(failed_mu_);
+  failed_.push_back(why);
+}
+
 void GradMonitor::drain() {
+  reads_.drain();
   writes_.drain();
   say_failures();
 }
@@ -253,8 +287,7 @@ void GradMonitor::say_failures() {
     std::lock_guard<std::mutex> lock(failed_mu_);
     failed.swap(failed_);
   }
-  for (const std::string& why : failed)
-    say_warning("grad_probe: a summary could not be written: " + why);
+  for (const std::string& why : failed) say_warning("grad_probe: " + why);
 }
 
 }  // namespace msprobe

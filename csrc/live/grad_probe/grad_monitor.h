@@ -1,9 +1,10 @@
 // Task grad_probe (msprobe 1.1.1's GradientMonitor): before each optimizer step, a summary row
 // of each watched parameter's gradient (grad_summary_<step>.csv) and, at L1 and L2, its direction
-// (step<N>/<name>.npy). The training step copies the watched gradients; a thread of its own
-// computes their statistics (one read-back per device, not one sync per statistic per
-// parameter) and writes the files while training goes on. Memory: the copies of at most two
-// steps' gradients wait for it.
+// (step<N>/<name>.npy). A thread of its own reads the gradients (one read-back per device, not
+// one sync per statistic per parameter) while the optimizer step runs, which only reads them
+// too; the step waits at its end until they are read (step_done()), and another thread writes
+// the files while training goes on. An optimizer that writes into the gradients during its step
+// (fused, maximize) gets them copied first instead.
 #pragma once
 
 #include <torch/types.h>
@@ -40,22 +41,33 @@ class GradMonitor {
   // whether the config's step list names it.
   bool next_step();
   int64_t step() const { return step_; }
-  // The summary of this step's gradients, handed to the write thread. `rank` -1 writes rank0, as
-  // msprobe does outside torch.distributed.
-  void summarize(int rank, const std::vector<NamedGrad>& grads);
+  // The summary of this step's gradients, handed to the read thread. `rank` -1 writes rank0, as
+  // msprobe does outside torch.distributed. `optimizer_writes`: the optimizer is known to write
+  // into the gradients in its step: they are copied here.
+  void summarize(int rank, const std::vector<NamedGrad>& grads, bool optimizer_writes);
+  // The optimizer step is over: returns once this step's gradients are read (the program may
+  // write into them from here on). Call without the GIL.
+  void step_done();
   // Returns once every summary handed over is on disk; says the writes that failed.
   void drain();
 
  private:
   void say_failures();
+  void failed(const std::string& why);
 
   const GradProbeSection section_;
   const std::string dump_path_;
   const RangeList steps_, ranks_;
   int64_t step_ = -1;
   std::mutex failed_mu_;
-  std::vector<std::string> failed_;  // the write thread's errors, said by the training thread
-  WriteThread writes_;               // last: its jobs use the members above
+  std::vector<std::string> failed_;  // the threads' errors, said by the training thread
+  // The gradients read in place during the step, with their versions when it began: an optimizer
+  // that wrote into them is found at step_done(), and they are copied from then on.
+  std::vector<NamedGrad> in_place_;
+  std::vector<int64_t> versions_;
+  bool copy_always_ = false;
+  WriteThread writes_;
+  WriteThread reads_;  // last: its jobs post to writes_
 };
 
 }  // namespace msprobe
