@@ -27,13 +27,13 @@ output tensor as the program got it: after a fix, or msprobe's writes into it).
 """
 import argparse
 import json
-import os
-import pathlib
 from typing import Any, Callable, Dict, List
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from peer_process import begin, debugger_of
 
 
 def seeded(*shape: int, seed: int, dtype: torch.dtype = torch.float32, lo: float = 0.0,
@@ -145,19 +145,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--dist", action="store_true")
     args = p.parse_args()
-    out = pathlib.Path(args.out)
-    rank = int(os.environ.get("RANK", "0"))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"pid_rank{rank}").write_text(str(os.getpid()))
-    torch.set_num_threads(1)
-    if args.dist:
-        import torch.distributed as dist
-        dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
-    if args.tool == "ours":
-        from msprobe_cpp import PrecisionDebugger
-    elif args.tool == "msprobe":
-        from msprobe.pytorch import PrecisionDebugger
-    debugger = PrecisionDebugger(config_path=args.config) if args.tool != "none" else None
+    out, rank = begin(args.out, args.dist)
+    debugger = debugger_of(args.tool, args.config)
     torch.manual_seed(0)
     train = make_model(args.case) if args.case in ("mlp32", "bf16") else None
     losses: List[str] = []

@@ -17,13 +17,13 @@ OUT/result_rank<r>.json ({"rank", "losses": float.hex of each loss}).
 """
 import argparse
 import json
-import os
-import pathlib
 from typing import Dict, List
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from peer_process import begin, debugger_of
 
 
 class Edge(nn.Module):
@@ -63,21 +63,10 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--ddp", action="store_true")
     args = p.parse_args()
-    out = pathlib.Path(args.out)
-    rank = int(os.environ.get("RANK", "0"))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"pid_rank{rank}").write_text(str(os.getpid()))
-    torch.set_num_threads(1)
-    if args.ddp:
-        import torch.distributed as dist
-        dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+    out, rank = begin(args.out, args.ddp)
     torch.manual_seed(args.seed)
     model = make_model(args.model)
-    if args.tool == "ours":
-        from msprobe_cpp import PrecisionDebugger
-    elif args.tool == "msprobe":
-        from msprobe.pytorch import PrecisionDebugger
-    debugger = PrecisionDebugger(config_path=args.config) if args.tool != "none" else None
+    debugger = debugger_of(args.tool, args.config)
     if debugger is not None:
         debugger.monitor(model)
     trained = nn.parallel.DistributedDataParallel(model) if args.ddp else model

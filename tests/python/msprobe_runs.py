@@ -5,13 +5,30 @@ import os
 import pathlib
 import subprocess
 import sys
-from typing import Dict, List
+from typing import Any, Dict, List
 
 from testenv import PACKAGE_ROOT, TESTS
 
 EXAMPLES = TESTS / "msprobe_examples"
 OUR_IMPORT = "from msprobe_cpp import"
 THEIR_IMPORT = "from msprobe.pytorch import"
+
+
+def msprobe_missing() -> str:
+    """Why msprobe 1.1.1 cannot be a peer here, or ""."""
+    import importlib.util
+    import torch
+    if int(torch.__version__.split(".")[0]) < 2:
+        return "msprobe 1.1.1 needs PyTorch 2.x; it is installed in the torch 2 environment"
+    if importlib.util.find_spec("msprobe") is None:
+        return "msprobe is not installed here"
+    return ""
+
+
+def needs_msprobe(test: Any) -> Any:
+    """Skips `test` where msprobe 1.1.1 cannot run."""
+    import pytest
+    return pytest.mark.skipif(bool(msprobe_missing()), reason=msprobe_missing() or "-")(test)
 
 
 def msprobe_installed() -> bool:

@@ -12,7 +12,6 @@ through dist_runs.run_ranks, gloo world 1): the same CSV byte for byte in all si
 list, a step list and preheat; on small models trained a few steps, our flagged calls a subset of
 msprobe's, the rest explained by the calls it runs again and we do not; real models trained
 bit-identically under the task."""
-import importlib.util
 import json
 import logging
 import pathlib
@@ -26,11 +25,11 @@ import torch.nn.functional as F
 
 import msprobe_cpp
 from dist_runs import Run, run_ranks
+from msprobe_runs import needs_msprobe
 from gloo import needs_gloo
 from testenv import TESTS, devices
 
 WORKER = TESTS / "free_benchmark_worker.py"
-TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 MODES = ["improve_precision", "add_noise", "bit_noise", "change_value", "no_change", "to_cpu"]
 HEADER = "rank,pert_mode,stage,step,api_name,max_rel,dtype,shape,output_index"
 # The statistics path ("cpu-generic") is not free_benchmark's business.
@@ -643,15 +642,6 @@ def test_the_on_line_names_the_csv_and_nothing_but_the_csv_is_written(tmp_path, 
 
 # --- slow: msprobe 1.1.1 itself as the peer --------------------------------------------------------
 
-def msprobe_missing() -> str:
-    if not TORCH2:
-        return "msprobe 1.1.1 needs PyTorch 2.x; it is installed in the torch 2 environment"
-    if importlib.util.find_spec("msprobe") is None:
-        return "msprobe is not installed here"
-    return ""
-
-
-needs_msprobe = pytest.mark.skipif(bool(msprobe_missing()), reason=msprobe_missing() or "-")
 _PEER_RUNS: Dict[str, Run] = {}
 
 

@@ -12,7 +12,6 @@ Every process that runs msprobe, or a torch.distributed rank, is its own
 global and never removed, and its PrecisionDebugger is a singleton."""
 import csv
 import hashlib
-import importlib.util
 import io
 import json
 import math
@@ -31,6 +30,7 @@ import torch.optim.optimizer as optimizer_module  # torch 1.13's torch.optim del
 
 import msprobe_cpp
 from dist_runs import run_ranks
+from msprobe_runs import needs_msprobe
 from gloo import needs_gloo
 from grad_probe_worker import Edge
 from testenv import TESTS, devices
@@ -38,7 +38,6 @@ from testenv import TESTS, devices
 WORKER = TESTS / "grad_probe_worker.py"
 DEFAULT_BOUNDS = [-1, 0, 1]
 BOUNDS = [-1, 0, 0.001, 1]
-TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 
 
 # --- msprobe 1.1.1's formulas ---------------------------------------------------------------------
@@ -617,15 +616,6 @@ def test_grad_compare_of_L0_runs_says_they_have_no_directions(cli, tmp_path):
 
 # --- slow: msprobe 1.1.1 itself as the peer --------------------------------------------------------
 
-def msprobe_missing() -> str:
-    if not TORCH2:
-        return "msprobe 1.1.1 needs PyTorch 2.x; it is installed in the torch 2 environment"
-    if importlib.util.find_spec("msprobe") is None:
-        return "msprobe is not installed here"
-    return ""
-
-
-needs_msprobe = pytest.mark.skipif(bool(msprobe_missing()), reason=msprobe_missing() or "-")
 
 PEER_CONFIGS = {
     "L0": ("L0", {}, {}),
