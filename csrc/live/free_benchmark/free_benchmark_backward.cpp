@@ -24,14 +24,14 @@ namespace {
 
 // The first output that carries a gradient: the output itself, or an element of a tuple.
 std::optional<std::optional<size_t>> gradient_output(const py::object& result) {
-  if (is_tensor(result)) {
+  if (is_torch_tensor(result)) {
     if (tensor_of(result).requires_grad()) return std::optional<size_t>();
     return std::nullopt;
   }
-  if (!is_sequence(result)) return std::nullopt;
+  if (!is_py_sequence(result)) return std::nullopt;
   for (size_t i = 0; i < py::len(result); ++i) {
     const py::handle item = result[py::int_(i)];
-    if (is_tensor(item) && tensor_of(item).requires_grad()) return std::optional<size_t>(i);
+    if (is_torch_tensor(item) && tensor_of(item).requires_grad()) return std::optional<size_t>(i);
   }
   return std::nullopt;
 }
@@ -46,7 +46,7 @@ py::object FreeBenchmark::call_backward(const CheckedCall& call) {
   py::list args(call.args);
   for (size_t i = 0; i < call.args.size(); ++i) {
     const py::handle a = call.args[i];
-    if (!is_tensor(a) || !tensor_of(a).requires_grad()) continue;
+    if (!is_torch_tensor(a) || !tensor_of(a).requires_grad()) continue;
     keep->positions.push_back(i);
     keep->inputs.push_back(tensor_of(a).detach().clone());
     args[i] = py::none();

@@ -6,7 +6,7 @@
 
 namespace msprobe {
 
-inline bool is_tensor(const pybind11::handle& h) {
+inline bool is_torch_tensor(const pybind11::handle& h) {
   return THPVariable_Check(h.ptr());
 }
 
@@ -14,7 +14,7 @@ inline const at::Tensor& tensor_of(const pybind11::handle& h) {
   return THPVariable_Unpack(h.ptr());
 }
 
-inline bool is_sequence(const pybind11::handle& h) {
+inline bool is_py_sequence(const pybind11::handle& h) {
   return pybind11::isinstance<pybind11::list>(h) || pybind11::isinstance<pybind11::tuple>(h);
 }
 
