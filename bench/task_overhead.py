@@ -182,7 +182,14 @@ def main() -> int:
     models = args.models.split(",") if args.models else ["tinygpt"] + [m for m in ZOO if available(m)]
     configs = args.configs.split(",")
     tools = [t for t in args.tools.split(",") if t != "msprobe" or importlib.util.find_spec("msprobe")]
-    print(f"torch {torch.__version__}; {args.steps} timed steps; tools {', '.join(tools)}", flush=True)
+    import hook_overhead as ho
+    mm = ho.matmul_ms()
+    print(f"torch {torch.__version__}, BLAS {ho.blas_info()} (256x256 float32 matmul {mm:.2f} ms); "
+          f"{args.steps} timed steps; tools {', '.join(tools)}", flush=True)
+    if mm > 1.0:  # as hook_overhead.py: the reference BLAS hides the tools' cost in a slow step
+        print("REFUSED: this torch runs on the reference BLAS. apt-get install libopenblas0-pthread, "
+              "and run with OPENBLAS_NUM_THREADS=1.")
+        return 2
     results: Dict[str, Any] = {}
     hdr = f"{'model':<16}{'config':<12}{'tool':<9}{'bare ms':>9}{'tool ms':>9}{'ratio':>8}{'added ms':>10}{'rows':>6}  losses"
     print(hdr + "\n" + "-" * len(hdr), flush=True)
