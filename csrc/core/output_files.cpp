@@ -75,6 +75,24 @@ void make_dirs(const std::string& path, const std::string& trusted_root) {
   }
 }
 
+namespace {
+
+// Writes all of `text` to `fd`; false (errno set) on failure.
+bool write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = within_write_budget(text.size() - done)
+                          ? write(fd, text.data() + done, text.size() - done)
+                          : (errno = ENOSPC, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::string& text) {
   // A unique name created exclusively (mkstemp: O_CREAT | O_EXCL), so nothing planted under a
   // predictable name, a symlink say, is ever opened or followed.
@@ -82,20 +100,12 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   const int fd = mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) fail(tmp, "cannot write");
   fchmod(fd, 0640);  // the umask must not widen or narrow what a dump is allowed
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = within_write_budget(text.size() - done)
-                          ? write(fd, text.data() + done, text.size() - done)
-                          : (errno = ENOSPC, -1);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int saved = errno;
-      close(fd);
-      unlink(tmp.c_str());
-      errno = saved;
-      fail(path, "cannot write");
-    }
-    done += static_cast<size_t>(n);
+  if (!write_all(fd, text)) {
+    const int saved = errno;
+    close(fd);
+    unlink(tmp.c_str());
+    errno = saved;
+    fail(path, "cannot write");
   }
   if (close(fd) != 0) {
     unlink(tmp.c_str());
@@ -105,6 +115,44 @@ void write_file_atomic(const std::string& path, const std::string& text) {
     const int saved = errno;
     unlink(tmp.c_str());
     errno = saved;
+    fail(path, "cannot write");
+  }
+}
+
+namespace {
+
+// Puts `header` at `path` unless a file is there already. The header is written to a temporary
+// first and linked into place: link() fails when the name exists, so exactly one process's header
+// appears, and whole, before anyone can append to it.
+void create_with_header(const std::string& path, const std::string& header) {
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) fail(tmp, "cannot write");
+  fchmod(fd, 0640);
+  const bool written = write_all(fd, header);
+  int saved = errno;
+  const bool closed = close(fd) == 0;
+  if (written) saved = errno;
+  const bool linked =
+      written && closed && (link(tmp.c_str(), path.c_str()) == 0 || errno == EEXIST);
+  if (written && closed) saved = errno;
+  unlink(tmp.c_str());
+  errno = saved;
+  if (!linked) fail(path, "cannot write");
+}
+
+}  // namespace
+
+void append_to_shared_file(const std::string& path, const std::string& header,
+                           const std::string& text) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) create_with_header(path, header);
+  const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) fail(path, "cannot write");
+  const bool written = write_all(fd, text);
+  const int saved = errno;
+  if (close(fd) != 0 || !written) {
+    if (!written) errno = saved;
     fail(path, "cannot write");
   }
 }

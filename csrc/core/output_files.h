@@ -22,6 +22,13 @@ void make_dirs(const std::string& path, const std::string& trusted_root = "");
 // On failure nothing is left: no temporary, no partial file.
 void write_file_atomic(const std::string& path, const std::string& text);
 
+// Appends `text` to a file that several processes append to (every rank's rows in one CSV). The
+// file appears with `header` already in it, whichever process gets there first, and `text` goes in
+// with one O_APPEND write, so no two processes' lines interleave and no line comes before the
+// header.
+void append_to_shared_file(const std::string& path, const std::string& header,
+                           const std::string& text);
+
 // Removes `folder` and then each parent above it, up to but not including `root`, for as long as
 // they are empty: what a step that could not be written leaves behind.
 void remove_empty_folders(const std::string& folder, const std::string& root);

@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "core/output_files.h"
 #include "test_util.h"
@@ -130,4 +132,65 @@ TEST(OutputFiles, AFullDiskFailsTheWriteAndLeavesNothing) {
   size_t files = 0;
   for (const auto& entry : fs::directory_iterator(dir)) files += entry.is_regular_file();
   EXPECT_EQ(files, 1u);  // no temporary, no partial "big"
+}
+
+// Every rank appends its free_benchmark rows to one CSV: however the processes race, the file
+// holds one header, first, and every line whole. The children start together (they wait for the
+// gate pipe to close), and the race is run many times over.
+TEST(OutputFiles, ProcessesAppendingToOneFileLeaveOneHeaderFirstAndWholeLines) {
+  const TempDir temp;
+  constexpr int kProcesses = 8;
+  constexpr int kRows = 5;
+  for (int round = 0; round < 40; ++round) {
+    const std::string path = (temp.path() / ("rows" + std::to_string(round) + ".csv")).string();
+    int gate[2];
+    ASSERT_EQ(pipe(gate), 0);
+    std::vector<pid_t> children;
+    for (int p = 0; p < kProcesses; ++p) {
+      const pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        close(gate[1]);
+        char c;
+        while (read(gate[0], &c, 1) > 0) {
+        }
+        for (int r = 0; r < kRows; ++r) {
+          append_to_shared_file(path, "header\r\n",
+                                std::to_string(p) + std::string(100, 'x') + "\r\n");
+        }
+        _exit(0);
+      }
+      children.push_back(pid);
+    }
+    close(gate[0]);
+    close(gate[1]);
+    for (const pid_t pid : children) {
+      int status = 0;
+      ASSERT_EQ(waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    std::istringstream lines(read_text(path));
+    std::string line;
+    ASSERT_TRUE(std::getline(lines, line));
+    ASSERT_EQ(line, "header\r") << "round " << round;
+    std::vector<int> rows(kProcesses, 0);
+    while (std::getline(lines, line)) {
+      ASSERT_EQ(line.size(), 102u) << "round " << round << ": " << line;
+      ++rows.at(static_cast<size_t>(line[0] - '0'));
+    }
+    ASSERT_EQ(rows, std::vector<int>(kProcesses, kRows)) << "round " << round;
+  }
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(temp.path())) files += e.is_regular_file();
+  EXPECT_EQ(files, 40u);  // no temporary left behind
+}
+
+TEST(OutputFiles, AppendingNeverFollowsALinkAtTheFilesName) {
+  const TempDir temp;
+  const fs::path victim = temp.path() / "victim";
+  std::ofstream(victim) << "precious";
+  fs::create_symlink(victim, temp.path() / "rows.csv");
+  EXPECT_THROW(append_to_shared_file((temp.path() / "rows.csv").string(), "h\n", "row\n"),
+               WriteError);
+  EXPECT_EQ(read_text(victim), "precious");
 }

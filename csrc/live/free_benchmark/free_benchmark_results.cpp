@@ -162,13 +162,8 @@ py::object FreeBenchmark::fix(const CheckedCall& call, const py::object& origina
 void FreeBenchmark::write_row(const UnequalRow& row) {
   try {
     make_dirs(std::filesystem::path(csv_path_).parent_path().string());
-    const bool is_new = !std::filesystem::exists(csv_path_);
     // One append per row, as msprobe does: every rank adds its rows to the one file.
-    std::string text = (is_new ? free_benchmark_header() : std::string()) + free_benchmark_row(row);
-    FILE* f = std::fopen(csv_path_.c_str(), "a");
-    if (!f) throw std::runtime_error(csv_path_ + ": cannot write");
-    const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    if (std::fclose(f) != 0 || !written) throw std::runtime_error(csv_path_ + ": cannot write");
+    append_to_shared_file(csv_path_, free_benchmark_header(), free_benchmark_row(row));
   } catch (const std::exception& e) {
     say_once("csv", std::string("free_benchmark: rows cannot be written: ") + e.what(), true);
   }
