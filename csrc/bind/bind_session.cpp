@@ -197,7 +197,13 @@ void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
            "Before an optimizer step: the parameters whose gradients hold NaN/inf.")
       .def("judge_optimizer_state", &judge_optimizer_state, py::arg("optimizer"), py::arg("state"),
            py::arg("parameter"), py::arg("more"),
-           "Before an optimizer step: its state of `parameter` holds NaN/inf (and `more` others).");
+           "Before an optimizer step: its state of `parameter` holds NaN/inf (and `more` others).")
+      .def("begin_optimizer_step", &begin_optimizer_step, py::arg("runs_closure"),
+           "Before an optimizer step: whether its calls are left to the look after it.")
+      .def("end_optimizer_step", &end_optimizer_step,
+           "After an optimizer step: whether its calls were left, so the look is due.")
+      .def("judge_optimizer_update", &judge_optimizer_update, py::arg("optimizer"), py::arg("bad"),
+           "After an optimizer step whose calls were left: what holds NaN/inf now.");
 }
 
 // torch.distributed: another rank's stop, as the watcher thread hands it over.

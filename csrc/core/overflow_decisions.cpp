@@ -283,6 +283,28 @@ std::optional<OverflowEvent> OverflowDecisions::optimizer_state(const std::strin
   return e;
 }
 
+std::optional<OverflowEvent> OverflowDecisions::optimizer_update(std::vector<std::string> written,
+                                                                 const std::string& optimizer,
+                                                                 const MakeFacts& blank) {
+  if (step_overflow_ && step_overflow_->origin) return std::nullopt;  // its stop was decided
+  OverflowEvent e;
+  e.facts = blank();
+  e.facts.finding.scene = Scene::InputNormalOutputAnomaly;
+  e.facts.finding.severity = scene_severity(Scene::InputNormalOutputAnomaly);
+  e.facts.origin = Origin::Op;
+  e.facts.parameter = written.front();
+  e.facts.note = optimizer + ".step wrote NaN/inf into " + written.front() +
+                 (written.size() > 1 ? " and " + std::to_string(written.size() - 1) + " more"
+                                     : std::string()) +
+                 ", whose gradients and state were finite before it: its own arithmetic made "
+                 "them (eps, lr, weight decay?); its calls are looked at once after the step, "
+                 "not one by one (docs/overflow-detection.md)";
+  e.notify = !step_overflow_;
+  if (e.notify) step_overflow_ = e.facts;
+  e.raise = options_.action == Action::Raise && options_.stops_on(Origin::Op);
+  return e;
+}
+
 bool OverflowDecisions::budget_left() const {
   const int64_t nums = options_.overflow_nums;
   return nums < 0 || step_dumped_ || dumped_steps_ < nums;

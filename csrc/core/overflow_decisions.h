@@ -90,6 +90,8 @@ class OverflowDecisions {
   // The loss scaler scaled this step's loss: its backward findings wait for step().
   void set_loss_scaled() { loss_scaled_ = true; }
   bool loss_scaled() const { return loss_scaled_; }
+  // Something of this step was told (a finding; with action continue the step goes on).
+  bool step_flagged() const { return step_overflow_.has_value(); }
   // At step(): the scale `before` (at start() or scale()) and `after`. `blank`: facts naming no
   // call, for a scale that fell too low in a step without findings.
   ScaleDecision loss_scale(double before, double after, int64_t step, const MakeFacts& blank);
@@ -114,6 +116,13 @@ class OverflowDecisions {
   std::optional<OverflowEvent> optimizer_state(const std::string& state,
                                                const std::string& parameter, size_t more,
                                                const MakeFacts& blank);
+
+  // An optimizer's step, whose calls were not judged one by one, left NaN/inf in `written` (its
+  // parameters, "<key> of <parameter>" for its state), all finite before it: its own arithmetic
+  // made them (a zero eps, an lr or weight decay out of range). Origin op, after the step.
+  std::optional<OverflowEvent> optimizer_update(std::vector<std::string> written,
+                                                const std::string& optimizer,
+                                                const MakeFacts& blank);
 
   // Whether a finished step is written: flagged (or a peer stop), not left to its scaler, within
   // overflow_nums. A written step counts against overflow_nums once.

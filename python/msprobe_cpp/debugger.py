@@ -15,7 +15,8 @@ from . import api_hooks
 from . import log
 from .errors import Overflow, OverflowError
 from .grad_probe import GradProbe
-from .gradient_guard import install_gradient_guard, local_gradients, local_state, scaler_checked, scaler_skips
+from .gradient_guard import (install_gradient_guard, local_gradients, local_parameters, local_state, scaler_checked,
+                             scaler_skips)
 from .loss_scalers import LossScaleSource, watch_grad_scalers
 from .patches import Patches
 from .plain_copies import keep_copies_plain
@@ -230,7 +231,8 @@ class PrecisionDebugger:
             api_hooks.install(self._patches, self._session.watching, self._extra_apis)
         if self._session.watching:
             watch_grad_scalers(self._patches, weakref.WeakMethod(self._saw_grad_scaler))
-            install_gradient_guard(self._patches, weakref.WeakMethod(self._before_optimizer_step))
+            install_gradient_guard(self._patches, weakref.WeakMethod(self._before_optimizer_step),
+                                   weakref.WeakMethod(self._after_optimizer_step))
         for m in new_models:
             if hasattr(m, "_orig_mod"):  # torch.compile's OptimizedModule
                 self._warn_once("compiled", "a torch.compile'd model: the calls inside its compiled regions are "
@@ -376,7 +378,7 @@ class PrecisionDebugger:
             for name, b in model.named_buffers():
                 self._session.add_model_tensor(prefix + name, b, True)
 
-    def _before_optimizer_step(self, optimizer: Any, kwargs: Dict[str, Any]) -> None:
+    def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Dict[str, Any]) -> None:
         """An optimizer is about to write the gradients into the parameters: the last point where
         NaN/inf in them does no damage. Gradients that no hooked call made (DDP's all-reduce,
         FSDP's reduce-scatter, a compiled backward) are seen here. One look at each gradient, in
@@ -407,6 +409,19 @@ class PrecisionDebugger:
         if bad_state:
             key, name = next((key, name) for key, name, _ in state if f"{key} of {name}" in bad_state)
             self._session.judge_optimizer_state(type(optimizer).__name__, key, name, len(bad_state) - 1)
+        self._session.begin_optimizer_step(bool(args) or kwargs.get("closure") is not None)
+
+    def _after_optimizer_step(self, optimizer: Any) -> None:
+        """The step's calls were not judged one by one (overflow_check; begin_optimizer_step): one
+        look at what it wrote, the parameters it updated and its state, all finite before it."""
+        if self._patches.closed or not self._session.end_optimizer_step():
+            return
+        started = self._session.parameter_names if self._models.live() else None
+        written = local_parameters(optimizer, started)
+        written += [(f"{key} of {name}", t) for key, name, t in local_state(optimizer, started)]
+        bad = _C.nonfinite_gradients(written)
+        if bad:
+            self._session.judge_optimizer_update(type(optimizer).__name__, bad)
 
     def _hook_started_model(self, model: torch.nn.Module, class_name: str) -> None:
         """The started model itself is not recorded (msprobe records none), but the guard judges

@@ -50,13 +50,13 @@ class GradProbe:
         install_gradient_guard(self._patches, weakref.WeakMethod(self._before_step),
                                weakref.WeakMethod(self._monitor_step_done))
 
-    def _before_step(self, optimizer: Any, kwargs: Dict[str, Any]) -> None:
+    def _before_step(self, optimizer: Any, args: Any, kwargs: Dict[str, Any]) -> None:
         if self._patches.closed or not self._monitor.next_step():
             return
         self._monitor.summarize(_rank(), [self._readable(name, p) for name, p in self._params],
                                 _writes_gradients(optimizer))
 
-    def _monitor_step_done(self) -> None:
+    def _monitor_step_done(self, optimizer: Any) -> None:
         """The optimizer step is over: the gradients are read before the program writes into them."""
         self._monitor.step_done()
 

@@ -69,6 +69,18 @@ def local_state(optimizer: Any, started: Optional[NamesOf]) -> List[Tuple[str, s
     return out
 
 
+def local_parameters(optimizer: Any, started: Optional[NamesOf]) -> List[Tuple[str, torch.Tensor]]:
+    """(name, parameter) of the parameters _named_parameters names that have a gradient (those a
+    step writes), readable as _readable reads them."""
+    out = []
+    for name, p in _named_parameters(optimizer, started):
+        if p.grad is not None:
+            local = _readable(p)
+            if local is not None:
+                out.append((name, local))
+    return out
+
+
 def scaler_skips(optimizer: Any, kwargs: Dict[str, Any]) -> bool:
     """Whether a GradScaler is calling the step of an optimizer that unscales and skips on its own
     (`_step_supports_amp_scaling`: a fused Adam, Hugging Face's default on torch 2.8 and later)
@@ -108,21 +120,23 @@ def _optimizer_classes() -> List[type]:
     return found
 
 
-def install_gradient_guard(patches: Patches, judge: Callable[[], Optional[Callable[[Any, Dict[str, Any]], None]]],
-                           after: Optional[Callable[[], Optional[Callable[[], None]]]] = None) -> None:
-    """Calls `judge()(optimizer, kwargs)` (a weak method: the debugger may go) before each
-    optimizer step, with the step's keyword arguments (kind "optimizer"), and `after()()`, when
-    given, once the step is over (raised or not). Again at each start(): on torch 1.13, optimizer
+def install_gradient_guard(patches: Patches, judge: Callable[[], Optional[Callable[[Any, Any, Dict[str, Any]], None]]],
+                           after: Optional[Callable[[], Optional[Callable[[Any], None]]]] = None) -> None:
+    """Calls `judge()(optimizer, args, kwargs)` (a weak method: the debugger may go) before each
+    optimizer step, with the step's arguments (kind "optimizer"), and `after()(optimizer)`, when
+    given, once the step is over (on torch 1.13 also when it raised; torch 2.x calls its post
+    hooks only after a step that returned). Again at each start(): on torch 1.13, optimizer
     classes defined since are wrapped then."""
     def before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         seen = judge()
         if seen is not None:
-            seen(optimizer, kwargs)
+            # torch 2.x's hooks get step()'s whole argument tuple, the optimizer first.
+            seen(optimizer, args[1:] if args and args[0] is optimizer else args, kwargs)
 
-    def after_step(*_: Any) -> None:
+    def after_step(optimizer: Any, *_: Any) -> None:
         done = after() if after is not None else None
         if done is not None:
-            done()
+            done(optimizer)
 
     register = getattr(optimizer_module, "register_optimizer_step_pre_hook", None)
     if register is not None:
@@ -139,7 +153,7 @@ def install_gradient_guard(patches: Patches, judge: Callable[[], Optional[Callab
             patches.replace("optimizer", cls, "step", _guarded_step(own, before_step, after_step, inside))
 
 
-def _guarded_step(step: Any, before_step: Callable[[Any, Any, Any], None], after_step: Callable[[], None],
+def _guarded_step(step: Any, before_step: Callable[[Any, Any, Any], None], after_step: Callable[[Any], None],
                   inside: threading.local) -> Any:
     def guarded_step(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
         outermost = getattr(inside, "depth", 0) == 0
@@ -151,7 +165,7 @@ def _guarded_step(step: Any, before_step: Callable[[Any, Any, Any], None], after
         finally:
             inside.depth -= 1
             if outermost:
-                after_step()
+                after_step(optimizer)
     guarded_step._msprobe_cpp_guard = True  # type: ignore[attr-defined]
     # torch 1.13 wraps a class's step for its profiler unless it says it is wrapped already.
     guarded_step.hooked = getattr(step, "hooked", False)  # type: ignore[attr-defined]

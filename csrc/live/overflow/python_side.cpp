@@ -284,6 +284,33 @@ void judge_optimizer_state(Session& session, const std::string& optimizer, const
   }
 }
 
+bool begin_optimizer_step(Session& session, bool runs_closure) {
+  const Config& config = session.config();
+  if (!config.watching() || config.level == Level::L0 || runs_closure ||
+      !session.hooks().gate.forward()) {
+    return false;
+  }
+  if (session.deferred().any()) flush_deferred(session);  // the step's calls so far, judged
+  // A flagged step is written whole: its optimizer's calls are recorded, as any other.
+  if (session.guard().step_flagged()) return false;
+  session.hooks().gate.leave_optimizer_step(true);
+  return true;
+}
+
+bool end_optimizer_step(Session& session) {
+  const bool left = session.hooks().gate.leaving_optimizer_step();
+  session.hooks().gate.leave_optimizer_step(false);
+  return left;
+}
+
+void judge_optimizer_update(Session& session, const std::string& optimizer,
+                            std::vector<std::string> bad) {
+  if (auto event = session.guard().judge_optimizer_update(optimizer, std::move(bad),
+                                                          session.hooks().codes.capture())) {
+    handle_overflow_event(session, *event);
+  }
+}
+
 void mark_compiled_outputs(Session& session, pybind11::handle output) {
   if (!session.config().watching() || !session.hooks().gate.forward()) return;
   for (const LiveArg& arg : live_args_of(output.ptr())) {

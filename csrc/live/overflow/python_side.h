@@ -59,6 +59,18 @@ void judge_optimizer_gradients(Session& session, const std::string& optimizer,
                                std::vector<std::string> bad, bool reduced);
 void judge_optimizer_state(Session& session, const std::string& optimizer, const std::string& state,
                            const std::string& parameter, size_t more);
+// Task overflow_check at L1 and mix, an optimizer's step: its calls (Adam's ten a parameter) are
+// not judged one by one; the parameters and state it wrote are looked at once after it
+// (judge_optimizer_update). Not where it runs a closure (LBFGS: the model's forward and backward
+// run inside, and are judged as usual), nor outside a collected step, nor in a step flagged
+// already (action continue: a written step holds its optimizer's calls). Returns whether the calls
+// are left; end_optimizer_step() returns whether they were, so the look after the step is due.
+bool begin_optimizer_step(Session& session, bool runs_closure);
+bool end_optimizer_step(Session& session);
+// After that step: `bad` names what holds NaN/inf now ("<parameter>", "<state key> of
+// <parameter>"), finite before it: the step's own arithmetic made them (origin op).
+void judge_optimizer_update(Session& session, const std::string& optimizer,
+                            std::vector<std::string> bad);
 // The tensors a torch.compile'd model returned, in forward collection.
 void mark_compiled_outputs(Session& session, pybind11::handle output);
 // The watcher thread's call for another rank's stop: writes this rank's step and ends it; the

@@ -10,8 +10,19 @@ namespace msprobe {
 
 class CollectionGate {
  public:
-  void open(bool collect) { state_ = collect ? State::On : State::Off; }
-  void close() { state_ = State::Off; }
+  void open(bool collect) {
+    optimizer_step() = false;
+    state_ = collect ? State::On : State::Off;
+  }
+  void close() {
+    optimizer_step() = false;
+    state_ = State::Off;
+  }
+  // Task overflow_check: the calls of an optimizer's step are left to one look at what the step
+  // wrote (python_side.h, begin_optimizer_step); no forward hook of the thread that runs the step
+  // records or judges them meanwhile. Another thread's forward goes on being judged.
+  void leave_optimizer_step(bool on) { optimizer_step() = on; }
+  bool leaving_optimizer_step() const { return optimizer_step(); }
   // forward_backward_dump_end: the backward of the calls recorded so far is still collected, new
   // forward calls are not.
   void pause() {
@@ -24,7 +35,7 @@ class CollectionGate {
     state_.compare_exchange_strong(from, on ? State::ModuleDump : State::On);
   }
 
-  bool forward() const { return load() == State::On; }
+  bool forward() const { return load() == State::On && !leaving_optimizer_step(); }
   bool module_dump() const {
     const State s = load();
     return s == State::On || s == State::ModuleDump;
@@ -36,6 +47,11 @@ class CollectionGate {
   enum class State : uint8_t { Off, On, BackwardOnly, ModuleDump };
   State load() const { return state_.load(std::memory_order_relaxed); }
   std::atomic<State> state_{State::Off};
+  // Per thread, and one session is current at a time: a static thread_local is enough.
+  static bool& optimizer_step() {
+    static thread_local bool inside = false;
+    return inside;
+  }
 };
 
 }  // namespace msprobe

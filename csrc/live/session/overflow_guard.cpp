@@ -254,9 +254,9 @@ namespace {
 
 // The facts of a finding at an optimizer's step, which no record names.
 OverflowFacts optimizer_step_facts(const GuardState& g, const SessionPaths& paths,
-                                   const std::string& optimizer) {
+                                   const std::string& optimizer, const char* when = "before") {
   OverflowFacts f;
-  f.finding.call = "(before " + optimizer + ".step)";
+  f.finding.call = std::string("(") + when + " " + optimizer + ".step)";
   f.module = "(none: " + optimizer + ".step runs outside the model)";
   f.step = g.at.step;
   f.rank = g.at.rank < 0 ? 0 : g.at.rank;
@@ -302,6 +302,23 @@ std::optional<OverflowEvent> OverflowGuard::judge_optimizer_gradients(const std:
         return e;
       });
   // The program's line that called the optimizer's step.
+  if (event) tell_source(caller, event->facts.finding.call, &*event);
+  return event;
+}
+
+std::optional<OverflowEvent> OverflowGuard::judge_optimizer_update(const std::string& optimizer,
+                                                                   std::vector<std::string> bad,
+                                                                   const StackPtr& caller) {
+  if (!config_.watching() || bad.empty()) return std::nullopt;
+  std::optional<OverflowEvent> event =
+      state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
+        if (!g.decisions) return std::nullopt;
+        std::optional<OverflowEvent> e = g.decisions->optimizer_update(
+            std::move(bad), optimizer,
+            [&] { return optimizer_step_facts(g, paths_, optimizer, "after"); });
+        if (e) g.flagged_unstored = true;  // no call of the step names it
+        return e;
+      });
   if (event) tell_source(caller, event->facts.finding.call, &*event);
   return event;
 }

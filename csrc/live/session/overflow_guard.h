@@ -100,6 +100,11 @@ class OverflowGuard {
   bool flagged_unstored() const {
     return state_.with_lock([](const GuardState& g) { return g.flagged_unstored; });
   }
+  // A finding of this step was told already (action continue goes on after it).
+  bool step_flagged() const {
+    return state_.with_lock(
+        [](const GuardState& g) { return g.decisions && g.decisions->step_flagged(); });
+  }
 
   // A recorded call, judged (its source line, a headroom warning said after the lock).
   CallVerdict judge_call(const StoredCall& call, const LiveTensors& live);
@@ -122,6 +127,11 @@ class OverflowGuard {
   };
   std::optional<OverflowEvent> judge_optimizer_state(const OptimizerState& found,
                                                      const StackPtr& caller);
+  // After an optimizer's step whose calls were not judged: the parameters and state (`bad`) that
+  // hold NaN/inf now, finite before the step.
+  std::optional<OverflowEvent> judge_optimizer_update(const std::string& optimizer,
+                                                      std::vector<std::string> bad,
+                                                      const StackPtr& caller);
   // The loss scaler scaled this step's loss, its scale `before` (at start() or scale());
   // judge_loss_scale(): its scale `after` now, at step(): a stop to raise, or nothing.
   void set_loss_scaled(double before);
