@@ -44,7 +44,7 @@ def frame_name(frame: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("profile")
-    ap.add_argument("--within", default="main.<locals>.step (profile_step.py", help="the frame that starts a step")
+    ap.add_argument("--within", default="measured (profile_step.py", help="the frame that starts a step")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--match", action="append", default=[], help="extra regex for the inclusive list")
     args = ap.parse_args()

@@ -229,6 +229,8 @@ def install(patches: Patches, watching: bool = False, extra: Sequence[Tuple[str,
         if seam:
             compile_seam.installed(owner, attr, original, wrapper)
         patches.replace("api", owner, attr, wrapper)
+    if seam:
+        compile_seam.register_made()
     if watching:
         for owner, attr in _UNWRITTEN_MAKERS:
             original = getattr(owner, attr, None)

@@ -6,7 +6,7 @@ import operator
 import reprlib
 import os
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -15,8 +15,8 @@ from . import api_hooks
 from . import log
 from .errors import Overflow, OverflowError
 from .grad_probe import GradProbe
-from .gradient_guard import (install_gradient_guard, local_gradients, local_parameters, local_state, scaler_checked,
-                             scaler_skips)
+from .gradient_guard import (install_gradient_guard, local_gradients, local_parameters, local_state, named_parameters,
+                             scaler_checked, scaler_skips)
 from .loss_scalers import LossScaleSource, watch_grad_scalers
 from .patches import Patches
 from .plain_copies import keep_copies_plain
@@ -167,6 +167,8 @@ class PrecisionDebugger:
         # scale(), Module.__getstate__ (saved and copied models carry none of our hooks).
         self._patches = Patches()
         self._loss_scale = LossScaleSource()
+        # (optimizer, its named parameters) while a step whose calls are left runs (begin_optimizer_step).
+        self._stepping: Optional[Tuple[Any, Any]] = None
         # torch.distributed with overflow_check: the coordinated stop; False where it cannot be had.
         self._peer: Any = None
         if self._session.watching:
@@ -393,10 +395,11 @@ class PrecisionDebugger:
         if not self._session.judges_optimizer:
             return  # not a started step of this debugger, or one its step or rank list leaves out
         started = self._session.parameter_names if self._models.live() else None
+        named = named_parameters(optimizer, started)
         # Its GradScaler found these gradients finite a moment ago: no second look.
         scaled_by = self._loss_scale.scaled_by
         if scaled_by is None or not scaler_checked(scaled_by, optimizer):
-            bad = _C.nonfinite_gradients(local_gradients(optimizer, started))
+            bad = _C.nonfinite_gradients(local_gradients(named))
             if bad and scaler_skips(optimizer, kwargs):
                 return  # a step the loss scaler skips inside the optimizer (step() judges the scale)
             if bad:
@@ -404,21 +407,26 @@ class PrecisionDebugger:
                     self._peer.check(gradients=bad)  # the rank whose backward made them stopped: origin peer
                 self._session.judge_optimizer_gradients(type(optimizer).__name__, bad, bool(self._peer))
         # The state the step writes along with the gradients (L0 records none of its calls).
-        state = local_state(optimizer, started)  # none for plain SGD, or before the first step
+        state = local_state(optimizer, named)  # none for plain SGD, or before the first step
         bad_state = set(_C.nonfinite_gradients([(f"{key} of {name}", t) for key, name, t in state])) if state else ()
         if bad_state:
             key, name = next((key, name) for key, name, _ in state if f"{key} of {name}" in bad_state)
             self._session.judge_optimizer_state(type(optimizer).__name__, key, name, len(bad_state) - 1)
-        self._session.begin_optimizer_step(bool(args) or kwargs.get("closure") is not None)
+        if self._session.begin_optimizer_step(bool(args) or kwargs.get("closure") is not None):
+            self._stepping = (optimizer, named)
 
     def _after_optimizer_step(self, optimizer: Any) -> None:
         """The step's calls were not judged one by one (overflow_check; begin_optimizer_step): one
         look at what it wrote, the parameters it updated and its state, all finite before it."""
+        stepping, self._stepping = self._stepping, None
         if self._patches.closed or not self._session.end_optimizer_step():
             return
-        started = self._session.parameter_names if self._models.live() else None
-        written = local_parameters(optimizer, started)
-        written += [(f"{key} of {name}", t) for key, name, t in local_state(optimizer, started)]
+        if stepping is None or stepping[0] is not optimizer:
+            started = self._session.parameter_names if self._models.live() else None
+            stepping = (optimizer, named_parameters(optimizer, started))
+        named = stepping[1]
+        # The state after the step: an optimizer makes it at its first step.
+        written = local_parameters(named) + [(f"{k} of {name}", t) for k, name, t in local_state(optimizer, named)]
         bad = _C.nonfinite_gradients(written)
         if bad:
             self._session.judge_optimizer_update(type(optimizer).__name__, bad)

@@ -21,19 +21,19 @@ from .patches import Patches
 NamesOf = Callable[[List[torch.Tensor]], List[Optional[str]]]
 
 
-def _named_parameters(optimizer: Any, started: Optional[NamesOf]) -> Iterator[Tuple[str, Any]]:
+Named = List[Tuple[str, Any]]
+
+
+def named_parameters(optimizer: Any, started: Optional[NamesOf]) -> Named:
     """(name, parameter) of the optimizer's parameters: those of the started models when models
     were started (`started(parameters)`: their names there, None for others; the engine's
-    parameter_names), else all, named by their place in param_groups."""
+    parameter_names), else all, named by their place in param_groups. Taken once per step: the
+    looks before and after it share it."""
     if started is None:
-        for g, group in enumerate(optimizer.param_groups):
-            for i, p in enumerate(group["params"]):
-                yield f"param_groups[{g}].params[{i}]", p
-        return
+        return [(f"param_groups[{g}].params[{i}]", p)
+                for g, group in enumerate(optimizer.param_groups) for i, p in enumerate(group["params"])]
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    for name, p in zip(started(params), params):
-        if name is not None:
-            yield name, p
+    return [(name, p) for name, p in zip(started(params), params) if name is not None]
 
 
 def _readable(t: torch.Tensor) -> Optional[torch.Tensor]:
@@ -43,25 +43,25 @@ def _readable(t: torch.Tensor) -> Optional[torch.Tensor]:
     return t if t.layout == torch.strided and t.is_floating_point() else None
 
 
-def local_gradients(optimizer: Any, started: Optional[NamesOf]) -> List[Tuple[str, torch.Tensor]]:
-    """(name, gradient) of the parameters _named_parameters names that have a readable gradient."""
+def local_gradients(named: Named) -> List[Tuple[str, torch.Tensor]]:
+    """(name, gradient) of the parameters that have a readable gradient."""
     out = []
-    for name, p in _named_parameters(optimizer, started):
+    for name, p in named:
         grad = _readable(p.grad) if p.grad is not None else None
         if grad is not None:
             out.append((name, grad))
     return out
 
 
-def local_state(optimizer: Any, started: Optional[NamesOf]) -> List[Tuple[str, str, torch.Tensor]]:
+def local_state(optimizer: Any, named: Named) -> List[Tuple[str, str, torch.Tensor]]:
     """(state key, parameter name, tensor) of the optimizer's readable state (AdamW's exp_avg and
-    exp_avg_sq, SGD's momentum_buffer) for the parameters _named_parameters names: what the step
-    is about to write into the parameters along with the gradients."""
+    exp_avg_sq, SGD's momentum_buffer) for the `named` parameters: what the step is about to
+    write into the parameters along with the gradients."""
     out = []
     state = getattr(optimizer, "state", None)
     if not state:
         return out
-    for name, p in _named_parameters(optimizer, started):
+    for name, p in named:
         for key, value in (state.get(p) or {}).items():  # a defaultdict: get() adds nothing
             value = _readable(value) if isinstance(value, torch.Tensor) else None
             if value is not None:
@@ -69,11 +69,11 @@ def local_state(optimizer: Any, started: Optional[NamesOf]) -> List[Tuple[str, s
     return out
 
 
-def local_parameters(optimizer: Any, started: Optional[NamesOf]) -> List[Tuple[str, torch.Tensor]]:
-    """(name, parameter) of the parameters _named_parameters names that have a gradient (those a
-    step writes), readable as _readable reads them."""
+def local_parameters(named: Named) -> List[Tuple[str, torch.Tensor]]:
+    """(name, parameter) of the `named` parameters that have a gradient (those a step writes),
+    readable as _readable reads them."""
     out = []
-    for name, p in _named_parameters(optimizer, started):
+    for name, p in named:
         if p.grad is not None:
             local = _readable(p)
             if local is not None:
