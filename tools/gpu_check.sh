@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA proof, for a GPU machine that has pip's CUDA PyTorch 2.x, CMake and ninja but no Debian
 # packages and no network: builds the extension against that machine's own torch, then runs the
-# suite's cuda parametrisations and the hook bench on cuda.
+# suite's cuda parametrisations, the hook bench and the fused finite-and-range bench on cuda.
 #
 #   bash tools/gpu_check.sh --fetch   # on a Debian 12 machine: the C++ and pytest packages the
 #                                     # GPU machine lacks, downloaded and unpacked into .deps/
@@ -54,3 +54,6 @@ MSPROBE_CPP_BIN="$ROOT/build-gpu/bin/msprobe-cpp" "$PYTHON" -m pytest "$ROOT/tes
 
 echo "== bench/hook_overhead.py --device cuda"
 "$PYTHON" "$ROOT/bench/hook_overhead.py" --device cuda --allow-reference-blas --steps 20 --rounds 4
+
+echo "== bench/fused_range.py --device cuda (the fused finite-and-range check, issue 47)"
+"$PYTHON" "$ROOT/bench/fused_range.py" --device cuda

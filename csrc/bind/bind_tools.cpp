@@ -21,6 +21,7 @@
 #include "live/crossing/python_crossing.h"
 #include "live/log/tool_log.h"
 #include "live/stats/device_stats.h"
+#include "live/stats/fused_range.h"
 #include "live/stats/tensor_stats.h"
 
 namespace py = pybind11;
@@ -137,6 +138,21 @@ void bind_for_tests(py::module_& m) {
         py::arg("queued_only"), "Lines said by C++ threads, for the logging tests.");
   m.def("_deliver_said_lines", &deliver_said_lines, "Delivers the queued lines now.");
   m.def("_host_syncs", &host_syncs, "The process's count of statistics' device syncs.");
+  m.def(
+      "_fused_finite_and_range",
+      [](const std::vector<at::Tensor>& tensors) {
+        std::vector<FiniteAndRange> found;
+        {
+          PythonCrossing::NoGil no_gil;  // device work and syncs: other threads may run
+          found = fused_finite_and_range(tensors);
+        }
+        py::list out;
+        for (const FiniteAndRange& r : found) out.append(py::make_tuple(r.finite, r.max_abs));
+        return out;
+      },
+      py::arg("tensors"),
+      "(finite, largest magnitude) of each tensor: two multi-tensor passes per device and dtype, "
+      "one host copy (live/stats/fused_range.h).");
 }
 
 }  // namespace msprobe
