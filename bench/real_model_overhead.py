@@ -13,6 +13,10 @@ request `L1` (task statistics at L1).
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/real_model_overhead.py
     MSPROBE_CPP_PACKAGE_ROOT=build-torch2/pkg build-torch2/venv/bin/python bench/real_model_overhead.py
     ... bench/real_model_overhead.py --models hf_gpt2 --configs overflow-L1 --steps 40 --rounds 4
+    ... bench/real_model_overhead.py --models hf_llama_large --configs overflow-L1,L1,mix --steps 6 --rounds 2
+
+`hf_llama_large` (issue 47's large row: hidden 512, 4 layers, sequences of 256, about 1.4 s a step)
+runs only when named.
 
 Measured as bench/hook_overhead.py measures (its docstring; its helpers are imported from it): each
 configuration trains its own copy of the same initial model on the same batches; the timed steps
@@ -49,7 +53,28 @@ import torch
 
 import real_models  # (sets HF_HUB_OFFLINE before transformers is imported)
 
-MODELS = ("hf_llama_sdpa", "hf_gpt2", "hf_bert_mlm", "resnet18", "efficientnet_b0")
+MODELS = ("hf_llama_sdpa", "hf_gpt2", "hf_bert_mlm", "resnet18", "efficientnet_b0", "hf_llama_large")
+LARGE_SEQ = 256
+
+
+def _llama_large() -> torch.nn.Module:
+    """Issue 47's large configuration, where ops are big: hidden 512, 4 layers, sequences of 256."""
+    hf = real_models._hf()
+    config = hf.LlamaConfig(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
+                            intermediate_size=1376, vocab_size=real_models.VOCAB, max_position_embeddings=LARGE_SEQ,
+                            attention_dropout=0.1)
+    return hf.LlamaForCausalLM._from_config(config, attn_implementation="sdpa")
+
+
+def _long_causal_lm_batch(g: torch.Generator) -> real_models.Batch:
+    ids = torch.randint(1, real_models.VOCAB, (real_models.BATCH, LARGE_SEQ), generator=g)
+    return real_models.Batch(kwargs={"input_ids": ids, "labels": ids.clone()})
+
+
+# Not one of the test zoo's models (too slow for the suite): only here, and only on request.
+real_models.MODELS["hf_llama_large"] = real_models.Spec("transformers", _llama_large, _long_causal_lm_batch,
+                                                        real_models.adamw)
+ON_REQUEST = ("hf_llama_large",)
 TARGETS = {"overflow-L1": 1.30}
 CONFIGS = ("overflow-L1", "mix", "L1")
 POOL = 8  # distinct batches, cycled through by each run's own step count
@@ -207,7 +232,7 @@ def main() -> int:
 
     configs = ho.configs_of(ap, args.configs, CONFIGS)
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else \
-        [m for m in MODELS if available(m)]
+        [m for m in MODELS if available(m) and m not in ON_REQUEST]
     for m in models:
         if m not in MODELS:
             ap.error(f"--models: unknown model {m!r}: expected some of {', '.join(MODELS)}")
