@@ -3,6 +3,12 @@ where the training steps' time goes: the share of the samples inside the steps w
 each of a list of frames (inclusive), and the frames that most samples end in (self).
 
     python3 bench/profile_summary.py gpt2.txt [--top 40] [--match 'msprobe::' ...]
+
+With --breakdown it sorts every sample into one part of the tool's cost (PARTS; the first that
+claims it) and, given the step's time measured without the profiler (--step-ms) and the calls a
+step records (--records), prints each part in ms a step and us a record. Given the same model's
+profile without the tool (--baseline), the op-and-model part is split into what the step costs
+anyway and what it grew by (the interpreter's slower module calls, libtorch's hook handling).
 """
 from __future__ import annotations
 
@@ -41,13 +47,86 @@ def frame_name(frame: str) -> str:
     return re.sub(r":\d+\)$", ")", frame)
 
 
+SCAN = re.compile(r"msprobe::.*(scan_|fold<|cpu_all_finite|all_finite_bits|cpu_summary|summarize_cpu)")
+TOOL = re.compile(r"msprobe::|msprobe_cpp/")
+
+
+def part_of(frames: List[str]) -> str:
+    """The part of the tool's cost a sample belongs to (see PARTS)."""
+    tool = [i for i, f in enumerate(frames) if TOOL.search(f)]
+    if not tool:
+        leaf_py = [f for f in frames if re.search(r"\.py(:\d+)?\)$", f)]
+        if leaf_py and re.search(r"Module\._call_impl|_wrapped_call_impl", leaf_py[-1]):
+            return "module call machinery"
+        return "op and model code"
+    inner = frames[tool[-1]]
+    if "ApiHook::call_original" in inner:
+        return "op and model code"
+    if any(SCAN.search(f) for f in frames[tool[0]:]):
+        return "statistics scan"
+    first = frames[tool[0]]
+    if "hook_call" in first or "ApiHook" in first:
+        return "API hook: entries, stack, judge, store"
+    if "BackwardRecorder" in first or "backward" in first.lower():
+        return "backward recorder"
+    if "gradient_guard" in first or "optimizer" in first.lower():
+        return "optimizer-step looks"
+    if re.search(r"PrecisionDebugger\.(start|stop|step)", first):
+        return "start/stop/step"
+    if "dispatcher" in first or "module_hooks" in first:
+        return "module hooks (C++)"
+    return "other tool"
+
+
+PARTS = ["op and model code", "module call machinery", "module hooks (C++)", "statistics scan",
+         "API hook: entries, stack, judge, store", "backward recorder", "optimizer-step looks",
+         "start/stop/step", "other tool"]
+
+
+def breakdown(args: argparse.Namespace) -> int:
+    def shares(path: str) -> Dict[str, float]:
+        data = samples(path, args.within)
+        total = sum(c for _, c in data)
+        out: Dict[str, float] = collections.Counter()
+        for frames, c in data:
+            out[part_of(frames)] += c / total
+        return out
+    mine = shares(args.profile)
+    base = shares(args.baseline) if args.baseline else None
+    step_ms = args.step_ms
+    print(f"{'part':<42}{'share':>7}{'ms/step':>9}{'us/record':>11}")
+    rows = [(p, mine.get(p, 0.0) * step_ms) for p in PARTS]
+    if base is not None:
+        # The baseline's own op-and-model time (all of its step, but its module calls' share).
+        anyway = args.base_ms * (base.get("op and model code", 0.0) + base.get("module call machinery", 0.0))
+        ops = dict(rows)["op and model code"] + dict(rows)["module call machinery"]
+        rows = [r for r in rows if r[0] not in ("op and model code", "module call machinery")]
+        rows = [("ops and model code, as without the tool", anyway),
+                ("ops, model code and module calls: growth", ops - anyway)] + rows
+    for name, ms in rows:
+        per = f"{1e3 * ms / args.records:11.2f}" if args.records else ""
+        print(f"{name:<42}{100 * ms / step_ms:6.1f}%{ms:9.3f}{per}")
+    if base is not None:
+        added = step_ms - args.base_ms
+        print(f"{'added by the tool':<42}{100 * added / step_ms:6.1f}%{added:9.3f}"
+              + (f"{1e3 * added / args.records:11.2f}" if args.records else ""))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("profile")
     ap.add_argument("--within", default="measured (profile_step.py", help="the frame that starts a step")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--match", action="append", default=[], help="extra regex for the inclusive list")
+    ap.add_argument("--breakdown", action="store_true", help="the parts of the tool's cost (PARTS)")
+    ap.add_argument("--step-ms", type=float, default=1.0, help="the step's time without the profiler")
+    ap.add_argument("--records", type=int, default=0, help="the calls a step records")
+    ap.add_argument("--baseline", help="a profile of the same steps without the tool")
+    ap.add_argument("--base-ms", type=float, default=1.0, help="the baseline step's time without the profiler")
     args = ap.parse_args()
+    if args.breakdown:
+        return breakdown(args)
     data = samples(args.profile, args.within)
     total = sum(c for _, c in data)
     if not total:

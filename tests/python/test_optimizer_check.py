@@ -206,3 +206,20 @@ def test_a_step_its_grad_scaler_found_finite_is_not_looked_at_again(tmp_path, mo
     assert looks == [2, 2]
     assert info.value.gradients == ["weight"]
     assert torch.isfinite(model.weight).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_the_cpu_look_reads_every_element_of_every_block(dtype):
+    # The in-place CPU read takes the largest magnitude's bits a block of 4096 at a time: a bad
+    # element anywhere (the last of a block, the tail, a negative NaN) is found, and the dtype's
+    # largest finite values are not taken for inf.
+    n = 3 * 4096 + 17
+    top = torch.finfo(dtype).max
+    clean = torch.full((n,), -top, dtype=dtype)
+    clean[::2] = top
+    assert _C.nonfinite_gradients([("clean", clean)]) == []
+    for at in (0, 4095, 4096, 2 * 4096 + 1, n - 1):
+        for bad in (float("nan"), float("inf"), float("-inf"), -float("nan")):
+            t = clean.clone()
+            t[at] = bad
+            assert _C.nonfinite_gradients([("t", t)]) == ["t"], (at, bad)

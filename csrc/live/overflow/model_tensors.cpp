@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "live/stats/device_stats.h"
+#include "live/stats/scan_vectors.h"
 
 namespace msprobe {
 
@@ -16,19 +17,36 @@ bool is_running_stat(const std::string& name) {
   return leaf == "running_mean" || leaf == "running_var";
 }
 
-// Whether every element's exponent bits are short of all ones (NaN and ±inf have all ones).
-// Branch-free over blocks, so the compiler vectorizes it; stops at the first bad block.
+// Whether every element's exponent bits are short of all ones (NaN and ±inf have all ones): the
+// largest magnitude's bits (sign cleared) below the exponent's. A max reduction over blocks, which
+// the compiler vectorizes (unsigned max needs SSE4.1 or AVX2: hence the clones; the x86-64
+// baseline's scalar loop read 2.7 GB/s, a quarter of the statistics scan's rate). Stops at the
+// first bad block.
 template <typename Bits>
-bool all_finite_bits(const void* data, int64_t n, Bits exponent) {
-  const Bits* p = static_cast<const Bits*>(data);
+__attribute__((always_inline)) inline bool all_finite_bits(const Bits* p, int64_t n,
+                                                           Bits exponent) {
   constexpr int64_t kBlock = 4096;
+  const Bits magnitude = static_cast<Bits>(~(Bits{1} << (sizeof(Bits) * 8 - 1)));
   for (int64_t at = 0; at < n; at += kBlock) {
     const int64_t end = std::min(n, at + kBlock);
-    bool bad = false;
-    for (int64_t i = at; i < end; ++i) bad |= (p[i] & exponent) == exponent;
-    if (bad) return false;
+    Bits peak = 0;
+    for (int64_t i = at; i < end; ++i) {
+      const Bits m = static_cast<Bits>(p[i] & magnitude);
+      peak = m > peak ? m : peak;
+    }
+    if (peak >= exponent) return false;
   }
   return true;
+}
+
+MSPROBE_SCAN_CLONES bool all_finite_32(const uint32_t* p, int64_t n) {
+  return all_finite_bits<uint32_t>(p, n, 0x7f800000u);
+}
+MSPROBE_SCAN_CLONES bool all_finite_64(const uint64_t* p, int64_t n) {
+  return all_finite_bits<uint64_t>(p, n, 0x7ff0000000000000ull);
+}
+MSPROBE_SCAN_CLONES bool all_finite_16(const uint16_t* p, int64_t n, uint16_t exponent) {
+  return all_finite_bits<uint16_t>(p, n, exponent);
 }
 
 // A CPU tensor's finiteness read in place, without dispatching an op: the optimizer-step check
@@ -41,13 +59,13 @@ std::optional<bool> cpu_all_finite(const at::Tensor& t) {
   const void* data = t.data_ptr();
   switch (t.scalar_type()) {
     case at::kFloat:
-      return all_finite_bits<uint32_t>(data, t.numel(), 0x7f800000u);
+      return all_finite_32(static_cast<const uint32_t*>(data), t.numel());
     case at::kDouble:
-      return all_finite_bits<uint64_t>(data, t.numel(), 0x7ff0000000000000ull);
+      return all_finite_64(static_cast<const uint64_t*>(data), t.numel());
     case at::kHalf:
-      return all_finite_bits<uint16_t>(data, t.numel(), 0x7c00u);
+      return all_finite_16(static_cast<const uint16_t*>(data), t.numel(), 0x7c00u);
     case at::kBFloat16:
-      return all_finite_bits<uint16_t>(data, t.numel(), 0x7f80u);
+      return all_finite_16(static_cast<const uint16_t*>(data), t.numel(), 0x7f80u);
     default:
       return std::nullopt;
   }
