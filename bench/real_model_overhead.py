@@ -158,6 +158,20 @@ def measure_model(name: str, configs: List[str], args: argparse.Namespace, Debug
                   f"over {len(times)} steps", flush=True)
     shutil.rmtree(tmp, ignore_errors=True)
 
+    # The floor of each level (bench/stats_floor.py): one step's distinct tensor versions'
+    # statistics once, no hooks, over the baseline step.
+    floors: Dict[str, Any] = {}
+    if Debugger is not None:
+        for level in sorted({ho.CONFIGS[c][1] for c in configs}):
+            model, _, make_optimizer = real_models.build(name)
+            opt = make_optimizer(model)
+
+            def one_step() -> None:
+                opt.zero_grad()
+                real_models.loss_of(model, data[0]).backward()
+                opt.step()
+            floors[level] = ho.measure_floor(ho.step_tensors(Debugger, level, model, one_step))
+
     baseline = runs["baseline"]
     base_ms = ho.median_ms(baseline.times)
     result: Dict[str, Any] = {"parameters": params, "failed": False, "configs": {},
@@ -165,8 +179,10 @@ def measure_model(name: str, configs: List[str], args: argparse.Namespace, Debug
                                            "round_medians_ms": [ho.median_ms(s) for s in baseline.rounds]}}
     for level in configs:
         run = runs[level]
+        floor = floors.get(ho.CONFIGS[level][1])
         entry: Dict[str, Any] = {"error": run.error, "leftover_hooks": run.leftover_hooks,
-                                 "target": TARGETS.get(level)}
+                                 "target": TARGETS.get(level),
+                                 "floor": 1 + floor.ms / base_ms if floor else None}
         problems: List[str] = []
         if run.times:
             same = run.losses == baseline.losses
@@ -196,7 +212,7 @@ def measure_model(name: str, configs: List[str], args: argparse.Namespace, Debug
 def print_table(results: Dict[str, Dict[str, Any]], configs: List[str]) -> None:
     """One line per model and configuration: its ratio beside the target and the per-round
     spread; what was dumped; whether the losses are the baseline's."""
-    hdr = (f"{'model':<17}{'config':<13}{'base ms':>8}{'ms':>8}{'ratio':>7}{'target':>7}{'min/min':>8}"
+    hdr = (f"{'model':<17}{'config':<13}{'base ms':>8}{'ms':>8}{'ratio':>7}{'floor':>7}{'target':>7}{'min/min':>8}"
            f"{'per round':>11}{'dumped':>8}{'records':>8}{'KB/step':>8}  losses")
     print("\n" + hdr + "\n" + "-" * len(hdr))
     for name, res in results.items():
@@ -209,8 +225,9 @@ def print_table(results: Dict[str, Dict[str, Any]], configs: List[str]) -> None:
                 spread = f"{min(e['ratio_per_round']):.2f}-{max(e['ratio_per_round']):.2f}"
                 rec = f"{e['records_per_step']:.0f}" if e["records_per_step"] else "-"
                 kb = f"{e['dump_bytes_per_step'] / 1024:.0f}" if e["dump_bytes_per_step"] else "-"
+                floor = f"{e['floor']:.2f}" if e.get("floor") else "-"
                 print(f"{name:<17}{level:<13}{res['baseline']['median_ms']:>8.2f}{e['median_ms']:>8.2f}"
-                      f"{e['ratio']:>7.2f}{target:>7}{e['min_ratio']:>8.2f}{spread:>11}"
+                      f"{e['ratio']:>7.2f}{floor:>7}{target:>7}{e['min_ratio']:>8.2f}{spread:>11}"
                       f"{e['steps_dumped']:>4}/{e['steps_expected']:<3}{rec:>8}{kb:>8}  "
                       f"{'identical' if e['losses_identical'] else 'DIFFER'}")
             for p in e["problems"]:
