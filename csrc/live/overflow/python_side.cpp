@@ -270,16 +270,26 @@ void judge_loss_scale(Session& session, double after) {
 
 void judge_optimizer_gradients(Session& session, const std::string& optimizer,
                                std::vector<std::string> bad, bool reduced) {
-  if (auto event = session.guard().judge_optimizer_gradients(optimizer, std::move(bad), reduced,
-                                                             session.hooks().codes.capture())) {
+  OverflowGuard::OptimizerLook look;
+  look.optimizer = optimizer;
+  look.bad = std::move(bad);
+  look.reduced = reduced;
+  if (auto event =
+          session.guard().judge_optimizer(std::move(look), session.hooks().codes.capture())) {
     handle_overflow_event(session, *event);
   }
 }
 
 void judge_optimizer_state(Session& session, const std::string& optimizer, const std::string& state,
                            const std::string& parameter, size_t more) {
-  if (auto event = session.guard().judge_optimizer_state({optimizer, state, parameter, more},
-                                                         session.hooks().codes.capture())) {
+  OverflowGuard::OptimizerLook look;
+  look.when = OverflowGuard::OptimizerLook::When::State;
+  look.optimizer = optimizer;
+  look.state = state;
+  look.parameter = parameter;
+  look.more = more;
+  if (auto event =
+          session.guard().judge_optimizer(std::move(look), session.hooks().codes.capture())) {
     handle_overflow_event(session, *event);
   }
 }
@@ -305,8 +315,12 @@ bool end_optimizer_step(Session& session) {
 
 void judge_optimizer_update(Session& session, const std::string& optimizer,
                             std::vector<std::string> bad) {
-  if (auto event = session.guard().judge_optimizer_update(optimizer, std::move(bad),
-                                                          session.hooks().codes.capture())) {
+  OverflowGuard::OptimizerLook look;
+  look.when = OverflowGuard::OptimizerLook::When::Update;
+  look.optimizer = optimizer;
+  look.bad = std::move(bad);
+  if (auto event =
+          session.guard().judge_optimizer(std::move(look), session.hooks().codes.capture())) {
     handle_overflow_event(session, *event);
   }
 }

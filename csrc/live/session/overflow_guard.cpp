@@ -266,61 +266,65 @@ OverflowFacts optimizer_step_facts(const GuardState& g, const SessionPaths& path
 
 }  // namespace
 
-std::optional<OverflowEvent> OverflowGuard::judge_optimizer_state(const OptimizerState& found,
-                                                                  const StackPtr& caller) {
+std::optional<OverflowEvent> OverflowGuard::judge_optimizer(OptimizerLook look,
+                                                            const StackPtr& caller) {
   if (!config_.watching()) return std::nullopt;
-  std::optional<OverflowEvent> event =
-      state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
-        if (!g.decisions) return std::nullopt;
-        std::optional<OverflowEvent> e = g.decisions->optimizer_state(
-            found.state, found.parameter, found.more,
-            [&] { return optimizer_step_facts(g, paths_, found.optimizer); });
-        if (e) g.flagged_unstored = true;  // written even when no call of the step was recorded
-        return e;
-      });
-  if (event) tell_source(caller, event->facts.finding.call, &*event);
-  return event;
-}
-
-std::optional<OverflowEvent> OverflowGuard::judge_optimizer_gradients(const std::string& optimizer,
-                                                                      std::vector<std::string> bad,
-                                                                      bool reduced,
-                                                                      const StackPtr& caller) {
-  if (!config_.watching() || bad.empty()) return std::nullopt;
-  std::optional<OverflowEvent> event =
-      state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
-        if (!g.decisions) return std::nullopt;
-        OverflowDecisions::GradientSource source;
-        source.reduced = reduced;
-        source.compiled = g.watch && g.watch->compiled_region_ran();
-        // Without a started model nothing says whether an earlier step left gradients.
-        source.earlier_step_left = g.models.empty() || g.models.earlier_step_left_gradients();
-        std::optional<OverflowEvent> e = g.decisions->optimizer_gradients(
-            std::move(bad), source, [&] { return optimizer_step_facts(g, paths_, optimizer); });
-        // Written even when no call of the step was recorded: the message names its folder.
-        if (e) g.flagged_unstored = true;
-        return e;
-      });
+  std::optional<OverflowEvent> event;
+  switch (look.when) {
+    case OptimizerLook::When::Gradients:
+      event = optimizer_gradients(look);
+      break;
+    case OptimizerLook::When::State:
+      event = optimizer_state(look);
+      break;
+    case OptimizerLook::When::Update:
+      event = optimizer_update(look);
+      break;
+  }
   // The program's line that called the optimizer's step.
   if (event) tell_source(caller, event->facts.finding.call, &*event);
   return event;
 }
 
-std::optional<OverflowEvent> OverflowGuard::judge_optimizer_update(const std::string& optimizer,
-                                                                   std::vector<std::string> bad,
-                                                                   const StackPtr& caller) {
-  if (!config_.watching() || bad.empty()) return std::nullopt;
-  std::optional<OverflowEvent> event =
-      state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
-        if (!g.decisions) return std::nullopt;
-        std::optional<OverflowEvent> e = g.decisions->optimizer_update(
-            std::move(bad), optimizer,
-            [&] { return optimizer_step_facts(g, paths_, optimizer, "after"); });
-        if (e) g.flagged_unstored = true;  // no call of the step names it
-        return e;
-      });
-  if (event) tell_source(caller, event->facts.finding.call, &*event);
-  return event;
+std::optional<OverflowEvent> OverflowGuard::optimizer_state(const OptimizerLook& look) {
+  return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
+    if (!g.decisions) return std::nullopt;
+    std::optional<OverflowEvent> e = g.decisions->optimizer_state(
+        look.state, look.parameter, look.more,
+        [&] { return optimizer_step_facts(g, paths_, look.optimizer); });
+    if (e) g.flagged_unstored = true;  // written even when no call of the step was recorded
+    return e;
+  });
+}
+
+std::optional<OverflowEvent> OverflowGuard::optimizer_gradients(OptimizerLook& look) {
+  if (look.bad.empty()) return std::nullopt;
+  return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
+    if (!g.decisions) return std::nullopt;
+    OverflowDecisions::GradientSource source;
+    source.reduced = look.reduced;
+    source.compiled = g.watch && g.watch->compiled_region_ran();
+    // Without a started model nothing says whether an earlier step left gradients.
+    source.earlier_step_left = g.models.empty() || g.models.earlier_step_left_gradients();
+    std::optional<OverflowEvent> e = g.decisions->optimizer_gradients(
+        std::move(look.bad), source,
+        [&] { return optimizer_step_facts(g, paths_, look.optimizer); });
+    // Written even when no call of the step was recorded: the message names its folder.
+    if (e) g.flagged_unstored = true;
+    return e;
+  });
+}
+
+std::optional<OverflowEvent> OverflowGuard::optimizer_update(OptimizerLook& look) {
+  if (look.bad.empty()) return std::nullopt;
+  return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
+    if (!g.decisions) return std::nullopt;
+    std::optional<OverflowEvent> e = g.decisions->optimizer_update(
+        std::move(look.bad), look.optimizer,
+        [&] { return optimizer_step_facts(g, paths_, look.optimizer, "after"); });
+    if (e) g.flagged_unstored = true;  // no call of the step names it
+    return e;
+  });
 }
 
 }  // namespace msprobe

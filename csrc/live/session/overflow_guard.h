@@ -113,25 +113,21 @@ class OverflowGuard {
   std::optional<OverflowEvent> judge_model_output(StoredCall&& call, const LiveTensors& live);
   // The autograd engine ended a backward pass with a backward op anomaly.
   std::optional<OverflowEvent> end_of_backward();
-  // Before an optimizer (named by its class) writes the gradients: `bad` names those that hold
-  // NaN/inf. `reduced`: under torch.distributed, where they were averaged across the ranks.
-  // `caller`: the program's stack, whose line a stop names.
-  std::optional<OverflowEvent> judge_optimizer_gradients(const std::string& optimizer,
-                                                         std::vector<std::string> bad, bool reduced,
-                                                         const StackPtr& caller);
-  // Before an optimizer writes the parameters: its `state` ("exp_avg_sq") of `parameter`, and
-  // `more` other state tensors, hold NaN/inf.
-  struct OptimizerState {
-    std::string optimizer, state, parameter;
+  // What the looks around an optimizer's step (named by its class) found: before it, gradients
+  // that hold NaN/inf (`bad`; `reduced`: averaged across the ranks under torch.distributed), or
+  // state that does (`state`, "exp_avg_sq", of `parameter`, and `more` other state tensors);
+  // after a step whose calls were not judged, what it wrote (`bad`: parameters and "<key> of
+  // <parameter>", finite before it). `caller`: the program's stack, whose line a stop names.
+  struct OptimizerLook {
+    enum class When { Gradients, State, Update };
+    When when = When::Gradients;
+    std::string optimizer;
+    std::vector<std::string> bad;
+    bool reduced = false;
+    std::string state, parameter;
     size_t more = 0;
   };
-  std::optional<OverflowEvent> judge_optimizer_state(const OptimizerState& found,
-                                                     const StackPtr& caller);
-  // After an optimizer's step whose calls were not judged: the parameters and state (`bad`) that
-  // hold NaN/inf now, finite before the step.
-  std::optional<OverflowEvent> judge_optimizer_update(const std::string& optimizer,
-                                                      std::vector<std::string> bad,
-                                                      const StackPtr& caller);
+  std::optional<OverflowEvent> judge_optimizer(OptimizerLook look, const StackPtr& caller);
   // The loss scaler scaled this step's loss, its scale `before` (at start() or scale());
   // judge_loss_scale(): its scale `after` now, at step(): a stop to raise, or nothing.
   void set_loss_scaled(double before);
@@ -152,6 +148,9 @@ class OverflowGuard {
   std::vector<HeadroomRecord> headroom_warned() const;
 
  private:
+  std::optional<OverflowEvent> optimizer_gradients(OptimizerLook& look);
+  std::optional<OverflowEvent> optimizer_state(const OptimizerLook& look);
+  std::optional<OverflowEvent> optimizer_update(OptimizerLook& look);
   // A stored call's finding as facts; its source line comes later.
   OverflowFacts facts_of(const GuardState& g, const StoredCall& call, const Verdict& v) const;
   // The finding's source line (the GIL is taken), into `event` and the step's report. Without the
