@@ -277,10 +277,7 @@ std::optional<OverflowEvent> OverflowDecisions::optimizer_state(const std::strin
                  (more ? " (and " + std::to_string(more) + " more state tensors)" : std::string()) +
                  " holds NaN/inf, written before this step (a checkpoint's optimizer state, or "
                  "an earlier update); stopped before the parameters take it";
-  e.notify = !step_overflow_;
-  if (e.notify) step_overflow_ = e.facts;
-  e.raise = options_.action == Action::Raise && options_.stops_on(Origin::Parameter);
-  return e;
+  return told_at_optimizer(std::move(e));
 }
 
 std::optional<OverflowEvent> OverflowDecisions::optimizer_update(std::vector<std::string> written,
@@ -299,9 +296,13 @@ std::optional<OverflowEvent> OverflowDecisions::optimizer_update(std::vector<std
                  ", whose gradients and state were finite before it: its own arithmetic made "
                  "them (eps, lr, weight decay?); its calls are looked at once after the step, "
                  "not one by one (docs/overflow-detection.md)";
+  return told_at_optimizer(std::move(e));
+}
+
+OverflowEvent OverflowDecisions::told_at_optimizer(OverflowEvent e) {
   e.notify = !step_overflow_;
   if (e.notify) step_overflow_ = e.facts;
-  e.raise = options_.action == Action::Raise && options_.stops_on(Origin::Op);
+  e.raise = options_.action == Action::Raise && options_.stops_on(*e.facts.origin);
   return e;
 }
 

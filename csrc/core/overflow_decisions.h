@@ -149,6 +149,9 @@ class OverflowDecisions {
 
  private:
   CallDecision on_caught(const Verdict& v);
+  // A finding at an optimizer's step (its facts' origin set): told if it is the step's first,
+  // raised as stop_on and action say.
+  OverflowEvent told_at_optimizer(OverflowEvent e);
   bool feeds_collective(const Finding& f) const;
   CallDecision on_fed_collective(const Verdict& v);
 

@@ -483,6 +483,37 @@ TEST_F(Decisions, OptimizerStateWithNanStopsNamingTheStateAndItsParameter) {
   EXPECT_TRUE(d.dump_step(false, false, 0).dump);
 }
 
+// Issue 47: what an optimizer's step wrote, its calls not judged one by one: origin op, the first
+// tensor named, raised as stop_on says; nothing when the step's origin was told already.
+TEST_F(Decisions, AnOptimizerUpdateThatWroteNanStopsAsAnOpNamingTheParameter) {
+  OverflowDecisions d(options);
+  EXPECT_FALSE(d.step_flagged());
+  const std::optional<OverflowEvent> e = d.optimizer_update(
+      {"fc1.weight", "exp_avg of fc1.weight"}, "AdamW", [] { return OverflowFacts{}; });
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->raise && e->notify);
+  EXPECT_TRUE(d.step_flagged());
+  EXPECT_EQ(e->facts.origin, Origin::Op);
+  EXPECT_EQ(e->facts.finding.scene, Scene::InputNormalOutputAnomaly);
+  EXPECT_EQ(e->facts.parameter, "fc1.weight");
+  EXPECT_NE(e->facts.note.find("AdamW.step wrote NaN/inf into fc1.weight and 1 more"),
+            std::string::npos)
+      << e->facts.note;
+  EXPECT_TRUE(d.dump_step(false, false, 0).dump);
+
+  OverflowDecisions told(options);
+  ASSERT_TRUE(told.optimizer_state("exp_avg_sq", "fc1.weight", 0, [] { return OverflowFacts{}; }));
+  EXPECT_FALSE(told.optimizer_update({"fc1.weight"}, "AdamW", [] { return OverflowFacts{}; }));
+
+  OverflowSection no_op = options;
+  no_op.stop_on = {Origin::Input};
+  OverflowDecisions quiet(no_op);
+  const auto kept = quiet.optimizer_update({"w"}, "SGD", [] { return OverflowFacts{}; });
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_FALSE(kept->raise);
+  EXPECT_TRUE(kept->notify);
+}
+
 // Issue 43: the "left by an earlier step" advice only where an earlier step left gradients.
 TEST_F(Decisions, TheEarlierStepNoteNeedsAnEarlierStepThatLeftGradients) {
   OverflowDecisions::GradientSource first;
