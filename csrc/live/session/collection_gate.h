@@ -11,18 +11,27 @@ namespace msprobe {
 class CollectionGate {
  public:
   void open(bool collect) {
-    optimizer_step() = false;
+    leave_optimizer_step(false);
     state_ = collect ? State::On : State::Off;
   }
   void close() {
-    optimizer_step() = false;
+    leave_optimizer_step(false);
     state_ = State::Off;
   }
   // Task overflow_check: the calls of an optimizer's step are left to one look at what the step
   // wrote (python_side.h, begin_optimizer_step); no forward hook of the thread that runs the step
   // records or judges them meanwhile. Another thread's forward goes on being judged.
-  void leave_optimizer_step(bool on) { optimizer_step() = on; }
-  bool leaving_optimizer_step() const { return optimizer_step(); }
+  void leave_optimizer_step(bool on) {
+    bool& mine = optimizer_step();
+    if (mine == on) return;
+    mine = on;
+    threads_leaving().fetch_add(on ? 1 : -1, std::memory_order_relaxed);
+  }
+  // The count first: every hooked call asks, and a thread-local read in a loaded library is a
+  // call (__tls_get_addr) that a step outside any optimizer need not pay.
+  bool leaving_optimizer_step() const {
+    return threads_leaving().load(std::memory_order_relaxed) != 0 && optimizer_step();
+  }
   // forward_backward_dump_end: the backward of the calls recorded so far is still collected, new
   // forward calls are not.
   void pause() {
@@ -47,10 +56,15 @@ class CollectionGate {
   enum class State : uint8_t { Off, On, BackwardOnly, ModuleDump };
   State load() const { return state_.load(std::memory_order_relaxed); }
   std::atomic<State> state_{State::Off};
-  // Per thread, and one session is current at a time: a static thread_local is enough.
+  // Per thread, and one session is current at a time: static, with the count of threads that
+  // have it set, kept together by leave_optimizer_step().
   static bool& optimizer_step() {
     static thread_local bool inside = false;
     return inside;
+  }
+  static std::atomic<int>& threads_leaving() {
+    static std::atomic<int> count{0};
+    return count;
   }
 };
 
