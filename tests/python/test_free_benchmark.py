@@ -794,7 +794,10 @@ def test_two_ranks_append_to_one_file_as_msprobes_do(tmp_path_factory, ranks):
     ours = peer_run(tmp_path_factory, "ours", "calls", "bit_noise", top=top, world=2)
     theirs = peer_run(tmp_path_factory, "msprobe", "calls", "bit_noise", top=top, world=2)
     a, b = csv_rows(ours.out / "dump"), csv_rows(theirs.out / "dump")
-    assert sorted(a) == sorted(b)  # the ranks' rows interleave as they come
+    # The ranks' rows interleave as they come. msprobe's own appends race when both ranks create
+    # the file at once, and it has lost a row there (seen in CI); ours keep every row (one header,
+    # one O_APPEND write a row: tests/cpp/test_output_files.cpp), so msprobe's rows are among ours.
+    assert set(b) <= set(a) and len(b) >= len(a) - 2, (sorted(set(a) - set(b)), sorted(set(b) - set(a)))
     one = csv_rows(peer_run(tmp_path_factory, "ours", "calls", "bit_noise").out / "dump")
     for r in ranks or [0, 1]:
         assert [row for row in a if row.startswith(f"{r},")] == [f"{r}," + row.split(",", 1)[1] for row in one]
