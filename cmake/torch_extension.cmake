@@ -25,11 +25,20 @@ target_include_directories(msprobe_extension SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS
 target_compile_definitions(msprobe_extension PRIVATE
   TORCH_EXTENSION_NAME=_C TORCH_API_INCLUDE_EXTENSION_H
   _GLIBCXX_USE_CXX11_ABI=${TORCH_CXX11_ABI}
-  PYBIND11_COMPILER_TYPE="${TORCH_PYBIND11_COMPILER_TYPE}"
-  PYBIND11_STDLIB="${TORCH_PYBIND11_STDLIB}"
-  PYBIND11_BUILD_ABI="${TORCH_PYBIND11_BUILD_ABI}"
   MSPROBE_VERSION="${PROJECT_VERSION}"
   MSPROBE_TORCH_VERSION="${TORCH_VERSION}" MSPROBE_TORCH_INIT_FILE="${TORCH_INIT_FILE}")
+# pybind11 keeps its type registry under a key made of its internals version and the platform's
+# ABI; _C must use torch's key, or torch's tensors and types are foreign to it. Set as torch's own
+# cpp_extension does: a part torch states (torch._C._PYBIND11_*, up to 2.13) is passed; a part it
+# no longer states (2.14 on, with pybind11 3's headers) is left to those headers, which derive it
+# from the compiler as they did for torch. An empty value would make another key
+# (tests/python/test_pybind11_key.py compares the two).
+foreach(part COMPILER_TYPE STDLIB BUILD_ABI)
+  if(NOT TORCH_PYBIND11_${part} STREQUAL "")
+    target_compile_definitions(msprobe_extension PRIVATE
+                               PYBIND11_${part}="${TORCH_PYBIND11_${part}}")
+  endif()
+endforeach()
 # torch's headers cost 6-8 s of parsing in every translation unit that includes them, most of the
 # build: the files are compiled in unity batches. A developer's build keeps batches of five, so an
 # edit recompiles five files; a one-shot build (setup.py: pip install) asks for as many batches as

@@ -56,47 +56,66 @@ build() {
   cmake --build "$BUILD" --parallel "$(nproc)" "${targets[@]}"
 }
 
-# The second torch: PyTorch 2.x (requirements-torch2.txt, test-only) in a venv of its own
-# (no system site packages), the extension built against it by the same CMake project into
-# $TORCH2_DIR/pkg/msprobe_cpp beside a copy of the package's Python files.
+# The other torches: PyTorch 2.x from PyPI (test-only, pinned), each in a venv of its own (no
+# system site packages), the extension built against it by the same CMake project into
+# <dir>/pkg/msprobe_cpp beside a copy of the package's Python files.
+#   build-torch2:   requirements-torch2.txt, the newest torch on the machines' disk: the whole suite
+#   build-torch213: requirements-torch213.txt, torch 2.13.0 (the last before C++20): the fast tier
 TORCH2_DIR="${MSPROBE_TORCH2_DIR:-$ROOT/build-torch2}"
 TORCH2_VENV="$TORCH2_DIR/venv"
 TORCH2_PKG="$TORCH2_DIR/pkg"
+TORCH213_DIR="${MSPROBE_TORCH213_DIR:-$ROOT/build-torch213}"
 
-torch2_env() {
-  # Made once; made again only when the pinned requirements change.
-  local req="$ROOT/requirements-torch2.txt"
-  if cmp -s "$req" "$TORCH2_VENV/requirements-torch2.txt"; then return 0; fi
-  echo "== making the torch 2 venv in $TORCH2_VENV ($(grep -c '==' "$req") pinned packages)"
-  rm -rf "$TORCH2_VENV"
-  "$PYTHON" -m venv "$TORCH2_VENV"
-  "$TORCH2_VENV/bin/pip" install -q -r "$req"
+torch_venv() {
+  # torch_venv DIR REQUIREMENTS: made once; made again only when the pinned requirements change.
+  # Lines marked `# no-build-isolation` (an sdist whose setup imports torch) go in after the
+  # others, built against the venv's torch.
+  local dir="$1" req="$2"
+  local venv="$dir/venv" stamp="$dir/venv/$(basename "$2")"
+  if cmp -s "$req" "$stamp"; then return 0; fi
+  echo "== making the venv $venv ($(grep -c '==' "$req") pinned packages, $(basename "$req"))"
+  rm -rf "$venv"
+  "$PYTHON" -m venv "$venv"
+  "$venv/bin/pip" install -q -r <(grep -v 'no-build-isolation' "$req")
+  local late
+  late="$(sed -n 's/^\([^#]*==[^ #]*\).*# no-build-isolation.*/\1/p' "$req")"
+  if [ -n "$late" ]; then
+    # shellcheck disable=SC2086 - one pinned name==version per word
+    DS_BUILD_OPS=0 "$venv/bin/pip" install -q --no-build-isolation --no-deps $late
+  fi
   # A test package that asked for another torch would have pulled a multi-GB CUDA build.
   local pinned torch_now
   pinned="$(sed -n 's/^torch==//p' "$req")"
-  torch_now="$("$TORCH2_VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')"
+  torch_now="$("$venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')"
   if [ "$torch_now" != "$pinned" ]; then
-    echo "requirements-torch2.txt: the venv's torch is $torch_now, not the pinned $pinned" >&2
+    echo "$(basename "$req"): the venv's torch is $torch_now, not the pinned $pinned" >&2
     return 1
   fi
-  cp "$req" "$TORCH2_VENV/requirements-torch2.txt"
+  cp "$req" "$stamp"
 }
 
-torch2_build() {
-  echo "== building the extension against $("$TORCH2_VENV/bin/python" -c 'import torch; print("torch", torch.__version__)') in $TORCH2_DIR/cmake"
+torch_venv_build() {
+  # torch_venv_build DIR: the extension against DIR/venv's torch, into DIR/pkg.
+  local dir="$1"
+  local venv="$dir/venv" pkg="$dir/pkg"
+  echo "== building the extension against $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)') in $dir/cmake"
   local generator=()
-  [ -f "$TORCH2_DIR/cmake/CMakeCache.txt" ] || generator=(-G Ninja)
-  mkdir -p "$TORCH2_DIR/cmake" "$TORCH2_PKG/msprobe_cpp"
-  cmake -S "$ROOT" -B "$TORCH2_DIR/cmake" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DPython3_EXECUTABLE="$TORCH2_VENV/bin/python" -DMSPROBE_BUILD_TESTS=OFF \
+  [ -f "$dir/cmake/CMakeCache.txt" ] || generator=(-G Ninja)
+  mkdir -p "$dir/cmake" "$pkg/msprobe_cpp"
+  cmake -S "$ROOT" -B "$dir/cmake" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DPython3_EXECUTABLE="$venv/bin/python" -DMSPROBE_BUILD_TESTS=OFF \
     -DMSPROBE_WERROR="${MSPROBE_WERROR:-OFF}" \
-    -DMSPROBE_EXTENSION_OUTPUT_DIR="$TORCH2_PKG/msprobe_cpp" >"$TORCH2_DIR/configure.log" 2>&1 || {
-    cat "$TORCH2_DIR/configure.log" >&2
+    -DMSPROBE_EXTENSION_OUTPUT_DIR="$pkg/msprobe_cpp" >"$dir/configure.log" 2>&1 || {
+    cat "$dir/configure.log" >&2
     return 1
   }
-  cmake --build "$TORCH2_DIR/cmake" --parallel "$(nproc)" --target msprobe_extension
+  cmake --build "$dir/cmake" --parallel "$(nproc)" --target msprobe_extension
   # The package's Python files beside that extension (copies: the source tree's own _C is 1.13's).
-  rm -f "$TORCH2_PKG/msprobe_cpp/_built_for.py"  # what builds before issue 44 wrote
-  cp -u "$ROOT"/python/msprobe_cpp/*.py "$TORCH2_PKG/msprobe_cpp/"
-  cp -u "$ROOT"/python/*.py "$TORCH2_PKG/"  # msprobe_cpp_cli.py, the console command
+  rm -f "$pkg/msprobe_cpp/_built_for.py"  # what builds before issue 44 wrote
+  cp -u "$ROOT"/python/msprobe_cpp/*.py "$pkg/msprobe_cpp/"
+  cp -u "$ROOT"/python/*.py "$pkg/"  # msprobe_cpp_cli.py, the console command
 }
+
+# The names the benches and older scripts use: the newest torch's venv.
+torch2_env() { torch_venv "$TORCH2_DIR" "$ROOT/requirements-torch2.txt"; }
+torch2_build() { torch_venv_build "$TORCH2_DIR"; }

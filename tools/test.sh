@@ -31,11 +31,21 @@ PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" MSPROBE_CPP_BIN="$BUILD/bin
   MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
   "$PYTHON" -m pytest tests/python -q -p no:cacheprovider "${tier[@]}"
 
-# The same suite on PyTorch 2.x (MSPROBE_SKIP_TORCH2=1 leaves it out, for a quick local run).
+# The same suite on the newest PyTorch 2.x, and the fast tier on 2.13 (MSPROBE_SKIP_TORCH2=1 leaves
+# both out, for a quick local run).
 [ "${MSPROBE_SKIP_TORCH2:-0}" = 1 ] && exit 0
+torch_pytest() {
+  # torch_pytest DIR [pytest arguments]: the suite against DIR/venv's torch and DIR/pkg's build.
+  local dir="$1"
+  shift
+  echo "== pytest $* on $("$dir/venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"
+  MSPROBE_CPP_PACKAGE_ROOT="$dir/pkg" PYTHONPATH="$dir/pkg" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
+    MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
+    "$dir/venv/bin/python" -m pytest tests/python -q -p no:cacheprovider "$@"
+}
 torch2_env
 MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" torch2_build
-echo "== pytest${tier:+ (the fast tier)} on $("$TORCH2_VENV/bin/python" -c 'import torch; print("torch", torch.__version__)')"
-MSPROBE_CPP_PACKAGE_ROOT="$TORCH2_PKG" PYTHONPATH="$TORCH2_PKG" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
-  MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
-  "$TORCH2_VENV/bin/python" -m pytest tests/python -q -p no:cacheprovider "${tier[@]}"
+torch_pytest "$TORCH2_DIR" "${tier[@]}"
+torch_venv "$TORCH213_DIR" "$ROOT/requirements-torch213.txt"
+MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" torch_venv_build "$TORCH213_DIR"
+torch_pytest "$TORCH213_DIR" -m "not slow"

@@ -23,22 +23,25 @@ std::string python_float(double x) {
   const int decpt = exponent + 1;  // value = 0.<digits> * 10^decpt
   std::string out = negative ? "-" : "";
   if (decpt > -4 && decpt <= 16) {
+    // Appends, not `"." + text`: GCC 12 under C++20 warns (-Wrestrict) inside libstdc++'s
+    // operator+ for a literal and a string.
     if (decpt <= 0) {
-      out += "0." + std::string(static_cast<size_t>(-decpt), '0') + digits;
+      out.append("0.").append(static_cast<size_t>(-decpt), '0').append(digits);
     } else if (static_cast<size_t>(decpt) >= digits.size()) {
-      out += digits + std::string(static_cast<size_t>(decpt) - digits.size(), '0') + ".0";
+      out.append(digits).append(static_cast<size_t>(decpt) - digits.size(), '0').append(".0");
     } else {
-      out += digits.substr(0, static_cast<size_t>(decpt)) + "." +
-             digits.substr(static_cast<size_t>(decpt));
+      const size_t point = static_cast<size_t>(decpt);
+      out.append(digits, 0, point).append(1, '.').append(digits, point, std::string::npos);
     }
     return out;
   }
-  out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
+  out.append(digits, 0, 1);
+  if (digits.size() > 1) out.append(1, '.').append(digits, 1, std::string::npos);
   const int shown = decpt - 1;
-  std::string exp_digits = std::to_string(std::abs(shown));
-  if (exp_digits.size() < 2) exp_digits = "0" + exp_digits;
-  return out + "e" + (shown < 0 ? "-" : "+") + exp_digits;
+  const std::string exp_digits = std::to_string(std::abs(shown));
+  out.append(1, 'e').append(1, shown < 0 ? '-' : '+');
+  if (exp_digits.size() < 2) out.append(1, '0');
+  return out.append(exp_digits);
 }
 
 std::string python_int_list(const std::vector<int64_t>& values) {

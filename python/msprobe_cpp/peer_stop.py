@@ -2,8 +2,9 @@
 
 The rank that stops publishes its stop on torch.distributed's own store (the one
 init_process_group made) before it raises, and waits up to a few seconds until every other rank
-has taken it in. Each rank has a thread that looks for it five times a second (a counter read,
-which never times out; no store operation per step while nothing is wrong). A rank in the
+has taken it in. Each rank has a thread blocked in one store wait on a key of its own, which the
+stopping rank sets for every rank after the stop's facts (StopChannel): while nothing is wrong a
+rank makes no store request at all, whatever the number of ranks. A rank in the
 stopping rank's step (or past it) has its records of the step written by that thread at once,
 and its line printed, before it says it has seen the stop: so the evidence is on disk before
 the stopping process ends and gloo's "Connection closed by peer" reaches a rank blocked in DDP's
@@ -38,11 +39,12 @@ from .patches import Patches
 KEY = "stop"
 SEEN = "stop_seen"
 PUBLISHED = "stop_published"  # a counter: add(0) reads it without a wait
+WAKE = "wake/"  # + a rank: the key that rank's watcher waits on
 ACK_WAIT_S = 5.0
-# How often the watcher looks for the key. A look (add(PUBLISHED, 0): torch 1.13's TCPStore has
-# no check()) is one store round trip that never times out: a blocking wait that times out and is renewed makes torch 2.x's c10d log two
-# warnings per period on every rank (issue 32). Closing wakes the watcher at once.
-WAIT_PERIOD_S = 0.2
+# How long one blocking wait lasts before it is renewed: a wait that times out makes torch 2.x's
+# c10d log two warnings (issue 32), so it is renewed once a day, not every few seconds. Closing
+# sets the rank's own key, which ends the wait at once.
+WAIT_PERIOD = timedelta(hours=24)
 _active: Optional["PeerStop"] = None
 # What a collective that failed because a peer left says (gloo's closed connection, NCCL's abort,
 # a store that went away): only such a failure waits for a peer's stop to explain it.
@@ -114,20 +116,83 @@ def create(session: Any, patches: Patches) -> Optional["PeerStop"]:
         return None
 
 
+class StopChannel:
+    """The store half of the coordinated stop, for one rank of a run: its keys, the publishing and
+    the waiting. Rank r's watcher blocks in one wait on `wake/r`; the stopping rank sets the stop's
+    facts, then the published counter, then every rank's wake key (one multi_set where the store
+    has it). Idle cost: nothing (one renewed wait a day); a stop costs the publisher 3 requests
+    and one wake key per rank, and each rank 3 requests (docs/debugger.md, the cost model).
+    bench/stop_protocol.py runs it for thousands of simulated ranks against one TCPStore."""
+
+    def __init__(self, host: str, port: int, rank: int, world: int, prefix: str,
+                 timeout: timedelta = timedelta(seconds=10)) -> None:
+        # Connections of our own: a TCPStore client serves one request at a time, and the watch
+        # connection's wait would hold the process group's (or our main thread's) as long as it waits.
+        self.store = dist.TCPStore(host, port, is_master=False, timeout=timeout)
+        self.watch_store = dist.TCPStore(host, port, is_master=False, timeout=WAIT_PERIOD)
+        self.rank, self.world = rank, world
+        self.key, self.seen_key, self.published_key = prefix + KEY, prefix + SEEN, prefix + PUBLISHED
+        self.claim_key = prefix + "stop_claimed"
+        self._wake_prefix = prefix + WAKE
+
+    def wake_key(self, rank: int) -> str:
+        return f"{self._wake_prefix}{rank}"
+
+    def publish(self, facts: Dict[str, Any]) -> None:
+        """The facts first, then the counter, then the wakes: a woken watcher finds both."""
+        self.store.set(self.key, json.dumps(facts))
+        self.store.add(self.published_key, 1)
+        keys = [self.wake_key(r) for r in range(self.world)]
+        multi_set = getattr(self.store, "multi_set", None)  # torch >= 2.3: one request
+        if multi_set is not None:
+            multi_set(keys, ["1"] * len(keys))
+        else:
+            for key in keys:
+                self.store.set(key, "1")
+
+    def wait_for_stop(self, closing: threading.Event) -> Optional[Dict[str, Any]]:
+        """Blocks until a stop is published (its facts), or `closing` is set (None). A store that
+        went away raises."""
+        store, wake = self.watch_store, self.wake_key(self.rank)
+        while not closing.is_set():
+            began = time.monotonic()
+            try:
+                store.wait([wake], WAIT_PERIOD)
+            except Exception:  # noqa: BLE001 - a renewal, or the store gone (raised on)
+                if time.monotonic() - began < WAIT_PERIOD.total_seconds() - 1.0:
+                    raise
+                continue
+            if closing.is_set():
+                return None
+            if store.add(self.published_key, 0) > 0:
+                return json.loads(store.get(self.key))
+            # Woken with no stop: the key an earlier coordinator of this rank set at its close (a
+            # debugger replaced). Gone, then looked at again: a stop published in between had set
+            # the key before it was deleted, and its counter says so.
+            store.delete_key(wake)
+            if store.add(self.published_key, 0) > 0:
+                return json.loads(store.get(self.key))
+        return None
+
+    def wake_own_watcher(self) -> None:
+        """Ends this rank's wait (closing)."""
+        self.store.set(self.wake_key(self.rank), "closing")
+
+    def forget_own_wake(self) -> None:
+        """After the watcher ended: the next coordinator of this rank starts without a wake."""
+        self.store.delete_key(self.wake_key(self.rank))
+
+
 class PeerStop:
     def __init__(self, session: Any, patches: Patches, host: str, port: int) -> None:
         global _active
         self._session = session
         self._patches = patches
-        # Connections of our own: a TCPStore client serves one request at a time, and the watcher's
-        # wait would hold the process group's (or our main thread's) for as long as it waits.
-        self._store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=10))
-        self._watch_store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(hours=1))
         self._rank = dist.get_rank()
         self._world = dist.get_world_size()
         prefix = key_prefix()
-        self._key, self._seen_key, self._published_key = prefix + KEY, prefix + SEEN, prefix + PUBLISHED
-        self._claim_key = prefix + "stop_claimed"
+        self._channel: Optional[StopChannel] = StopChannel(host, port, self._rank, self._world, prefix)
+        self._store = self._channel.store
         self._in_prefix = prefix + "in/"
         self.peer: Optional[Dict[str, Any]] = None  # the stopping rank's facts, once seen
         self._seen = threading.Event()
@@ -154,7 +219,15 @@ class PeerStop:
             self._patches.remove(["peer"])
         self._closing.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(WAIT_PERIOD_S + 1.0)
+            channel = self._channel
+            try:
+                if channel is not None:
+                    channel.wake_own_watcher()
+                self._thread.join(1.0)
+                if channel is not None and not self._thread.is_alive():
+                    channel.forget_own_wake()
+            except Exception:  # noqa: BLE001 - the store is gone: so is the watcher's wait
+                self._thread.join(1.0)
         # Our store connections go now, not in the interpreter's final collection: once the store's
         # host has left, a rank spent seconds there (issue 32: exits no slower than without us).
         self._drop_store()
@@ -175,12 +248,12 @@ class PeerStop:
             # rank that fed it, which stops at that collective too (going into one is damage).
             if overflow.origin == "peer" and self._someone_published():
                 return
-            if self._store.add(self._claim_key, 1) > 1:
+            channel = self._channel
+            if channel is None or channel.store.add(channel.claim_key, 1) > 1:
                 return  # two ranks stopped at once: the first to claim is the run's stop
-            self._store.set(self._key, json.dumps(facts))
-            self._store.add(self._published_key, 1)  # what the watchers look at
+            channel.publish(facts)
             deadline = time.monotonic() + ACK_WAIT_S
-            while self._store.add(self._seen_key, 0) < self._world - 1 and time.monotonic() < deadline:
+            while channel.store.add(channel.seen_key, 0) < self._world - 1 and time.monotonic() < deadline:
                 time.sleep(0.01)
         except Exception:  # noqa: BLE001 - a broken store must not hide this rank's own stop
             pass
@@ -188,7 +261,7 @@ class PeerStop:
     def _someone_published(self) -> bool:
         """Whether another rank's stop is, or within a few seconds is, published."""
         deadline = time.monotonic() + ACK_WAIT_S
-        while self._store.add(self._published_key, 0) == 0:
+        while self._channel is not None and self._store.add(self._channel.published_key, 0) == 0:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.01)
@@ -226,30 +299,30 @@ class PeerStop:
     # --- the other ranks ---
 
     def _watch(self) -> None:
-        while not self._closing.is_set():
-            try:
-                if self._watch_store.add(self._published_key, 0) == 0:
-                    self._closing.wait(WAIT_PERIOD_S)
-                    continue  # no stop yet: look again, unless closing
-                facts = json.loads(self._watch_store.get(self._key))
-            except Exception:  # noqa: BLE001
-                self._store_gone.set()
-                self._drop_store()
-                return  # the store is gone: the run ended
-            if facts.get("rank") != self._rank:
-                self.peer = facts
-                self._session.set_peer_stopped()
-                # A rank that stopped itself has its evidence on disk already: its step ended,
-                # and a write now would be an empty next step.
-                if self._stopped_here is None and self._session.current_step >= int(facts["step"]):
-                    self._write_evidence()  # before the stopping rank may leave
-                try:
-                    self._watch_store.add(self._seen_key, 1)
-                except Exception:  # noqa: BLE001
-                    pass
-                _abort_nccl()
-            self._seen.set()
+        channel = self._channel
+        if channel is None:
             return
+        try:
+            facts = channel.wait_for_stop(self._closing)
+        except Exception:  # noqa: BLE001
+            self._store_gone.set()
+            self._drop_store()
+            return  # the store is gone: the run ended
+        if facts is None:
+            return  # closing
+        if facts.get("rank") != self._rank:
+            self.peer = facts
+            self._session.set_peer_stopped()
+            # A rank that stopped itself has its evidence on disk already: its step ended,
+            # and a write now would be an empty next step.
+            if self._stopped_here is None and self._session.current_step >= int(facts["step"]):
+                self._write_evidence()  # before the stopping rank may leave
+            try:
+                channel.watch_store.add(channel.seen_key, 1)
+            except Exception:  # noqa: BLE001
+                pass
+            _abort_nccl()
+        self._seen.set()
 
     def _write_evidence(self) -> str:
         """This rank's records of its step, written as a peer stop, and its line: once."""
@@ -302,7 +375,7 @@ class PeerStop:
 
     def _published(self) -> bool:
         try:
-            return self._store.add(self._published_key, 0) > 0
+            return self._channel is not None and self._store.add(self._channel.published_key, 0) > 0
         except Exception:  # noqa: BLE001 - the store is gone: no stop can be read any more
             self._store_gone.set()
             self._drop_store()
@@ -313,7 +386,7 @@ class PeerStop:
         thread that spins on the closed socket until the client is destroyed, a core each, which
         slowed the exit of every surviving rank (issue 42)."""
         self._store = None
-        self._watch_store = None
+        self._channel = None
 
     def raise_now(self, gradients: Optional[list] = None) -> None:
         peer = self.peer

@@ -27,13 +27,13 @@ py::object map_tensors(
     py::list items;
     for (const py::handle item : obj) items.append(map_tensors(item, change));
     if (py::isinstance<py::tuple>(obj)) return py::tuple(items);
-    return std::move(items);
+    return py::object(std::move(items));
   }
   if (py::isinstance<py::dict>(obj)) {
     py::dict out;
     for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(obj))
       out[key] = map_tensors(value, change);
-    return std::move(out);
+    return py::object(std::move(out));
   }
   return py::reinterpret_borrow<py::object>(obj);
 }

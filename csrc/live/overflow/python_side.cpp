@@ -30,7 +30,7 @@ py::object attr_value(const FactValue& v) {
     case FactValue::Kind::List: {
       py::list items;
       for (const FactValue& item : v.items) items.append(attr_value(item));
-      return std::move(items);
+      return py::object(std::move(items));
     }
     case FactValue::Kind::Record:
       return attr_dict(v.record);
