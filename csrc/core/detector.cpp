@@ -101,6 +101,21 @@ bool ignores_first_arg_values(const std::string& call_name) {
   return !is_backward_name(call_name) && kApis.count(torch_api_name(call_name)) > 0;
 }
 
+bool makes_view_of_first_arg(const std::string& call_name) {
+  static const std::unordered_set<std::string> kApis = {
+      "tensor.narrow",     "torch.narrow",      "tensor.view",        "tensor.view_as",
+      "tensor.select",     "torch.select",      "tensor.as_strided",  "torch.as_strided",
+      "tensor.__getitem__", "tensor.unfold",    "tensor.expand",      "tensor.expand_as",
+      "tensor.split",      "torch.split",       "tensor.chunk",       "torch.chunk",
+      "tensor.unbind",     "torch.unbind",      "tensor.diagonal",    "torch.diagonal",
+      "tensor.transpose",  "torch.transpose",   "tensor.t",           "torch.t",
+      "tensor.permute",    "torch.permute",     "tensor.squeeze",     "torch.squeeze",
+      "tensor.unsqueeze",  "torch.unsqueeze",   "tensor.movedim",     "torch.movedim",
+      "tensor.split_with_sizes", "torch.split_with_sizes", "tensor.unflatten", "torch.unflatten",
+  };
+  return !is_backward_name(call_name) && kApis.count(torch_api_name(call_name)) > 0;
+}
+
 std::optional<Scene> Detector::match_scene(const CallRecord& rec, bool input_anomaly,
                                            bool output_anomaly) const {
   if (!input_anomaly && output_anomaly) return Scene::InputNormalOutputAnomaly;

@@ -53,6 +53,11 @@ std::optional<std::pair<double, double>> mutation_norms(const CallRecord& rec);
 // NaN/inf it held before (uninitialised memory, a skipped step's gradients) is not the call's.
 bool ignores_first_arg_values(const std::string& call_name);
 
+// Whether forward call `call_name` returns a view of its first argument (`narrow`, `view`,
+// `select`, `as_strided`, `__getitem__`, ...): it reads none of its values, so the statistics of
+// that argument may be left unread where it is larger than a view needs (issue 52).
+bool makes_view_of_first_arg(const std::string& call_name);
+
 struct DetectorOptions {
   double mutation_threshold = kDefaultMutationThreshold;
   // msprobe 1.1.1's exact verdicts: non-finite scalar values do not count, and backward calls do

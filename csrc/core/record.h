@@ -137,6 +137,11 @@ struct Entry {
   // the buffer a collective writes before it writes it. Written to files as it is; never an
   // anomaly. Never written to a file.
   bool unwritten = false;
+  // The tensor a view call took a view of (narrow, view, select, ...), larger than such a call
+  // reads (live/capture/tensor_entry.h, EntryOptions::read_limit): its statistics are null unless
+  // the view held NaN/inf, and it is never copied as a flagged call's evidence. Never written to
+  // a file.
+  bool view_base = false;
   // Statistics still on the device (batched sync): the slot they will come back in; -1 when the
   // fields below are final. Never written to a file.
   int32_t pending_stats = -1;

@@ -185,6 +185,20 @@ TEST(FirstArgValues, WritersAndTemplatesIgnoreThem) {
   }
 }
 
+TEST(FirstArgValues, ViewCallsAreKnownByTheirApi) {
+  for (const char* name : {"Tensor.narrow.0.forward", "Torch.narrow.2.forward",
+                           "Tensor.view.1.forward", "Tensor.__getitem__.0.forward",
+                           "Tensor.as_strided.0.forward", "Torch.select.0.forward",
+                           "Tensor.chunk.4.forward", "Tensor.transpose.0.forward"}) {
+    EXPECT_TRUE(makes_view_of_first_arg(name)) << name;
+  }
+  for (const char* name : {"Tensor.narrow.0.backward", "Tensor.reshape.0.forward",
+                           "Tensor.contiguous.0.forward", "Torch.cat.0.forward",
+                           "Tensor.narrow_copy.0.forward", "Functional.linear.0.forward"}) {
+    EXPECT_FALSE(makes_view_of_first_arg(name)) << name;
+  }
+}
+
 TEST(FirstArgValues, ZeroingAStaleGradientIsNoFinding) {
   Detector d(RuleSet::shipped(), DetectorOptions{kDefaultMutationThreshold, false});
   EXPECT_FALSE(d.judge(record(fwd("Tensor.zero_.0.forward", inf_t(), clean()))));

@@ -72,6 +72,15 @@ Entry tensor_entry_unguarded(const at::Tensor& t, const EntryOptions& options,
                              const std::string& stem) {
   StatsCache* cache =
       options.cache && t.defined() && StatsCache::cacheable(t) ? options.cache : nullptr;
+  // Not from the cache either: the base's NaN/inf, cached from another call, is no event of a
+  // view call, and would make every view of that base a finding.
+  if (options.read_limit > 0 && !options.saver && t.numel() > options.read_limit &&
+      t.device().is_cpu()) {
+    Entry e = tensor_layout_entry(t);
+    e.max = e.min = e.mean = e.norm = Scalar::null();
+    e.view_base = true;
+    return e;
+  }
   std::optional<DataStats> cached;
   if (cache) cached = cache->find(t);
   Entry e = cached ? tensor_layout_entry(t) : tensor_stats_entry(t, options.pending);

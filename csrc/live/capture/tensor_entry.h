@@ -23,6 +23,10 @@ struct EntryOptions {
   // Device statistics left on the device until a batch is read back (tasks statistics and
   // overflow_check); null where the bytes are needed on the host anyway (md5, tensor).
   PendingStats* pending = nullptr;
+  // > 0: a host tensor of more elements is not read, nor its cached statistics taken; its entry
+  // has its layout, null statistics and `view_base`. Set for the tensor a view call takes a view
+  // of (a 500-million-element bucket narrowed per parameter), never when saving tensors.
+  int64_t read_limit = 0;
 
   // The stems below, or empty when nothing is saved: then no call pays for them.
   std::string stem(const std::string& call, const char* side) const;

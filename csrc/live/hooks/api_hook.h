@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/detector.h"
 #include "live/hooks/collectives.h"
 
 namespace msprobe {
@@ -26,7 +27,10 @@ struct StoredCall;
 class ApiHook {
  public:
   ApiHook(std::string api, pybind11::object original)
-      : api_(std::move(api)), original_(std::move(original)), written_(written_argument(api_)) {}
+      : api_(std::move(api)),
+        original_(std::move(original)),
+        written_(written_argument(api_)),
+        view_of_first_arg_(makes_view_of_first_arg(api_ + ".0.forward")) {}
 
   // `args`: the call's tuple; `kwargs`: its dict, or null when it has none.
   pybind11::object call(PyObject* args, PyObject* kwargs);
@@ -48,6 +52,9 @@ class ApiHook {
   std::string api_;  // "Functional.linear"
   pybind11::object original_;
   WrittenArgument written_;         // in-place collectives: the argument that holds the result
+  // narrow, view, select, ...: its first argument is read no further than its view needs (a
+  // view's statistics are the view's elements, whatever the size of the tensor it is taken of).
+  bool view_of_first_arg_;
   std::atomic<uint64_t> epoch_{0};  // Session::epoch() the count belongs to
   std::atomic<int64_t> count_{0};
   std::mutex reset_mu_;
