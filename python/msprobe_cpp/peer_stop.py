@@ -119,15 +119,20 @@ def create(session: Any, patches: Patches) -> Optional["PeerStop"]:
 class StopChannel:
     """The store half of the coordinated stop, for one rank of a run: its keys, the publishing and
     the waiting. Rank r's watcher blocks in one wait on `wake/r`; the stopping rank sets the stop's
-    facts, then the published counter, then every rank's wake key (one multi_set where the store
-    has it). Idle cost: nothing (one renewed wait a day); a stop costs the publisher 3 requests
-    and one wake key per rank, and each rank 3 requests (docs/debugger.md, the cost model).
-    bench/stop_protocol.py runs it for thousands of simulated ranks against one TCPStore."""
+    facts and the published counter, then every rank's wake key to the facts (one multi_set where
+    the store has it). Idle cost: no request (one renewed wait a day), two connections; a stop
+    costs the publisher 3 requests, and each other rank 2 (the facts, its acknowledgement).
+    docs/debugger.md has the cost model; bench/stop_protocol.py runs it for thousands of simulated
+    ranks against one TCPStore."""
+
+    CLOSING = b"closing"
 
     def __init__(self, host: str, port: int, rank: int, world: int, prefix: str,
                  timeout: timedelta = timedelta(seconds=10)) -> None:
         # Connections of our own: a TCPStore client serves one request at a time, and the watch
-        # connection's wait would hold the process group's (or our main thread's) as long as it waits.
+        # connection's wait would hold the process group's (or our main thread's) as long as it
+        # waits. Both are made now: a connection made at exit, when the store's host may be
+        # leaving, waits out its timeout and makes c10d print.
         self.store = dist.TCPStore(host, port, is_master=False, timeout=timeout)
         self.watch_store = dist.TCPStore(host, port, is_master=False, timeout=WAIT_PERIOD)
         self.rank, self.world = rank, world
@@ -139,16 +144,18 @@ class StopChannel:
         return f"{self._wake_prefix}{rank}"
 
     def publish(self, facts: Dict[str, Any]) -> None:
-        """The facts first, then the counter, then the wakes: a woken watcher finds both."""
-        self.store.set(self.key, json.dumps(facts))
-        self.store.add(self.published_key, 1)
+        """The facts and the counter first, then the wakes, each holding the facts."""
+        text = json.dumps(facts)
+        store = self.store
+        store.set(self.key, text)
+        store.add(self.published_key, 1)
         keys = [self.wake_key(r) for r in range(self.world)]
-        multi_set = getattr(self.store, "multi_set", None)  # torch >= 2.3: one request
+        multi_set = getattr(store, "multi_set", None)  # torch >= 2.3: one request
         if multi_set is not None:
-            multi_set(keys, ["1"] * len(keys))
+            multi_set(keys, [text] * len(keys))
         else:
             for key in keys:
-                self.store.set(key, "1")
+                store.set(key, text)
 
     def wait_for_stop(self, closing: threading.Event) -> Optional[Dict[str, Any]]:
         """Blocks until a stop is published (its facts), or `closing` is set (None). A store that
@@ -164,11 +171,12 @@ class StopChannel:
                 continue
             if closing.is_set():
                 return None
-            if store.add(self.published_key, 0) > 0:
-                return json.loads(store.get(self.key))
-            # Woken with no stop: the key an earlier coordinator of this rank set at its close (a
-            # debugger replaced). Gone, then looked at again: a stop published in between had set
-            # the key before it was deleted, and its counter says so.
+            told = store.get(wake)
+            if told != self.CLOSING:
+                return json.loads(told)
+            # The key an earlier coordinator of this rank set at its close (a debugger replaced):
+            # gone, then the counter looked at, since a stop published in between set the key
+            # before it was deleted.
             store.delete_key(wake)
             if store.add(self.published_key, 0) > 0:
                 return json.loads(store.get(self.key))
@@ -176,7 +184,7 @@ class StopChannel:
 
     def wake_own_watcher(self) -> None:
         """Ends this rank's wait (closing)."""
-        self.store.set(self.wake_key(self.rank), "closing")
+        self.store.set(self.wake_key(self.rank), self.CLOSING.decode())
 
     def forget_own_wake(self) -> None:
         """After the watcher ended: the next coordinator of this rank starts without a wake."""
@@ -192,7 +200,6 @@ class PeerStop:
         self._world = dist.get_world_size()
         prefix = key_prefix()
         self._channel: Optional[StopChannel] = StopChannel(host, port, self._rank, self._world, prefix)
-        self._store = self._channel.store
         self._in_prefix = prefix + "in/"
         self.peer: Optional[Dict[str, Any]] = None  # the stopping rank's facts, once seen
         self._seen = threading.Event()
@@ -218,6 +225,9 @@ class PeerStop:
             _active = None
             self._patches.remove(["peer"])
         self._closing.set()
+        # A store that went away (its host's process group destroyed) ends the wait by itself.
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(0.05)
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             channel = self._channel
             try:
@@ -261,7 +271,7 @@ class PeerStop:
     def _someone_published(self) -> bool:
         """Whether another rank's stop is, or within a few seconds is, published."""
         deadline = time.monotonic() + ACK_WAIT_S
-        while self._channel is not None and self._store.add(self._channel.published_key, 0) == 0:
+        while self._channel is not None and self._channel.store.add(self._channel.published_key, 0) == 0:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.01)
@@ -282,8 +292,9 @@ class PeerStop:
         that sees its result afterwards finds it."""
         try:
             key = self._input_key(call)
-            self._store.set(key, str(self._rank))
-            self._store.add(key + "/marked", 1)  # TCPStore of torch 1.13 has no check(): a counter says
+            store = self._channel.store  # None once the store is gone: raises, caught below
+            store.set(key, str(self._rank))
+            store.add(key + "/marked", 1)  # TCPStore of torch 1.13 has no check(): a counter says
         except Exception:  # noqa: BLE001 - then the receivers judge the call an op origin
             pass
 
@@ -292,7 +303,8 @@ class PeerStop:
         when the call's result is anomalous and this rank's input was clean."""
         try:
             key = self._input_key(call)
-            return int(self._store.get(key)) if self._store.add(key + "/marked", 0) > 0 else None
+            store = self._channel.store
+            return int(store.get(key)) if store.add(key + "/marked", 0) > 0 else None
         except Exception:  # noqa: BLE001
             return None
 
@@ -375,7 +387,7 @@ class PeerStop:
 
     def _published(self) -> bool:
         try:
-            return self._channel is not None and self._store.add(self._channel.published_key, 0) > 0
+            return self._channel is not None and self._channel.store.add(self._channel.published_key, 0) > 0
         except Exception:  # noqa: BLE001 - the store is gone: no stop can be read any more
             self._store_gone.set()
             self._drop_store()
@@ -385,7 +397,6 @@ class PeerStop:
         """Our connections go as soon as the store is gone: torch 1.13's TCPStore client has a
         thread that spins on the closed socket until the client is destroyed, a core each, which
         slowed the exit of every surviving rank (issue 42)."""
-        self._store = None
         self._channel = None
 
     def raise_now(self, gradients: Optional[list] = None) -> None:
