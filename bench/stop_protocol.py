@@ -2,12 +2,16 @@
 
 Each simulated rank is a thread running the watcher half of msprobe_cpp's protocol
 (peer_stop.StopChannel: two store connections of its own, one blocked in a wait), spread over
-a few processes. A counting TCP proxy sits between the ranks and the store. The harness reports:
-- the requests (client->store reads at the proxy) and bytes per second while nothing is wrong;
-- the time from a stop's publication until the last rank has its facts (through the proxy, so an
-  upper bound).
+a few processes. For each N the harness reports:
+- the data segments per second the store receives while nothing is wrong (the kernel's count per
+  socket, `ss -ti`), beside a control run whose ranks hold the same connections and make no
+  request at all: what the control shows is the connections' own traffic (at 2,000 ranks on this
+  2-core VM, c10d's clients re-make about 50 of the 4,000 connections every 5 s), not the
+  protocol's;
+- the time from a stop's publication until the last rank has its facts.
 `--protocol poll` runs the protocol before issue 52 (a counter read five times a second), for the
-comparison. Run with the torch 2 venv (multi_set) or Debian's 1.13:
+comparison; `--via-proxy` counts requests at a TCP proxy instead (what tests/python does). Run with
+the torch 2 venv (multi_set) or Debian's 1.13:
 
     MSPROBE_CPP_PACKAGE_ROOT=build-torch2/pkg build-torch2/venv/bin/python bench/stop_protocol.py \\
         --ranks 2,100,2000
@@ -18,7 +22,9 @@ import multiprocessing as mp
 import os
 import resource
 import socket
+import re
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -84,6 +90,14 @@ def run_proxy(listen_port: int, store_port: int, reads, sent_bytes, ready) -> No
     asyncio.run(main())
 
 
+def segments_into(port: int) -> int:
+    """Data segments the store's end of every connection to `port` has received (ss -ti's
+    data_segs_in, kept by the kernel per socket): each request is one or more."""
+    out = subprocess.run(["ss", "-tinH", "state", "established", f"sport = :{port}"],
+                         capture_output=True, text=True, check=True).stdout
+    return sum(int(m) for m in re.findall(r"data_segs_in:(\d+)", out))
+
+
 # --- the simulated ranks ------------------------------------------------------------------------
 
 def run_ranks(ranks, world: int, port: int, prefix: str, protocol: str, connected, told_at,
@@ -99,6 +113,9 @@ def run_ranks(ranks, world: int, port: int, prefix: str, protocol: str, connecte
             connected.value += 1
         if protocol == "wait":
             facts = channel.wait_for_stop(closing)
+        elif protocol == "hold":  # the control: the connections held, no request made
+            closing.wait()
+            return
         else:
             while channel.watch_store.add(channel.published_key, 0) == 0:
                 if closing.wait(POLL_PERIOD_S):
@@ -116,7 +133,10 @@ def run_ranks(ranks, world: int, port: int, prefix: str, protocol: str, connecte
         t.join(5)
 
 
-def measure(world: int, processes: int, idle_s: float, protocol: str) -> dict:
+def measure(world: int, processes: int, idle_s: float, protocol: str, direct: bool = False) -> dict:
+    """One run: `world` - 1 waiting ranks, an idle window, then rank 0 publishes a stop. `direct`:
+    the ranks reach the store itself and the kernel counts what it receives (ss); otherwise they
+    go through the counting proxy."""
     import torch.distributed as dist
     from msprobe_cpp.peer_stop import StopChannel
 
@@ -125,11 +145,15 @@ def measure(world: int, processes: int, idle_s: float, protocol: str) -> dict:
     master = dist.TCPStore("127.0.0.1", store_port, is_master=True, wait_for_workers=False,
                            timeout=timedelta(seconds=60))
     reads, sent_bytes = ctx.Value("q", 0), ctx.Value("q", 0)
-    proxy_ready = ctx.Event()
-    proxy = ctx.Process(target=run_proxy, args=(proxy_port, store_port, reads, sent_bytes, proxy_ready),
-                        daemon=True)
-    proxy.start()
-    proxy_ready.wait(30)
+    proxy = None
+    if not direct:
+        proxy_ready = ctx.Event()
+        proxy = ctx.Process(target=run_proxy, args=(proxy_port, store_port, reads, sent_bytes, proxy_ready),
+                            daemon=True)
+        proxy.start()
+        proxy_ready.wait(30)
+    port = store_port if direct else proxy_port
+    count = (lambda: segments_into(store_port)) if direct else (lambda: reads.value)
     prefix = f"msprobe_cpp/bench{world}/"
     connected = ctx.Value("q", 0)
     told_at = ctx.Array("d", world)
@@ -137,37 +161,41 @@ def measure(world: int, processes: int, idle_s: float, protocol: str) -> dict:
     # Rank 0 is the stopping rank (the harness); the others wait.
     waiting = list(range(1, world))
     slices = [waiting[i::processes] for i in range(processes) if waiting[i::processes]]
-    workers = [ctx.Process(target=run_ranks, args=(s, world, proxy_port, prefix, protocol, connected,
+    workers = [ctx.Process(target=run_ranks, args=(s, world, port, prefix, protocol, connected,
                                                    told_at, go_home), daemon=True) for s in slices]
     for w in workers:
         w.start()
     deadline = time.monotonic() + 120
     while connected.value < len(waiting) and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(1.0)  # every wait is in: what the connecting did is not idle traffic
-    with reads.get_lock():
-        reads.value = 0
-    with sent_bytes.get_lock():
-        sent_bytes.value = 0
-    time.sleep(idle_s)
-    idle_reads, idle_bytes = reads.value, sent_bytes.value
-    stopper = StopChannel("127.0.0.1", proxy_port, 0, world, prefix)
+    # Every wait is in: what the connecting did is not idle traffic. A thread's wait request goes
+    # out after it counted itself connected; with thousands of threads on two cores, seconds later.
+    time.sleep(1.0 + world / 500)
+    before = count()
+    series = []
+    for _ in range(int(idle_s)):
+        time.sleep(1.0)
+        series.append(count() - before)
+    time.sleep(idle_s - int(idle_s))
+    idle = count() - before
+    stopper = StopChannel("127.0.0.1", port, 0, world, prefix)
     published = time.time()
     stopper.publish({"rank": 0, "step": 0, "call": "bench", "origin": "op"})
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + (30 if protocol != "hold" else 0)
     while time.monotonic() < deadline and sum(1 for r in waiting if told_at[r] > 0) < len(waiting):
         time.sleep(0.005)
     delays = [told_at[r] - published for r in waiting if told_at[r] > 0]
     go_home.set()
     for w in workers:
         w.join(10)
-    proxy.terminate()
+    if proxy is not None:
+        proxy.terminate()
     del stopper, master
     return {
         "ranks": world,
         "protocol": protocol,
-        "idle_requests_per_s": idle_reads / idle_s,
-        "idle_bytes_per_s": idle_bytes / idle_s,
+        "idle_requests_per_s": idle / idle_s,
+        "idle_by_second": series,
         "told": len(delays),
         "last_told_ms": 1000 * max(delays) if delays else float("nan"),
         "median_told_ms": 1000 * statistics.median(delays) if delays else float("nan"),
@@ -178,17 +206,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", default="2,100,2000", help="comma-separated rank counts")
     parser.add_argument("--processes", type=int, default=8, help="processes the ranks are spread over")
-    parser.add_argument("--idle-s", type=float, default=5.0, help="the idle window measured")
-    parser.add_argument("--protocol", default="wait", choices=["wait", "poll"])
+    parser.add_argument("--idle-s", type=float, default=10.0, help="the idle window measured")
+    parser.add_argument("--protocol", default="wait", choices=["wait", "poll", "hold"],
+                        help="wait: the protocol; poll: the one before issue 52 (5 reads a second); "
+                             "hold: the control, two connections a rank and no request")
+    parser.add_argument("--via-proxy", action="store_true",
+                        help="count at the counting proxy (what the tests do) instead of with ss at "
+                             "the store; the proxy's hop adds to the time to tell")
     args = parser.parse_args()
     raise_file_limit()
     import torch
-    print(f"torch {torch.__version__}, protocol {args.protocol}, idle window {args.idle_s:g} s, "
-          f"{args.processes} processes")
-    print(f"{'ranks':>6} {'idle req/s':>11} {'idle B/s':>9} {'told':>6} {'median ms':>10} {'last ms':>8}")
+    direct = not args.via_proxy
+    print(f"torch {torch.__version__}, protocol {args.protocol} and the control (hold), idle window "
+          f"{args.idle_s:g} s, {args.processes} processes, counted "
+          f"{'by ss at the store' if direct else 'at the proxy'}")
+    print(f"{'ranks':>6} {'idle seg/s':>11} {'control':>8} {'told':>6} {'median ms':>10} {'last ms':>8}")
     for world in [int(n) for n in args.ranks.split(",")]:
-        r = measure(world, min(args.processes, max(1, world - 1)), args.idle_s, args.protocol)
-        print(f"{r['ranks']:>6} {r['idle_requests_per_s']:>11.1f} {r['idle_bytes_per_s']:>9.0f} "
+        processes = min(args.processes, max(1, world - 1))
+        control = measure(world, processes, args.idle_s, "hold", direct)
+        r = measure(world, processes, args.idle_s, args.protocol, direct)
+        print(f"{r['ranks']:>6} {r['idle_requests_per_s']:>11.1f} {control['idle_requests_per_s']:>8.1f} "
               f"{r['told']:>6} {r['median_told_ms']:>10.1f} {r['last_told_ms']:>8.1f}", flush=True)
 
 
