@@ -9,7 +9,7 @@ namespace msprobe {
 // non-tensor entry whose `value` is a non-finite number. Lists are not looked into; unwritten
 // memory is never an anomaly.
 inline bool is_anomalous(const Entry& e, bool compat) {
-  if (e.kind != Entry::Kind::Object || e.unwritten) return false;
+  if (e.kind != Entry::Kind::Object || e.marks.unwritten) return false;
   if (e.max.non_finite() || e.min.non_finite() || e.mean.non_finite() || e.norm.non_finite()) {
     return true;
   }

@@ -126,6 +126,18 @@ struct FiniteExtremes {
 // One argument entry: a tensor's statistics, a scalar, null, a nested list, or a mapping (a dict,
 // a dataclass such as Hugging Face's ModelOutput, a namedtuple: msprobe writes each as a JSON
 // object of its fields).
+// What the tool knows of an entry's bytes besides their statistics.
+struct ByteMarks {
+  // They are no value the program made: memory torch.empty and its kin left unwritten, or the
+  // buffer a collective writes before it writes it. Written to files as they are; never an
+  // anomaly.
+  bool unwritten = false;
+  // The tensor a view call took a view of (narrow, view, select, ...), larger than such a call
+  // reads (live/capture/tensor_entry.h, EntryOptions::read_limit): its statistics are null unless
+  // the view held NaN/inf, and it is never copied as a flagged call's evidence.
+  bool view_base = false;
+};
+
 struct Entry {
   enum class Kind : uint8_t { Null, Object, List, Other, Map };
   // The small fields first, packed together: every call makes an entry per argument, and the
@@ -133,15 +145,8 @@ struct Entry {
   // 1032 bytes), which a larger entry misses, costing a slow allocation on every hooked call.
   Kind kind = Kind::Null;
   bool has_shape = false;
-  // Its bytes are no value the program made: memory torch.empty and its kin left unwritten, or
-  // the buffer a collective writes before it writes it. Written to files as it is; never an
-  // anomaly. Never written to a file.
-  bool unwritten = false;
-  // The tensor a view call took a view of (narrow, view, select, ...), larger than such a call
-  // reads (live/capture/tensor_entry.h, EntryOptions::read_limit): its statistics are null unless
-  // the view held NaN/inf, and it is never copied as a flagged call's evidence. Never written to
-  // a file.
-  bool view_base = false;
+  // What is known of its bytes besides their statistics. Never written to a file.
+  ByteMarks marks;
   // Statistics still on the device (batched sync): the slot they will come back in; -1 when the
   // fields below are final. Never written to a file.
   int32_t pending_stats = -1;

@@ -78,7 +78,7 @@ Entry tensor_entry_unguarded(const at::Tensor& t, const EntryOptions& options,
       t.device().is_cpu()) {
     Entry e = tensor_layout_entry(t);
     e.max = e.min = e.mean = e.norm = Scalar::null();
-    e.view_base = true;
+    e.marks.view_base = true;
     return e;
   }
   std::optional<DataStats> cached;
@@ -95,7 +95,7 @@ Entry tensor_entry_unguarded(const at::Tensor& t, const EntryOptions& options,
     e.pending_stats = cached->pending_stats;
   }
   if (e.kind != Entry::Kind::Object || !has_plain_bytes(t)) return e;
-  e.unwritten = unwritten_memory().holds(t);
+  e.marks.unwritten = unwritten_memory().holds(t);
   if (options.md5 && !cached) e.md5 = tensor_crc(t);
   if (cache && !cached)
     cache->put(

@@ -40,22 +40,22 @@ constexpr int64_t kViewBaseReadLimit = int64_t{1} << 20;
 
 bool holds_view_base(const CallRecord& rec) {
   for (const Entry& e : rec.inputs)
-    if (e.view_base) return true;
+    if (e.marks.view_base) return true;
   for (const auto& kv : rec.kwargs)
-    if (kv.second.view_base) return true;
+    if (kv.second.marks.view_base) return true;
   return false;
 }
 
 // Read after all, a view base stays one: the flagged call's evidence leaves it out.
 void keep_view_bases(const CallRecord& before, CallRecord& after) {
   for (size_t i = 0; i < before.inputs.size() && i < after.inputs.size(); ++i)
-    after.inputs[i].view_base = before.inputs[i].view_base;
+    after.inputs[i].marks.view_base = before.inputs[i].marks.view_base;
   for (size_t i = 0; i < before.kwargs.size() && i < after.kwargs.size(); ++i)
-    after.kwargs[i].second.view_base = before.kwargs[i].second.view_base;
+    after.kwargs[i].second.marks.view_base = before.kwargs[i].second.marks.view_base;
 }
 
 void mark_unwritten(Entry& e) {
-  e.unwritten = true;
+  e.marks.unwritten = true;
   for (Entry& item : e.items) mark_unwritten(item);
 }
 
@@ -199,12 +199,35 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
 }
 
 void ApiHook::describe_inputs(StoredCall& call, LiveTensors* live, PyObject* args, PyObject* kwargs,
-                              const EntryOptions& options) const {
+                              const EntryOptions& all_read, bool limit_view_base) const {
+  // A view call reads no value of the tensor it takes a view of: a large one is left unread, so
+  // that 1,000 narrows of a 500-million-element bucket cost 1,000 views.
+  EntryOptions limited;
+  const bool limit = limit_view_base && view_of_first_arg_ && !all_read.saver;
+  if (limit) {
+    limited = all_read;
+    limited.read_limit = kViewBaseReadLimit;
+  }
+  const EntryOptions& options = limit ? limited : all_read;
   const std::string& name = call.record.name;
   call.record.inputs =
       item_entries(args, options, options.stem(name, "input"), live ? &live->inputs : nullptr);
   call.record.kwargs = kwarg_entries(kwargs, options, name, live ? &live->kwargs : nullptr);
   mark_write_only_buffer(written_, call.record);
+}
+
+void ApiHook::read_view_bases(StoredCall& call, LiveTensors& live, PyObject* args, PyObject* kwargs,
+                              const EntryOptions& options) const {
+  // NaN/inf in a view was in the tensor it was taken of: read now (the call wrote nothing), so
+  // the guard judges the call as it would have with every input read.
+  if (!holds_view_base(call.record) || !holds_any_anomaly(call.record)) return;
+  CallRecord unread;
+  unread.inputs = std::move(call.record.inputs);
+  unread.kwargs = std::move(call.record.kwargs);
+  live.inputs.clear();
+  live.kwargs.clear();
+  describe_inputs(call, &live, args, kwargs, options, false);
+  keep_view_bases(unread, call.record);
 }
 
 py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::string& name,
@@ -233,16 +256,8 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
   // The overflow guard traces anomalous entries back to their tensor objects.
   LiveTensors live;
   const bool watching = session.config().watching();
-  // A view call reads no value of the tensor it takes a view of: a large one is left unread
-  // (unless cached), so that 1,000 narrows of a 500-million-element bucket cost 1,000 views.
-  EntryOptions view_options;
-  if (view_of_first_arg_ && !options.saver) {
-    view_options = options;
-    view_options.read_limit = kViewBaseReadLimit;
-  }
-  const EntryOptions& input_options = view_of_first_arg_ && !options.saver ? view_options : options;
   if (sel.forward && sel.inputs)
-    describe_inputs(call, watching ? &live : nullptr, args, kwargs, input_options);
+    describe_inputs(call, watching ? &live : nullptr, args, kwargs, options, true);
   call.stack = session.hooks().codes.capture();
   call.parent = enclosing_module();
   const std::string sent_key = watching ? sent_input_key(api_, args, kwargs) : std::string();
@@ -275,18 +290,7 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
     call.record.outputs = item_entries(outputs.ptr(), options, options.stem(name, "output"),
                                        watching ? &live.outputs : nullptr);
   }
-  // NaN/inf in a view was in the tensor it was taken of: read now (the call wrote nothing), so
-  // the guard judges the call as it would have with every input read.
-  if (watching && sel.inputs && &input_options != &options && holds_view_base(call.record) &&
-      holds_any_anomaly(call.record)) {
-    CallRecord unread;
-    unread.inputs = std::move(call.record.inputs);
-    unread.kwargs = std::move(call.record.kwargs);
-    live.inputs.clear();
-    live.kwargs.clear();
-    describe_inputs(call, &live, args, kwargs, options);
-    keep_view_bases(unread, call.record);
-  }
+  if (watching && sel.forward && sel.inputs) read_view_bases(call, live, args, kwargs, options);
   if (written && watching && !collective_input_anomaly && holds_any_anomaly(call.record)) {
     const std::string key = written_.returns_source ? received_key(result.ptr()) : name;
     if (!key.empty()) call.peer_rank = anomalous_collective_input_rank(session, key);

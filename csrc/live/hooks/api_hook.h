@@ -46,7 +46,11 @@ class ApiHook {
   // call submitted (and its backward hooked).
   pybind11::object record(const std::shared_ptr<Session>& owner, const std::string& name,
                           const Selected& sel, uint64_t epoch, PyObject* args, PyObject* kwargs);
+  // `limit_view_base`: a view call's large base is left unread (EntryOptions::read_limit).
   void describe_inputs(StoredCall& call, LiveTensors* live, PyObject* args, PyObject* kwargs,
+                       const EntryOptions& options, bool limit_view_base) const;
+  // A view call whose view holds NaN/inf: its base read after all, as the guard's judgement needs.
+  void read_view_bases(StoredCall& call, LiveTensors& live, PyObject* args, PyObject* kwargs,
                        const EntryOptions& options) const;
 
   std::string api_;  // "Functional.linear"

@@ -54,7 +54,7 @@ std::optional<HeadroomRecord> observe_headroom(Headroom& headroom, const StoredC
   for (const Entry& e : call.record.outputs) {
     // Memory nothing has written yet (an all-gather buffer's views) holds no value of the
     // program's: its leftover bytes say nothing of the call's range.
-    if (!e.is_tensor() || e.unwritten || largest_16bit(e.dtype) <= 0 || !e.max.is_number() ||
+    if (!e.is_tensor() || e.marks.unwritten || largest_16bit(e.dtype) <= 0 || !e.max.is_number() ||
         !e.min.is_number())
       continue;
     const double magnitude = std::max(std::fabs(e.max.as_double()), std::fabs(e.min.as_double()));
