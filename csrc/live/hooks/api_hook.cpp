@@ -290,7 +290,7 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
     call.record.outputs = item_entries(outputs.ptr(), options, options.stem(name, "output"),
                                        watching ? &live.outputs : nullptr);
   }
-  if (watching && sel.forward && sel.inputs) read_view_bases(call, live, args, kwargs, options);
+  if (watching && view_of_first_arg_ && sel.inputs) read_view_bases(call, live, args, kwargs, options);
   if (written && watching && !collective_input_anomaly && holds_any_anomaly(call.record)) {
     const std::string key = written_.returns_source ? received_key(result.ptr()) : name;
     if (!key.empty()) call.peer_rank = anomalous_collective_input_rank(session, key);
