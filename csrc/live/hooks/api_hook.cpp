@@ -271,8 +271,7 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
     EndOnExit end{session.hooks().selection, name};
     result = call_original(args, kwargs);
   }
-  // Its buffer holds values now (an async one's, once its work is waited for).
-  forget_unwritten(written_buffer(written_, args, kwargs));
+  forget_unwritten(written_buffer(written_, args, kwargs));  // its buffer holds values now
 
   if (sel.backward) {
     if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {
@@ -290,7 +289,8 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
     call.record.outputs = item_entries(outputs.ptr(), options, options.stem(name, "output"),
                                        watching ? &live.outputs : nullptr);
   }
-  if (watching && view_of_first_arg_ && sel.inputs) read_view_bases(call, live, args, kwargs, options);
+  if (watching && view_of_first_arg_ && sel.inputs)
+    read_view_bases(call, live, args, kwargs, options);
   if (written && watching && !collective_input_anomaly && holds_any_anomaly(call.record)) {
     const std::string key = written_.returns_source ? received_key(result.ptr()) : name;
     if (!key.empty()) call.peer_rank = anomalous_collective_input_rank(session, key);
