@@ -39,7 +39,10 @@ torch_pytest() {
   local dir="$1"
   shift
   echo "== pytest $* on $("$dir/venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"
-  MSPROBE_CPP_PACKAGE_ROOT="$dir/pkg" PYTHONPATH="$dir/pkg" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
+  # Inductor's kernel cache is keyed by the kernel's source, not the torch that built it: a kernel
+  # another torch left in the shared /tmp/torchinductor_$USER fails to load (undefined Sleef_*).
+  TORCHINDUCTOR_CACHE_DIR="$dir/inductor-cache" \
+    MSPROBE_CPP_PACKAGE_ROOT="$dir/pkg" PYTHONPATH="$dir/pkg" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
     MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
     "$dir/venv/bin/python" -m pytest tests/python -q -p no:cacheprovider "$@"
 }
