@@ -135,6 +135,14 @@ void bind_hooks(py::module_& m) {
       py::arg("tensor"),
       "torch.empty and its kin, under task overflow_check: the tensor's memory is unwritten.");
   m.def(
+      "note_written",
+      [](py::handle t) {
+        if (unwritten_memory().any() && THPVariable_Check(t.ptr()))
+          unwritten_memory().written(THPVariable_Unpack(t.ptr()));
+      },
+      py::arg("tensor"),
+      "Tensor.copy_ and zero_, under task overflow_check: the tensor's elements are written.");
+  m.def(
       "set_process_group_facts",
       [](py::object type, py::object facts) { set_process_group_facts(type.ptr(), facts.ptr()); },
       py::arg("type"), py::arg("facts"),

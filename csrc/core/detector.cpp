@@ -116,6 +116,29 @@ bool makes_view_of_first_arg(const std::string& call_name) {
   return !is_backward_name(call_name) && kApis.count(torch_api_name(call_name)) > 0;
 }
 
+bool writes_first_arg(const std::string& call_name) {
+  static const std::unordered_set<std::string> kMetadataOnly = {
+      "requires_grad_", "share_memory_", "resize_",    "resize_as_", "set_",     "detach_",
+      "as_strided_",    "squeeze_",      "unsqueeze_", "t_",         "transpose_", "swapdims_",
+      "swapaxes_",      "rename_",       "refine_names_",
+  };
+  static const std::unordered_set<std::string> kAssignments = {
+      "__setitem__", "__iadd__", "__isub__",    "__imul__",    "__itruediv__", "__ifloordiv__",
+      "__imod__",    "__ipow__", "__iand__",    "__ior__",     "__ixor__",     "__ilshift__",
+      "__irshift__", "__imatmul__",
+  };
+  if (is_backward_name(call_name)) return false;
+  const std::string api = torch_api_name(call_name);
+  const size_t dot = api.find('.');
+  if (dot == std::string::npos) return false;
+  const std::string kind = api.substr(0, dot);
+  const std::string method = api.substr(dot + 1);
+  if (kind != "tensor" && kind != "torch") return false;
+  if (kAssignments.count(method)) return true;
+  const size_t n = method.size();
+  return n > 1 && method[n - 1] == '_' && method[n - 2] != '_' && !kMetadataOnly.count(method);
+}
+
 std::optional<Scene> Detector::match_scene(const CallRecord& rec, bool input_anomaly,
                                            bool output_anomaly) const {
   if (!input_anomaly && output_anomaly) return Scene::InputNormalOutputAnomaly;

@@ -58,6 +58,12 @@ bool ignores_first_arg_values(const std::string& call_name);
 // that argument may be left unread where it is larger than a view needs (issue 52).
 bool makes_view_of_first_arg(const std::string& call_name);
 
+// Whether forward call `call_name` writes into its first argument's memory: a torch or Tensor
+// method named with one trailing underscore (`copy_`, `add_`, `zero_`), an augmented assignment
+// (`__iadd__`) or `__setitem__`; not the in-place calls that change only metadata (`t_`,
+// `requires_grad_`, `resize_`). The uninitialised memory it writes holds values from then on.
+bool writes_first_arg(const std::string& call_name);
+
 struct DetectorOptions {
   double mutation_threshold = kDefaultMutationThreshold;
   // msprobe 1.1.1's exact verdicts: non-finite scalar values do not count, and backward calls do

@@ -155,6 +155,24 @@ _UNWRITTEN_MAKERS = [(torch, "empty"), (torch, "empty_like"), (torch, "empty_str
                      (torch.Tensor, "new_empty"), (torch.Tensor, "new_empty_strided")]
 
 
+# The writers of such memory that msprobe's list does not hook: DeepSpeed's ZeRO copies each
+# gradient into its slice of one torch.empty partition (Tensor.copy_), then narrows the next slice
+# while it is still unwritten. Not recorded either; what they write is noted as written (the
+# hooked writers, fill_, add_, __setitem__, note it in their hook).
+_UNWRITTEN_WRITERS = [(torch.Tensor, "copy_"), (torch.Tensor, "zero_")]
+
+
+def _noting_writes(original: Any, is_compiling: Optional[Callable[[], bool]]) -> Callable[..., Any]:
+    written = _C.note_written
+
+    def wrapper(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        done = original(tensor, *args, **kwargs)
+        if is_compiling is None or not is_compiling():
+            written(tensor)
+        return done
+    return _named_like(wrapper, original)
+
+
 # FSDP1 frees its unsharded flat parameter's storage after each use and allocates it again with
 # _alloc_storage (a storage resize_, no torch.empty) before the all-gather fills it: the same
 # leftover memory, split by torch.chunk for gloo's all_gather while it is still unwritten. The
@@ -236,6 +254,10 @@ def install(patches: Patches, watching: bool = False, extra: Sequence[Tuple[str,
             original = getattr(owner, attr, None)
             if original is not None:
                 patches.replace("api", owner, attr, _marking_unwritten(original, is_compiling))
+        for owner, attr in _UNWRITTEN_WRITERS:
+            original = getattr(owner, attr, None)
+            if original is not None and (owner, attr) not in patches.replaced("api"):
+                patches.replace("api", owner, attr, _noting_writes(original, is_compiling))
         for module_name in _STORAGE_ALLOCATORS:
             module = sys.modules.get(module_name)  # imported by the program's FSDP, if any
             original = getattr(module, "_alloc_storage", None)

@@ -199,6 +199,22 @@ TEST(FirstArgValues, ViewCallsAreKnownByTheirApi) {
   }
 }
 
+TEST(FirstArgValues, WritersOfTheFirstArgumentAreKnownByTheirApi) {
+  for (const char* name : {"Tensor.copy_.0.forward", "Torch.relu_.1.forward",
+                           "Tensor.add_.3.forward", "Tensor.__iadd__.0.forward",
+                           "Tensor.__setitem__.2.forward", "Torch._foreach_zero_.0.forward",
+                           "Tensor.masked_fill_.0.forward"}) {
+    EXPECT_TRUE(writes_first_arg(name)) << name;
+  }
+  for (const char* name : {"Tensor.copy_.0.backward", "Tensor.add.0.forward",
+                           "Tensor.__add__.0.forward", "Tensor.__index__.0.forward",
+                           "Tensor.__int__.0.forward", "Tensor.requires_grad_.0.forward",
+                           "Tensor.t_.0.forward", "Tensor.resize_.0.forward",
+                           "Functional.relu.0.forward", "Distributed.all_reduce.0.forward"}) {
+    EXPECT_FALSE(writes_first_arg(name)) << name;
+  }
+}
+
 TEST(FirstArgValues, ZeroingAStaleGradientIsNoFinding) {
   Detector d(RuleSet::shipped(), DetectorOptions{kDefaultMutationThreshold, false});
   EXPECT_FALSE(d.judge(record(fwd("Tensor.zero_.0.forward", inf_t(), clean()))));

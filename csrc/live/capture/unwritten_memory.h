@@ -1,15 +1,21 @@
 // Memory that torch.empty and its kin handed out and that nothing has written since. Its bytes
 // are whatever the allocator left there: NaN/inf in them is no anomaly, and must not stop a run
 // that reads them before it writes them (FSDP2 narrows its all-gather buffer before the
-// all-gather fills it). "Written" is told by the storage's version counter, which views share
-// with their base and every in-place or out= op bumps; a collective that writes a buffer is told
-// by its hook (forget()), as the backends need not bump it.
+// all-gather fills it; DeepSpeed's ZeRO copies each gradient into its slice of one torch.empty
+// partition and narrows the next slice before writing it). "Written" is kept per byte range:
+// each hooked call that writes a tensor of such memory (an in-place method, a collective's
+// buffer) adds that tensor's range. A write no hook saw is told by the version counter that
+// views share with their base: once it moved past the last write accounted for, the memory
+// that was not accounted for counts as written (its NaN/inf as data, the safe side).
 #pragma once
 
 #include <ATen/ATen.h>
 #include <c10/core/StorageImpl.h>
 
+#include "core/byte_ranges.h"
+
 #include <atomic>
+#include <cstdint>
 #include <cstddef>
 #include <mutex>
 #include <unordered_map>
@@ -18,17 +24,18 @@ namespace msprobe {
 
 class UnwrittenMemory {
  public:
-  void mark(const at::Tensor& t);    // t was just made by an empty-kin call
-  void forget(const at::Tensor& t);  // t's memory was written
-  // t lies in such memory, and its version is still the one it was made with. Cheap while no
-  // memory is marked (one atomic read): the hot path asks for every tensor.
+  void mark(const at::Tensor& t);     // t was just made by an empty-kin call
+  void written(const at::Tensor& t);  // a hooked call wrote t's elements
+  // Some of t's bytes lie in such memory and were never written. Cheap while no memory is marked
+  // (one atomic read): the hot path asks for every tensor.
   bool holds(const at::Tensor& t);
   bool any() const { return count_.load(std::memory_order_relaxed) != 0; }
 
  private:
   struct Fresh {
     c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // tells a freed and reused address
-    int64_t version;
+    int64_t version;                                     // after the last write accounted for
+    ByteRanges written;
   };
   void prune_locked();  // drops what was freed or written since
   std::mutex mu_;

@@ -71,13 +71,13 @@ void mark_write_only_buffer(const WrittenArgument& w, CallRecord& rec) {
   }
 }
 
-// The collective wrote these: from now on their bytes are values.
-void forget_unwritten(py::handle written) {
-  if (!written || !unwritten_memory().any()) return;
+// The call wrote these: from now on their bytes are values.
+void note_written(py::handle written) {
+  if (!written) return;
   if (is_tensor(written.ptr())) {
-    unwritten_memory().forget(THPVariable_Unpack(written.ptr()));
+    unwritten_memory().written(THPVariable_Unpack(written.ptr()));
   } else if (PyList_Check(written.ptr()) || PyTuple_Check(written.ptr())) {
-    for (py::handle item : written) forget_unwritten(item);
+    for (py::handle item : written) note_written(item);
   }
 }
 
@@ -136,7 +136,14 @@ py::object ApiHook::call_original(PyObject* args, PyObject* kwargs) const {
     }
     throw py::error_already_set();
   }
+  if (unwritten_memory().any()) note_writes(args, kwargs);
   return py::reinterpret_steal<py::object>(result);
+}
+
+void ApiHook::note_writes(PyObject* args, PyObject* kwargs) const {
+  if (writes_first_arg_ && PyTuple_GET_SIZE(args) > 0) note_written(PyTuple_GET_ITEM(args, 0));
+  if (kwargs) note_written(PyDict_GetItemString(kwargs, "out"));  // borrowed, or null
+  if (written_.index >= 0) note_written(written_buffer(written_, args, kwargs));
 }
 
 int64_t ApiHook::next_index(Session& session) {
@@ -271,7 +278,6 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
     EndOnExit end{session.hooks().selection, name};
     result = call_original(args, kwargs);
   }
-  forget_unwritten(written_buffer(written_, args, kwargs));  // its buffer holds values now
 
   if (sel.backward) {
     if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {

@@ -30,7 +30,8 @@ class ApiHook {
       : api_(std::move(api)),
         original_(std::move(original)),
         written_(written_argument(api_)),
-        view_of_first_arg_(makes_view_of_first_arg(api_ + ".0.forward")) {}
+        view_of_first_arg_(makes_view_of_first_arg(api_ + ".0.forward")),
+        writes_first_arg_(writes_first_arg(api_ + ".0.forward")) {}
 
   // `args`: the call's tuple; `kwargs`: its dict, or null when it has none.
   pybind11::object call(PyObject* args, PyObject* kwargs);
@@ -53,12 +54,17 @@ class ApiHook {
   void read_view_bases(StoredCall& call, LiveTensors& live, PyObject* args, PyObject* kwargs,
                        const EntryOptions& options) const;
 
+  // What a call just wrote (its first argument, `out=`, a collective's buffer) is no longer
+  // uninitialised memory (UnwrittenMemory::written).
+  void note_writes(PyObject* args, PyObject* kwargs) const;
+
   std::string api_;  // "Functional.linear"
   pybind11::object original_;
   WrittenArgument written_;         // in-place collectives: the argument that holds the result
   // narrow, view, select, ...: its first argument is read no further than its view needs (a
   // view's statistics are the view's elements, whatever the size of the tensor it is taken of).
   bool view_of_first_arg_;
+  bool writes_first_arg_;  // copy_, add_, __setitem__, ...
   std::atomic<uint64_t> epoch_{0};  // Session::epoch() the count belongs to
   std::atomic<int64_t> count_{0};
   std::mutex reset_mu_;
