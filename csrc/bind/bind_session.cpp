@@ -189,9 +189,12 @@ void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
           "The started models' names of these parameters (None for a tensor that is none).")
       .def("mark_compiled_outputs", &mark_compiled_outputs, py::arg("output"),
            "The tensors a torch.compile'd model returned.")
-      .def("judge_loss_scale", &judge_loss_scale, py::arg("after"),
-           "At step(): the scale now, against the one at set_loss_scaled(); a scale that fell "
-           "too low stops.")
+      .def("judge_loss_scale", &judge_loss_scale, py::arg("after"), py::arg("skipped") = false,
+           "At step(): the scale now, against the one at set_loss_scaled(), and whether the "
+           "scaler says it skipped the step; a scale that fell too low stops.")
+      .def("judge_optimizer_settings", &judge_optimizer_settings, py::arg("optimizer"),
+           py::arg("settings"),
+           "Before an optimizer step: its numeric settings ((\"lr of param_groups[0]\", value)).")
       .def("judge_optimizer_gradients", &judge_optimizer_gradients, py::arg("optimizer"),
            py::arg("bad"), py::arg("reduced"),
            "Before an optimizer step: the parameters whose gradients hold NaN/inf.")

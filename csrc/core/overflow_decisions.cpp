@@ -176,8 +176,8 @@ std::optional<OverflowEvent> OverflowDecisions::backward_verdict(
   return e;
 }
 
-ScaleDecision OverflowDecisions::loss_scale(double before, double after, int64_t step,
-                                            const MakeFacts& blank) {
+ScaleDecision OverflowDecisions::loss_scale(double before, double after, bool skipped,
+                                            int64_t step, const MakeFacts& blank) {
   ScaleDecision d;
   auto base = [&]() {
     if (reached_gradients_) return *reached_gradients_;
@@ -189,10 +189,11 @@ ScaleDecision OverflowDecisions::loss_scale(double before, double after, int64_t
     e.facts = base();
     e.facts.note = "the loss scale fell to " + scale_text(after) + ", below min_loss_scale " +
                    format_float(options_.min_loss_scale) + ": the gradients overflow even unscaled";
-  } else if (after < before) {
+  } else if (after < before || skipped) {
     skipped_by_scaler_ = true;
     d.say = "msprobe_cpp: step " + std::to_string(step) + ": gradients overflowed at scale " +
-            scale_text(before) + "; the loss scaler skipped the step";
+            scale_text(before) + "; the loss scaler skipped the step" +
+            (after < before ? "" : " (its scale held: hysteresis)");
     return d;
   } else if (reached_gradients_) {
     e.facts = *reached_gradients_;
@@ -277,6 +278,24 @@ std::optional<OverflowEvent> OverflowDecisions::optimizer_state(const std::strin
                  (more ? " (and " + std::to_string(more) + " more state tensors)" : std::string()) +
                  " holds NaN/inf, written before this step (a checkpoint's optimizer state, or "
                  "an earlier update); stopped before the parameters take it";
+  return told_at_optimizer(std::move(e));
+}
+
+std::optional<OverflowEvent> OverflowDecisions::optimizer_setting(const std::string& setting,
+                                                                  double value,
+                                                                  const std::string& optimizer,
+                                                                  const MakeFacts& blank) {
+  if (std::isfinite(value)) return std::nullopt;
+  if (step_overflow_ && step_overflow_->origin) return std::nullopt;  // its stop was decided
+  OverflowEvent e;
+  e.facts = blank();
+  e.facts.finding.scene = Scene::InputNormalOutputAnomaly;
+  e.facts.finding.severity = scene_severity(Scene::InputNormalOutputAnomaly);
+  e.facts.origin = Origin::Op;
+  const char* shown = std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf";
+  e.facts.note = optimizer + "'s " + setting + " is " + shown +
+                 ": its step would write NaN/inf into every parameter it updates; stopped "
+                 "before the step, the parameters and the optimizer's state untouched";
   return told_at_optimizer(std::move(e));
 }
 

@@ -92,9 +92,18 @@ class OverflowDecisions {
   bool loss_scaled() const { return loss_scaled_; }
   // Something of this step was told (a finding; with action continue the step goes on).
   bool step_flagged() const { return step_overflow_.has_value(); }
-  // At step(): the scale `before` (at start() or scale()) and `after`. `blank`: facts naming no
-  // call, for a scale that fell too low in a step without findings.
-  ScaleDecision loss_scale(double before, double after, int64_t step, const MakeFacts& blank);
+  // At step(): the scale `before` (at start() or scale()) and `after`; `skipped`: the scaler says
+  // it skipped the step (DeepSpeed's, whose hysteresis keeps the scale at a first overflow).
+  // `blank`: facts naming no call, for a scale that fell too low in a step without findings.
+  ScaleDecision loss_scale(double before, double after, bool skipped, int64_t step,
+                           const MakeFacts& blank);
+
+  // An optimizer is about to step with a setting that is not finite (`setting`: "lr of
+  // param_groups[0]", its `value`): its update would write NaN/inf into every parameter it
+  // steps. Origin op, before the step, so that no parameter (nor ZeRO's fp32 partition) takes it.
+  std::optional<OverflowEvent> optimizer_setting(const std::string& setting, double value,
+                                                 const std::string& optimizer,
+                                                 const MakeFacts& blank);
 
   // An optimizer is about to write `gradients` (names), which hold NaN/inf, into the parameters:
   // the last point before the damage. `blank`: facts naming the optimizer step, for gradients no

@@ -148,6 +148,18 @@ def _coordinated(call: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _work_class() -> Optional[type]:
+    """torch.distributed's Work, whose wait() ends every collective: the synchronous ones call it
+    inside torch.distributed, an asynchronous one's caller calls it (DeepSpeed's ZeRO-3 gathers
+    its parameters so, and holds its own references to the collectives, taken before any hook).
+    A wait that fails because a peer stopped and left then raises that stop (_coordinated)."""
+    if not torch.distributed.is_available():
+        return None
+    c10d = getattr(torch._C, "_distributed_c10d", None)
+    work = getattr(c10d, "Work", None)
+    return work if isinstance(work, type) and callable(getattr(work, "wait", None)) else None
+
+
 # Their memory holds whatever the allocator left: NaN/inf there, read before it is written, is no
 # anomaly (FSDP2 narrows its all-gather buffer before the all-gather fills it). Not recorded,
 # as msprobe records none of them; only marked.
@@ -254,6 +266,9 @@ def install(patches: Patches, watching: bool = False, extra: Sequence[Tuple[str,
             original = getattr(owner, attr, None)
             if original is not None:
                 patches.replace("api", owner, attr, _marking_unwritten(original, is_compiling))
+        work = _work_class()
+        if work is not None:
+            patches.replace("api", work, "wait", _coordinated(work.wait))
         for owner, attr in _UNWRITTEN_WRITERS:
             original = getattr(owner, attr, None)
             if original is not None and (owner, attr) not in patches.replaced("api"):

@@ -16,7 +16,8 @@ from . import log
 from .errors import Overflow, OverflowError
 from .grad_probe import GradProbe
 from .gradient_guard import (install_gradient_guard, local_gradients, local_parameters, local_state, named_parameters,
-                             scaler_checked, scaler_skips)
+                             optimizer_settings, scaler_checked, scaler_skips)
+from . import deepspeed_engine
 from .loss_scalers import LossScaleSource, watch_grad_scalers
 from .patches import Patches
 from .plain_copies import keep_copies_plain
@@ -229,6 +230,9 @@ class PrecisionDebugger:
                 raise TypeError("PrecisionDebugger.start: loss_scaler needs a get_scale() method")
             self._loss_scale.given = loss_scaler
         new_models = self._models.new(models)
+        for m in new_models:
+            if self._loss_scale.given is None and deepspeed_engine.is_engine(m):
+                self._loss_scale.given = deepspeed_engine.loss_scaler(m)  # None unless fp16
         if self._session.apis_hooked:
             api_hooks.install(self._patches, self._session.watching, self._extra_apis)
         if self._session.watching:
@@ -278,7 +282,9 @@ class PrecisionDebugger:
             self._peer.check()
         scaler, self._loss_scale.scaled_by = self._loss_scale.scaled_by, None
         if scaler is not None:
-            self._session.judge_loss_scale(_C.call_unhooked(lambda: float(scaler.get_scale())))
+            skipped = getattr(scaler, "step_skipped", None)  # a scaler that says so (DeepSpeed's)
+            self._session.judge_loss_scale(_C.call_unhooked(lambda: float(scaler.get_scale())),
+                                           bool(skipped()) if callable(skipped) else False)
         self._session.step()
         if self._session.finished:
             self._release()
@@ -379,6 +385,26 @@ class PrecisionDebugger:
                 self._session.add_model_tensor(prefix + name, p, False)
             for name, b in model.named_buffers():
                 self._session.add_model_tensor(prefix + name, b, True)
+            if deepspeed_engine.is_engine(model):
+                for name, p in deepspeed_engine.zero_partitions(model, prefix, model.named_parameters()):
+                    self._session.add_model_tensor(name, p, False)
+                me = weakref.WeakMethod(self._before_wrapped_step)  # the patch keeps no debugger alive
+
+                def before(base: Any) -> None:
+                    method = me()
+                    if method is not None:
+                        method(base)
+                deepspeed_engine.gate_optimizer_step(model, self._patches, before)
+
+    def _before_wrapped_step(self, optimizer: Any) -> None:
+        """A wrapper's step (DeepSpeed's) is about to step `optimizer`: its settings looked at
+        before the wrapper's first collective, so that every rank stops in this step."""
+        if self._patches.closed:
+            return
+        if self._peer:
+            self._peer.check()
+        if self._session.judges_optimizer:
+            self._session.judge_optimizer_settings(type(optimizer).__name__, optimizer_settings(optimizer))
 
     def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Dict[str, Any]) -> None:
         """An optimizer is about to write the gradients into the parameters: the last point where
@@ -406,6 +432,8 @@ class PrecisionDebugger:
                 if self._peer and self._peer.wait_for_peer():
                     self._peer.check(gradients=bad)  # the rank whose backward made them stopped: origin peer
                 self._session.judge_optimizer_gradients(type(optimizer).__name__, bad, bool(self._peer))
+        if named:  # an lr or eps of inf: stopped before the update writes it everywhere
+            self._session.judge_optimizer_settings(type(optimizer).__name__, optimizer_settings(optimizer))
         # The state the step writes along with the gradients (L0 records none of its calls).
         state = local_state(optimizer, named)  # none for plain SGD, or before the first step
         bad_state = set(_C.nonfinite_gradients([(f"{key} of {name}", t) for key, name, t in state])) if state else ()

@@ -69,6 +69,22 @@ def local_state(optimizer: Any, named: Named) -> List[Tuple[str, str, torch.Tens
     return out
 
 
+def optimizer_settings(optimizer: Any) -> List[Tuple[str, float]]:
+    """("<key> of param_groups[<g>]", value) of each number in the optimizer's groups (lr, eps,
+    weight_decay, each of betas; a one-element CPU tensor lr too): the engine stops before a
+    step whose setting is not finite. A few dozen floats: no tensor is read on a device."""
+    out = []
+    for g, group in enumerate(getattr(optimizer, "param_groups", ())):
+        for key, value in group.items():
+            values = value if isinstance(value, (tuple, list)) and key != "params" else (value,)
+            for i, v in enumerate(values):
+                if isinstance(v, torch.Tensor) and v.numel() == 1 and v.device.type == "cpu":
+                    v = v.item()
+                if isinstance(v, float):  # bool and int are always finite
+                    out.append((f"{key}{f'[{i}]' if len(values) > 1 else ''} of param_groups[{g}]", v))
+    return out
+
+
 def local_parameters(named: Named) -> List[Tuple[str, torch.Tensor]]:
     """(name, parameter) of the `named` parameters that have a gradient (those a step writes),
     readable as _readable reads them."""

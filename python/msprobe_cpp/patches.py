@@ -20,9 +20,11 @@ class Patches:
         self.closed = False  # remove() of everything ran: nothing goes in any more
 
     def replace(self, kind: str, owner: Any, attr: str, wrapper: Any) -> None:
-        """Puts `wrapper` in place of owner.attr. A class's attribute that it inherits (Tensor
-        methods live in torch._C._TensorBase) is deleted again at removal, not shadowed."""
-        own = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else getattr(owner, attr)
+        """Puts `wrapper` in place of owner.attr. An attribute that the class or the object
+        inherits (Tensor methods live in torch._C._TensorBase; an object's methods in its class)
+        is deleted again at removal, not shadowed."""
+        own_attributes = getattr(owner, "__dict__", None)
+        own = own_attributes.get(attr, _MISSING) if own_attributes is not None else getattr(owner, attr)
         self._replaced.append((kind, owner, attr, own))
         self._counts[kind] = self._counts.get(kind, 0) + 1
         setattr(owner, attr, wrapper)

@@ -216,7 +216,7 @@ TEST_F(Decisions, AScaledStepsBackwardFindingsWaitForTheScaler) {
   ASSERT_TRUE(d.first_anomaly());  // kept for the report, as the gradients that overflowed
 
   // The scale dropped: the scaler skipped the step. One line, no stop, no dump.
-  ScaleDecision s = d.loss_scale(65536, 32768, 3, [] { return OverflowFacts{}; });
+  ScaleDecision s = d.loss_scale(65536, 32768, false, 3, [] { return OverflowFacts{}; });
   EXPECT_FALSE(s.event);
   EXPECT_EQ(s.say,
             "msprobe_cpp: step 3: gradients overflowed at scale 65536; the loss scaler skipped the "
@@ -229,7 +229,7 @@ TEST_F(Decisions, DumpSkippedStepsWritesTheStepsTheScalerSkipped) {
   OverflowDecisions d(options);
   d.set_loss_scaled();
   on(d, downstream("Functional.linear.0.backward"), true);
-  d.loss_scale(65536, 32768, 0, [] { return OverflowFacts{}; });
+  d.loss_scale(65536, 32768, false, 0, [] { return OverflowFacts{}; });
   EXPECT_TRUE(d.dump_step(true, false, 0).dump);
 }
 
@@ -237,7 +237,7 @@ TEST_F(Decisions, AScaleThatDidNotDropAfterNonFiniteGradientsStops) {
   OverflowDecisions d(options);
   d.set_loss_scaled();
   on(d, downstream("Functional.linear.0.backward"), true);
-  ScaleDecision s = d.loss_scale(1024, 1024, 0, [] { return OverflowFacts{}; });
+  ScaleDecision s = d.loss_scale(1024, 1024, false, 0, [] { return OverflowFacts{}; });
   ASSERT_TRUE(s.event);
   EXPECT_TRUE(s.event->notify);
   EXPECT_TRUE(s.event->raise);
@@ -247,9 +247,42 @@ TEST_F(Decisions, AScaleThatDidNotDropAfterNonFiniteGradientsStops) {
             "gradients");
 }
 
+TEST_F(Decisions, AScalerThatSaysItSkippedIsBelievedThoughItsScaleHeld) {
+  // DeepSpeed's hysteresis: the first overflow is skipped with the scale unchanged.
+  OverflowDecisions d(options);
+  d.set_loss_scaled();
+  on(d, downstream("Functional.linear.0.backward"), true);
+  ScaleDecision s = d.loss_scale(65536, 65536, true, 2, [] { return OverflowFacts{}; });
+  EXPECT_FALSE(s.event);
+  EXPECT_EQ(s.say,
+            "msprobe_cpp: step 2: gradients overflowed at scale 65536; the loss scaler skipped "
+            "the step (its scale held: hysteresis)");
+}
+
+TEST_F(Decisions, ANonFiniteOptimizerSettingStopsBeforeTheStep) {
+  OverflowDecisions d(options);
+  auto blank = [] {
+    OverflowFacts f;
+    f.finding.call = "(before AdamW.step)";
+    return f;
+  };
+  EXPECT_FALSE(d.optimizer_setting("lr of param_groups[0]", 0.001, "AdamW", blank));
+  EXPECT_FALSE(d.optimizer_setting("lr of param_groups[0]", 1e300, "AdamW", blank));
+  auto e = d.optimizer_setting("lr of param_groups[1]", INFINITY, "AdamW", blank);
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->raise);
+  EXPECT_EQ(e->facts.origin, Origin::Op);
+  EXPECT_EQ(e->facts.finding.call, "(before AdamW.step)");
+  EXPECT_NE(e->facts.note.find("AdamW's lr of param_groups[1] is inf: its step would write"),
+            std::string::npos)
+      << e->facts.note;
+  EXPECT_TRUE(d.optimizer_setting("eps of param_groups[0]", NAN, "AdamW", blank) == std::nullopt)
+      << "one stop a step";
+}
+
 TEST_F(Decisions, AScaleBelowMinLossScaleStopsEvenInACleanStep) {
   OverflowDecisions d(options);
-  ScaleDecision s = d.loss_scale(1.0, 0.5, 7, [] {
+  ScaleDecision s = d.loss_scale(1.0, 0.5, false, 7, [] {
     OverflowFacts f;
     f.finding.call = "(loss scaler)";
     return f;
@@ -264,7 +297,7 @@ TEST_F(Decisions, AScaleBelowMinLossScaleStopsEvenInACleanStep) {
 
 TEST_F(Decisions, AScaleThatHeldInACleanStepSaysNothing) {
   OverflowDecisions d(options);
-  const ScaleDecision s = d.loss_scale(1024, 2048, 0, [] { return OverflowFacts{}; });
+  const ScaleDecision s = d.loss_scale(1024, 2048, false, 0, [] { return OverflowFacts{}; });
   EXPECT_FALSE(s.event);
   EXPECT_TRUE(s.say.empty());
 }
@@ -275,7 +308,7 @@ TEST_F(Decisions, ABackwardOpOriginInAScaledStepIsTheScalersUntilStep) {
   on(d, backward_op("Torch.sqrt.0.backward"), true);
   ASSERT_TRUE(d.backward_pass_ended());
   EXPECT_FALSE(d.backward_verdict(true, {"w"}));
-  ScaleDecision s = d.loss_scale(8, 8, 0, [] { return OverflowFacts{}; });
+  ScaleDecision s = d.loss_scale(8, 8, false, 0, [] { return OverflowFacts{}; });
   ASSERT_TRUE(s.event);
   EXPECT_TRUE(s.event->raise);
   EXPECT_EQ(s.event->facts.finding.call, "Torch.sqrt.0.backward");
@@ -330,7 +363,7 @@ TEST_F(Decisions, AScaledStepsForwardFindingIsToldAtOnce) {
   EXPECT_TRUE(c.event->notify);
   EXPECT_FALSE(c.event->raise);
   EXPECT_EQ(c.event->facts.finding.call, "Torch.log.0.forward");
-  EXPECT_FALSE(d.loss_scale(1024, 1024, 0, [] { return OverflowFacts{}; }).event);
+  EXPECT_FALSE(d.loss_scale(1024, 1024, false, 0, [] { return OverflowFacts{}; }).event);
 }
 
 // "below min_loss_scale" (docs/overflow-detection.md): a scale that fell to exactly the minimum
@@ -338,13 +371,13 @@ TEST_F(Decisions, AScaledStepsForwardFindingIsToldAtOnce) {
 TEST_F(Decisions, AScaleThatFellToExactlyMinLossScaleIsASkippedStep) {
   options.min_loss_scale = 128;
   OverflowDecisions d(options);
-  const ScaleDecision at = d.loss_scale(256, 128, 4, [] { return OverflowFacts{}; });
+  const ScaleDecision at = d.loss_scale(256, 128, false, 4, [] { return OverflowFacts{}; });
   EXPECT_FALSE(at.event);
   EXPECT_EQ(at.say,
             "msprobe_cpp: step 4: gradients overflowed at scale 256; the loss scaler skipped the "
             "step");
   d.new_step();
-  const ScaleDecision below = d.loss_scale(128, 64, 5, [] { return OverflowFacts{}; });
+  const ScaleDecision below = d.loss_scale(128, 64, false, 5, [] { return OverflowFacts{}; });
   ASSERT_TRUE(below.event);
   EXPECT_TRUE(below.event->raise);
 }

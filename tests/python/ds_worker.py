@@ -75,7 +75,9 @@ class Net(torch.nn.Module):
 
 def ds_config(args: argparse.Namespace) -> dict:
     cfg = {"train_micro_batch_size_per_gpu": MICRO_BATCH, "gradient_accumulation_steps": args.accum,
-           "gradient_clipping": 1.0, "zero_optimization": {"stage": args.stage},
+           "gradient_clipping": 1.0,
+           # ZeRO-3 keeps a parameter this small whole on every rank; 0 partitions it as a large one.
+           "zero_optimization": {"stage": args.stage, "stage3_param_persistence_threshold": 0},
            "steps_per_print": 10 ** 9, "wall_clock_breakdown": False}
     if args.dtype == "bf16":
         cfg["bf16"] = {"enabled": True}
@@ -117,7 +119,7 @@ def held_state(engine) -> List[Tuple[str, torch.Tensor]]:
         if attr in ("optimizer", "param_names", "averaged_gradients", "ipg_buffer"):
             continue
         for i, t in enumerate(_tensors(value)):
-            if t.is_floating_point() and t.numel() > 0 and t.dtype == torch.float32:
+            if t.is_floating_point() and t.numel() > 0 and t.dtype == torch.float32 and not t.is_meta:
                 out.append((f"optimizer.{attr}.{i}", t.detach()))
     base = getattr(opt, "optimizer", opt)
     for i, s in enumerate(base.state.values()):

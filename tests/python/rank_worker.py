@@ -127,7 +127,7 @@ def exception_record(e: BaseException) -> dict:
                    call=getattr(e, "call", None), peer_stop=getattr(e, "peer_stop", None),
                    peer_rank=getattr(e, "peer_rank", None))
     else:
-        rec["traceback"] = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-4000:]
+        rec["traceback"] = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-12000:]
     return rec
 
 

@@ -71,6 +71,12 @@ void mark_write_only_buffer(const WrittenArgument& w, CallRecord& rec) {
   }
 }
 
+// msprobe_cpp.OverflowError or DistributedStopError (both RuntimeErrors).
+bool is_own_error(const py::error_already_set& error) {
+  py::object module = py::getattr(error.type(), "__module__", py::none());
+  return py::isinstance<py::str>(module) && module.cast<std::string>().rfind("msprobe_cpp", 0) == 0;
+}
+
 // The call wrote these: from now on their bytes are values.
 void note_written(py::handle written) {
   if (!written) return;
@@ -126,13 +132,13 @@ py::object ApiHook::call_original(PyObject* args, PyObject* kwargs) const {
     // A collective inside the call that no hook sees (a DTensor's, made in C++) failed because
     // a peer stopped and left: that stop is the reason, raised as such (peer_stop.py's check
     // raises it, or DistributedStopError after this rank's own stop). Anything else goes through.
+    // A stop that a nested hook raised already (a collective's Work.wait) goes through as it is.
     if (PyErr_ExceptionMatches(PyExc_RuntimeError)) {
       std::shared_ptr<Session> session = current_session();
-      if (session && session->peer_stop().stopped()) {
-        py::error_already_set original;  // fetched: the check runs with no error set
+      py::error_already_set original;  // fetched: the check runs with no error set
+      if (session && session->peer_stop().stopped() && !is_own_error(original))
         raise_peer_stop(*session);
-        throw original;
-      }
+      throw original;
     }
     throw py::error_already_set();
   }

@@ -264,8 +264,9 @@ void end_step(Session& session) {
   session.step();
 }
 
-void judge_loss_scale(Session& session, double after) {
-  if (auto event = session.guard().judge_loss_scale(after)) handle_overflow_event(session, *event);
+void judge_loss_scale(Session& session, double after, bool skipped) {
+  if (auto event = session.guard().judge_loss_scale(after, skipped))
+    handle_overflow_event(session, *event);
 }
 
 void judge_optimizer_gradients(Session& session, const std::string& optimizer,
@@ -311,6 +312,18 @@ bool end_optimizer_step(Session& session) {
   const bool left = session.hooks().gate.leaving_optimizer_step();
   session.hooks().gate.leave_optimizer_step(false);
   return left;
+}
+
+void judge_optimizer_settings(Session& session, const std::string& optimizer,
+                              std::vector<std::pair<std::string, double>> settings) {
+  OverflowGuard::OptimizerLook look;
+  look.when = OverflowGuard::OptimizerLook::When::Settings;
+  look.optimizer = optimizer;
+  look.settings = std::move(settings);
+  if (auto event =
+          session.guard().judge_optimizer(std::move(look), session.hooks().codes.capture())) {
+    handle_overflow_event(session, *event);
+  }
 }
 
 void judge_optimizer_update(Session& session, const std::string& optimizer,

@@ -51,7 +51,10 @@ void stop_collecting(Session& session);
 void end_step(Session& session);
 
 // At step(): the loss scale now; a scale that fell too low stops.
-void judge_loss_scale(Session& session, double after);
+void judge_loss_scale(Session& session, double after, bool skipped);
+// Before an optimizer step: its numeric settings; a non-finite one stops before the step.
+void judge_optimizer_settings(Session& session, const std::string& optimizer,
+                              std::vector<std::pair<std::string, double>> settings);
 // Before an optimizer's step: its parameters whose gradients hold NaN/inf (`reduced`: averaged
 // across ranks), or its state of `parameter` that does (and `more` others). A stop names the
 // program's line that called the step.

@@ -216,12 +216,12 @@ void OverflowGuard::set_loss_scaled(double before) {
   });
 }
 
-std::optional<OverflowEvent> OverflowGuard::judge_loss_scale(double after) {
+std::optional<OverflowEvent> OverflowGuard::judge_loss_scale(double after, bool skipped) {
   ScaleDecision d = state_.with_lock([&](GuardState& g) {
     const std::optional<double> before = std::exchange(g.scale_before, std::nullopt);
     // A loss scaler given to start() under another task: nothing to judge.
     if (!g.decisions || !before) return ScaleDecision{};
-    return g.decisions->loss_scale(*before, after, g.at.step, [&] {
+    return g.decisions->loss_scale(*before, after, skipped, g.at.step, [&] {
       OverflowFacts f;
       f.finding.call = "(loss scaler)";
       f.step = g.at.step;
@@ -280,6 +280,9 @@ std::optional<OverflowEvent> OverflowGuard::judge_optimizer(OptimizerLook look,
     case OptimizerLook::When::Update:
       event = optimizer_update(look);
       break;
+    case OptimizerLook::When::Settings:
+      event = optimizer_settings(look);
+      break;
   }
   // The program's line that called the optimizer's step.
   if (event) tell_source(caller, event->facts.finding.call, &*event);
@@ -324,6 +327,22 @@ std::optional<OverflowEvent> OverflowGuard::optimizer_update(OptimizerLook& look
         [&] { return optimizer_step_facts(g, paths_, look.optimizer, "after"); });
     if (e) g.flagged_unstored = true;  // no call of the step names it
     return e;
+  });
+}
+
+std::optional<OverflowEvent> OverflowGuard::optimizer_settings(const OptimizerLook& look) {
+  return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
+    if (!g.decisions) return std::nullopt;
+    for (const auto& [setting, value] : look.settings) {
+      std::optional<OverflowEvent> e = g.decisions->optimizer_setting(
+          setting, value, look.optimizer,
+          [&] { return optimizer_step_facts(g, paths_, look.optimizer); });
+      if (e) {
+        g.flagged_unstored = true;  // no call of the step names it
+        return e;
+      }
+    }
+    return std::nullopt;
   });
 }
 

@@ -119,19 +119,20 @@ class OverflowGuard {
   // after a step whose calls were not judged, what it wrote (`bad`: parameters and "<key> of
   // <parameter>", finite before it). `caller`: the program's stack, whose line a stop names.
   struct OptimizerLook {
-    enum class When { Gradients, State, Update };
+    enum class When { Gradients, State, Update, Settings };
     When when = When::Gradients;
     std::string optimizer;
     std::vector<std::string> bad;
     bool reduced = false;
     std::string state, parameter;
     size_t more = 0;
+    std::vector<std::pair<std::string, double>> settings;  // When::Settings
   };
   std::optional<OverflowEvent> judge_optimizer(OptimizerLook look, const StackPtr& caller);
   // The loss scaler scaled this step's loss, its scale `before` (at start() or scale());
   // judge_loss_scale(): its scale `after` now, at step(): a stop to raise, or nothing.
   void set_loss_scaled(double before);
-  std::optional<OverflowEvent> judge_loss_scale(double after);
+  std::optional<OverflowEvent> judge_loss_scale(double after, bool skipped);
 
   // A parameter or buffer of a model given to start(); the names of those of `tensors` that are
   // a started model's parameters (nullopt for any other).
@@ -151,6 +152,7 @@ class OverflowGuard {
   std::optional<OverflowEvent> optimizer_gradients(OptimizerLook& look);
   std::optional<OverflowEvent> optimizer_state(const OptimizerLook& look);
   std::optional<OverflowEvent> optimizer_update(OptimizerLook& look);
+  std::optional<OverflowEvent> optimizer_settings(const OptimizerLook& look);
   // A stored call's finding as facts; its source line comes later.
   OverflowFacts facts_of(const GuardState& g, const StoredCall& call, const Verdict& v) const;
   // The finding's source line (the GIL is taken), into `event` and the step's report. Without the
