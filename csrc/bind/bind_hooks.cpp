@@ -137,7 +137,7 @@ void bind_hooks(py::module_& m) {
   m.def(
       "note_written",
       [](py::handle t) {
-        if (unwritten_memory().any() && THPVariable_Check(t.ptr()))
+        if (unwritten_memory().any() && !ReentryGuard::inside() && THPVariable_Check(t.ptr()))
           unwritten_memory().written(THPVariable_Unpack(t.ptr()));
       },
       py::arg("tensor"),

@@ -261,41 +261,35 @@ std::optional<OverflowEvent> OverflowDecisions::optimizer_gradients(
   return e;
 }
 
-std::optional<OverflowEvent> OverflowDecisions::optimizer_state(const std::string& state,
-                                                                const std::string& parameter,
-                                                                size_t more,
-                                                                const MakeFacts& blank) {
+std::optional<OverflowEvent> OverflowDecisions::optimizer_before_step(const BeforeStep& before,
+                                                                      const std::string& optimizer,
+                                                                      const MakeFacts& blank) {
+  const bool setting = !before.setting.empty();
+  if (setting && std::isfinite(before.value)) return std::nullopt;
   if (step_overflow_ && step_overflow_->origin) return std::nullopt;  // its stop was decided
   OverflowEvent e;
   e.facts = blank();
+  if (setting) {
+    e.facts.finding.scene = Scene::InputNormalOutputAnomaly;
+    e.facts.finding.severity = scene_severity(Scene::InputNormalOutputAnomaly);
+    e.facts.origin = Origin::Op;
+    const char* shown = std::isnan(before.value) ? "nan" : before.value > 0 ? "inf" : "-inf";
+    e.facts.note = optimizer + "'s " + before.setting + " is " + shown +
+                   ": its step would write NaN/inf into every parameter it updates; stopped "
+                   "before the step, the parameters and the optimizer's state untouched";
+    return told_at_optimizer(std::move(e));
+  }
   // NaN/inf in, and the step about to write it into the parameters.
   e.facts.finding.scene = Scene::InputAnomalyOutputAnomaly;
   e.facts.finding.severity = Severity::High;
   e.facts.origin = Origin::Parameter;
-  e.facts.parameter = parameter;
-  e.facts.optimizer_state = state;
-  e.facts.note = "the optimizer's " + state + " of " + parameter +
-                 (more ? " (and " + std::to_string(more) + " more state tensors)" : std::string()) +
+  e.facts.parameter = before.parameter;
+  e.facts.optimizer_state = before.state;
+  e.facts.note = "the optimizer's " + before.state + " of " + before.parameter +
+                 (before.more ? " (and " + std::to_string(before.more) + " more state tensors)"
+                              : std::string()) +
                  " holds NaN/inf, written before this step (a checkpoint's optimizer state, or "
                  "an earlier update); stopped before the parameters take it";
-  return told_at_optimizer(std::move(e));
-}
-
-std::optional<OverflowEvent> OverflowDecisions::optimizer_setting(const std::string& setting,
-                                                                  double value,
-                                                                  const std::string& optimizer,
-                                                                  const MakeFacts& blank) {
-  if (std::isfinite(value)) return std::nullopt;
-  if (step_overflow_ && step_overflow_->origin) return std::nullopt;  // its stop was decided
-  OverflowEvent e;
-  e.facts = blank();
-  e.facts.finding.scene = Scene::InputNormalOutputAnomaly;
-  e.facts.finding.severity = scene_severity(Scene::InputNormalOutputAnomaly);
-  e.facts.origin = Origin::Op;
-  const char* shown = std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf";
-  e.facts.note = optimizer + "'s " + setting + " is " + shown +
-                 ": its step would write NaN/inf into every parameter it updates; stopped "
-                 "before the step, the parameters and the optimizer's state untouched";
   return told_at_optimizer(std::move(e));
 }
 

@@ -98,13 +98,6 @@ class OverflowDecisions {
   ScaleDecision loss_scale(double before, double after, bool skipped, int64_t step,
                            const MakeFacts& blank);
 
-  // An optimizer is about to step with a setting that is not finite (`setting`: "lr of
-  // param_groups[0]", its `value`): its update would write NaN/inf into every parameter it
-  // steps. Origin op, before the step, so that no parameter (nor ZeRO's fp32 partition) takes it.
-  std::optional<OverflowEvent> optimizer_setting(const std::string& setting, double value,
-                                                 const std::string& optimizer,
-                                                 const MakeFacts& blank);
-
   // An optimizer is about to write `gradients` (names), which hold NaN/inf, into the parameters:
   // the last point before the damage. `blank`: facts naming the optimizer step, for gradients no
   // finding of this step told of. Where they came from: averaged across the ranks (`reduced`,
@@ -119,12 +112,21 @@ class OverflowDecisions {
   std::optional<OverflowEvent> optimizer_gradients(std::vector<std::string> gradients,
                                                    GradientSource source, const MakeFacts& blank);
 
-  // An optimizer is about to step with state that holds NaN/inf (`state` of `parameter`, and
-  // `more` other state tensors): written before this step, by a checkpoint or an update that
-  // nothing judged (L0 records no optimizer call). Origin parameter, before the parameters take it.
-  std::optional<OverflowEvent> optimizer_state(const std::string& state,
-                                               const std::string& parameter, size_t more,
-                                               const MakeFacts& blank);
+  // An optimizer is about to step with what would write NaN/inf into the parameters. Either its
+  // state holds NaN/inf (`state` of `parameter`, and `more` other state tensors): written before
+  // this step, by a checkpoint or an update that nothing judged (L0 records no optimizer call);
+  // origin parameter. Or one of its settings is not finite (`setting`, "lr of param_groups[0]",
+  // its `value`): its update would write NaN/inf into every parameter it steps; origin op. Both
+  // stop before the step, so that no parameter (nor ZeRO's fp32 partition) takes it.
+  struct BeforeStep {
+    std::string state, parameter;
+    size_t more = 0;
+    std::string setting;  // non-empty: a setting's look
+    double value = 0.0;
+  };
+  std::optional<OverflowEvent> optimizer_before_step(const BeforeStep& before,
+                                                     const std::string& optimizer,
+                                                     const MakeFacts& blank);
 
   // An optimizer's step, whose calls were not judged one by one, left NaN/inf in `written` (its
   // parameters, "<key> of <parameter>" for its state), all finite before it: its own arithmetic

@@ -215,7 +215,8 @@ class PrecisionDebugger:
         """Begins (or resumes) collection for the current step; installs hooks the first time.
 
         `model`: a module or a list of them; each new one is hooked in addition to those before
-        it. `loss_scaler`: any object with get_scale() (a torch GradScaler is found by itself)."""
+        it. `loss_scaler`: any object with get_scale(), and step_skipped() where a skipped step
+        can keep its scale (a torch GradScaler and a DeepSpeed engine's are found by themselves)."""
         if not self._session.dumps_calls:
             return
         if self._patches.closed or self._session.finished:
@@ -397,8 +398,10 @@ class PrecisionDebugger:
                 deepspeed_engine.gate_optimizer_step(model, self._patches, before)
 
     def _before_wrapped_step(self, optimizer: Any) -> None:
-        """A wrapper's step (DeepSpeed's) is about to step `optimizer`: its settings looked at
-        before the wrapper's first collective, so that every rank stops in this step."""
+        """A DeepSpeed engine's optimizer step is about to step `optimizer`: its numeric settings
+        (an lr of inf) are looked at before the step's first collective and before ZeRO's fp32
+        partitions are written, so that a stop leaves every weight as it was and reaches the other
+        ranks in this step. (A plain torch optimizer's lr of inf is seen after its step.)"""
         if self._patches.closed:
             return
         if self._peer:
@@ -432,8 +435,6 @@ class PrecisionDebugger:
                 if self._peer and self._peer.wait_for_peer():
                     self._peer.check(gradients=bad)  # the rank whose backward made them stopped: origin peer
                 self._session.judge_optimizer_gradients(type(optimizer).__name__, bad, bool(self._peer))
-        if named:  # an lr or eps of inf: stopped before the update writes it everywhere
-            self._session.judge_optimizer_settings(type(optimizer).__name__, optimizer_settings(optimizer))
         # The state the step writes along with the gradients (L0 records none of its calls).
         state = local_state(optimizer, named)  # none for plain SGD, or before the first step
         bad_state = set(_C.nonfinite_gradients([(f"{key} of {name}", t) for key, name, t in state])) if state else ()

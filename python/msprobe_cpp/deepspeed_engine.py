@@ -64,13 +64,13 @@ def zero_partitions(engine: Any, prefix: str, named_parameters: Iterable[Tuple[s
 
 
 def gate_optimizer_step(engine: Any, patches: Any, before: Callable[[Any], None]) -> None:
-    """The engine's optimizer wrapper's step (ZeRO's, the bf16 and fp16 optimizers'): `before(base
-    optimizer)` runs first, while every rank is still before the step's first collective (the
-    gradient norm's all-reduce), so that a stop there reaches the others in the same step. A plain
-    torch optimizer (fp32 ZeRO-0) is gated by the optimizer step hooks already."""
-    import torch
+    """The engine's optimizer's step (ZeRO's wrapper, the bf16 and fp16 optimizers', or the plain
+    torch optimizer of an fp32 ZeRO-0 engine): `before(base optimizer)` runs first, while every
+    rank is still before the step's first collective (the gradient norm's all-reduce), so that a
+    stop there reaches the others in the same step, and before ZeRO's fp32 partitions are
+    written."""
     wrapper = getattr(engine, "optimizer", None)
-    if wrapper is None or isinstance(wrapper, torch.optim.Optimizer) or not callable(getattr(wrapper, "step", None)):
+    if wrapper is None or not callable(getattr(wrapper, "step", None)):
         return
     original, base = wrapper.step, _base_optimizer(engine)
 
@@ -87,11 +87,13 @@ class DeepSpeedLossScaler:
         self._engine = engine
 
     def get_scale(self) -> float:
-        scaler = getattr(self._engine.optimizer, "loss_scaler", None)
-        scale = getattr(scaler, "cur_scale", None)
-        if scale is None:
-            scale = getattr(self._engine.optimizer, "loss_scale", 1.0)
-        return float(scale)
+        wrapper = self._engine.optimizer
+        # ZeRO's and the fused fp16 optimizer's DynamicLossScaler; the unfused one's config.
+        for holder in (getattr(wrapper, "loss_scaler", None), getattr(wrapper, "loss_scale_config", None)):
+            scale = getattr(holder, "cur_scale", None)
+            if scale is not None:
+                return float(scale)
+        return float(getattr(wrapper, "cur_scale", getattr(wrapper, "loss_scale", 1.0)))
 
     def step_skipped(self) -> bool:
         """DeepSpeed's optimizer found the gradients non-finite in its last step and skipped it."""
@@ -101,6 +103,6 @@ class DeepSpeedLossScaler:
 def loss_scaler(engine: Any) -> Optional[DeepSpeedLossScaler]:
     """The engine's scaler when it trains in fp16 (DeepSpeed scales no bf16 or fp32 loss)."""
     fp16 = getattr(engine, "fp16_enabled", None)
-    if callable(fp16) and fp16() and hasattr(engine.optimizer, "loss_scaler"):
+    if callable(fp16) and fp16() and hasattr(engine.optimizer, "overflow"):
         return DeepSpeedLossScaler(engine)
     return None

@@ -247,6 +247,14 @@ TEST_F(Decisions, AScaleThatDidNotDropAfterNonFiniteGradientsStops) {
             "gradients");
 }
 
+OverflowDecisions::BeforeStep state_look(const char* state, const char* parameter, size_t more) {
+  OverflowDecisions::BeforeStep b;
+  b.state = state;
+  b.parameter = parameter;
+  b.more = more;
+  return b;
+}
+
 TEST_F(Decisions, AScalerThatSaysItSkippedIsBelievedThoughItsScaleHeld) {
   // DeepSpeed's hysteresis: the first overflow is skipped with the scale unchanged.
   OverflowDecisions d(options);
@@ -266,9 +274,15 @@ TEST_F(Decisions, ANonFiniteOptimizerSettingStopsBeforeTheStep) {
     f.finding.call = "(before AdamW.step)";
     return f;
   };
-  EXPECT_FALSE(d.optimizer_setting("lr of param_groups[0]", 0.001, "AdamW", blank));
-  EXPECT_FALSE(d.optimizer_setting("lr of param_groups[0]", 1e300, "AdamW", blank));
-  auto e = d.optimizer_setting("lr of param_groups[1]", INFINITY, "AdamW", blank);
+  auto setting = [](const char* name, double value) {
+    OverflowDecisions::BeforeStep b;
+    b.setting = name;
+    b.value = value;
+    return b;
+  };
+  EXPECT_FALSE(d.optimizer_before_step(setting("lr of param_groups[0]", 0.001), "AdamW", blank));
+  EXPECT_FALSE(d.optimizer_before_step(setting("lr of param_groups[0]", 1e300), "AdamW", blank));
+  auto e = d.optimizer_before_step(setting("lr of param_groups[1]", INFINITY), "AdamW", blank);
   ASSERT_TRUE(e);
   EXPECT_TRUE(e->raise);
   EXPECT_EQ(e->facts.origin, Origin::Op);
@@ -276,7 +290,8 @@ TEST_F(Decisions, ANonFiniteOptimizerSettingStopsBeforeTheStep) {
   EXPECT_NE(e->facts.note.find("AdamW's lr of param_groups[1] is inf: its step would write"),
             std::string::npos)
       << e->facts.note;
-  EXPECT_TRUE(d.optimizer_setting("eps of param_groups[0]", NAN, "AdamW", blank) == std::nullopt)
+  EXPECT_TRUE(d.optimizer_before_step(setting("eps of param_groups[0]", NAN), "AdamW", blank) ==
+              std::nullopt)
       << "one stop a step";
 }
 
@@ -502,7 +517,8 @@ TEST_F(Decisions, AHeldOriginStillHeldAtTheEndIsNotCalledAbsorbed) {
 TEST_F(Decisions, OptimizerStateWithNanStopsNamingTheStateAndItsParameter) {
   OverflowDecisions d(options);
   const std::optional<OverflowEvent> e =
-      d.optimizer_state("exp_avg_sq", "fc1.weight", 2, [] { return OverflowFacts{}; });
+      d.optimizer_before_step(state_look("exp_avg_sq", "fc1.weight", 2), "SGD",
+                              [] { return OverflowFacts{}; });
   ASSERT_TRUE(e.has_value());
   EXPECT_TRUE(e->raise && e->notify);
   EXPECT_EQ(e->facts.origin, Origin::Parameter);
@@ -535,7 +551,8 @@ TEST_F(Decisions, AnOptimizerUpdateThatWroteNanStopsAsAnOpNamingTheParameter) {
   EXPECT_TRUE(d.dump_step(false, false, 0).dump);
 
   OverflowDecisions told(options);
-  ASSERT_TRUE(told.optimizer_state("exp_avg_sq", "fc1.weight", 0, [] { return OverflowFacts{}; }));
+  ASSERT_TRUE(told.optimizer_before_step(state_look("exp_avg_sq", "fc1.weight", 0), "SGD",
+                                         [] { return OverflowFacts{}; }));
   EXPECT_FALSE(told.optimizer_update({"fc1.weight"}, "AdamW", [] { return OverflowFacts{}; }));
 
   OverflowSection no_op = options;

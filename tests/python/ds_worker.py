@@ -195,9 +195,9 @@ def train(args: argparse.Namespace, out: pathlib.Path, rank: int, result: Dict) 
                 debugger.step()
             result["losses"].append(losses)
             result["skipped_steps"] = int(getattr(engine, "skipped_steps", 0))
-            scaler = getattr(engine.optimizer, "loss_scaler", None)
-            if scaler is not None:
-                result["scales"].append(float(getattr(scaler, "cur_scale", getattr(scaler, "loss_scale", 0))))
+            if args.dtype == "fp16":
+                from msprobe_cpp.deepspeed_engine import DeepSpeedLossScaler
+                result["scales"].append(DeepSpeedLossScaler(engine).get_scale())
     finally:
         unplant(engine, net, args)
         result["seconds_per_step"] = (time.perf_counter() - started) / max(1, args.steps)

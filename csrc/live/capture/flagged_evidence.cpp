@@ -9,7 +9,8 @@ EvidenceNames FlaggedEvidence::claim(CallRecord& rec, const LiveTensors& live) {
   for_each_arg(rec, [&](const ArgPos& pos, Entry& e) {
     const at::Tensor* t = live.tensor(pos);
     // A view's base is not copied: its view is, and the base may be a buffer of any size.
-    if (!t || !e.is_tensor() || e.marks.view_base || t->is_meta() || t->layout() != at::kStrided) return;
+    if (!t || !e.is_tensor() || e.marks.view_base || t->is_meta() || t->layout() != at::kStrided)
+      return;
     e.data_name = names_.claim(arg_file_stem(rec.name, pos)) + ".pt";
     names.emplace_back(pos, e.data_name);
   });

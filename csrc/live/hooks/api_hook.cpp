@@ -4,6 +4,8 @@
 
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <cmath>
+#include <limits>
 #include <string_view>
 #include <vector>
 
@@ -44,14 +46,6 @@ bool holds_view_base(const CallRecord& rec) {
   for (const auto& kv : rec.kwargs)
     if (kv.second.marks.view_base) return true;
   return false;
-}
-
-// Read after all, a view base stays one: the flagged call's evidence leaves it out.
-void keep_view_bases(const CallRecord& before, CallRecord& after) {
-  for (size_t i = 0; i < before.inputs.size() && i < after.inputs.size(); ++i)
-    after.inputs[i].marks.view_base = before.inputs[i].marks.view_base;
-  for (size_t i = 0; i < before.kwargs.size() && i < after.kwargs.size(); ++i)
-    after.kwargs[i].second.marks.view_base = before.kwargs[i].second.marks.view_base;
 }
 
 void mark_unwritten(Entry& e) {
@@ -126,7 +120,7 @@ NodePtr new_grad_fn(PyObject* result, const std::vector<const torch::autograd::N
 
 // The original with the very argument tuple and dict we were given: pybind11's `*args, **kwargs`
 // unpacking would copy both on every call.
-py::object ApiHook::call_original(PyObject* args, PyObject* kwargs) const {
+py::object ApiHook::call_original(PyObject* args, PyObject* kwargs, bool program_call) const {
   PyObject* result = PyObject_Call(original_.ptr(), args, kwargs);
   if (!result) {
     // A collective inside the call that no hook sees (a DTensor's, made in C++) failed because
@@ -142,7 +136,7 @@ py::object ApiHook::call_original(PyObject* args, PyObject* kwargs) const {
     }
     throw py::error_already_set();
   }
-  if (unwritten_memory().any()) note_writes(args, kwargs);
+  if (program_call && unwritten_memory().any()) note_writes(args, kwargs);
   return py::reinterpret_steal<py::object>(result);
 }
 
@@ -179,7 +173,9 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   std::shared_ptr<Session> session = current_session();
   if (!session || !session->hooks().gate.forward() || ReentryGuard::inside() ||
       called_by_compiled_region()) {
-    return call_original(args, kwargs);
+    // A call the tool makes, or one inside a hooked call, is not the program's own: what it
+    // writes is left to the version counter (UnwrittenMemory::holds).
+    return call_original(args, kwargs, !ReentryGuard::inside());
   }
   if (session->peer_stop().stopped())
     raise_peer_stop(*session);  // another rank stopped: so does this
@@ -194,11 +190,11 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   name.append(api_).append(1, '.').append(index).append(".forward");
   if (!session->config().records_calls()) {  // task free_benchmark: checked, not recorded
     if (auto checker = current_free_benchmark()) {
-      auto run = [this](PyObject* a, PyObject* k) { return call_original(a, k); };
+      auto run = [this](PyObject* a, PyObject* k) { return call_original(a, k, false); };
       return checker->call({api_, name, original_, run, py::reinterpret_borrow<py::tuple>(args),
                             kwargs ? py::reinterpret_borrow<py::dict>(kwargs) : py::dict()});
     }
-    return call_original(args, kwargs);
+    return call_original(args, kwargs, true);
   }
   Selection& selection = session->hooks().selection;
   // The backward name matters to the selection only through `list`.
@@ -206,7 +202,7 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
       name, selection.has_list() ? backward_name_of(name) : std::string(), inside_listed_module());
   if (!sel.any()) {
     EndOnExit end{selection, name};
-    return call_original(args, kwargs);
+    return call_original(args, kwargs, true);
   }
   return record(session, name, sel, epoch, args, kwargs);
 }
@@ -229,18 +225,26 @@ void ApiHook::describe_inputs(StoredCall& call, LiveTensors* live, PyObject* arg
   mark_write_only_buffer(written_, call.record);
 }
 
-void ApiHook::read_view_bases(StoredCall& call, LiveTensors& live, PyObject* args, PyObject* kwargs,
-                              const EntryOptions& options) const {
-  // NaN/inf in a view was in the tensor it was taken of: read now (the call wrote nothing), so
-  // the guard judges the call as it would have with every input read.
-  if (!holds_view_base(call.record) || !holds_any_anomaly(call.record)) return;
-  CallRecord unread;
-  unread.inputs = std::move(call.record.inputs);
-  unread.kwargs = std::move(call.record.kwargs);
-  live.inputs.clear();
-  live.kwargs.clear();
-  describe_inputs(call, &live, args, kwargs, options, false);
-  keep_view_bases(unread, call.record);
+void ApiHook::mark_view_bases(StoredCall& call) const {
+  // NaN/inf in a view was in the tensor it was taken of: its unread base is known to hold them
+  // without a scan (a scan would cost the base's size at every narrow of an overflowed bucket).
+  if (!holds_view_base(call.record)) return;
+  bool nan = false, other = false;
+  for (const Entry& out : call.record.outputs) {
+    if (!holds_anomaly(out, false)) continue;
+    for (const Scalar* s : {&out.max, &out.min, &out.mean, &out.norm}) {
+      if (s->non_finite()) (std::isnan(s->number) ? nan : other) = true;
+    }
+  }
+  if (!nan && !other) return;
+  // Its Norm, the one statistic the view's values settle: NaN where the view holds NaN, else at
+  // least infinite. Max, Min and Mean stay unread (null).
+  const double norm = nan ? std::numeric_limits<double>::quiet_NaN()
+                          : std::numeric_limits<double>::infinity();
+  for (Entry& e : call.record.inputs)
+    if (e.marks.view_base) e.norm = Scalar::of_float(norm);
+  for (auto& kv : call.record.kwargs)
+    if (kv.second.marks.view_base) kv.second.norm = Scalar::of_float(norm);
 }
 
 py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::string& name,
@@ -282,7 +286,7 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
   py::object result;
   {
     EndOnExit end{session.hooks().selection, name};
-    result = call_original(args, kwargs);
+    result = call_original(args, kwargs, true);
   }
 
   if (sel.backward) {
@@ -301,8 +305,7 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
     call.record.outputs = item_entries(outputs.ptr(), options, options.stem(name, "output"),
                                        watching ? &live.outputs : nullptr);
   }
-  if (watching && view_of_first_arg_ && sel.inputs)
-    read_view_bases(call, live, args, kwargs, options);
+  if (watching && view_of_first_arg_ && sel.inputs && sel.outputs) mark_view_bases(call);
   if (written && watching && !collective_input_anomaly && holds_any_anomaly(call.record)) {
     const std::string key = written_.returns_source ? received_key(result.ptr()) : name;
     if (!key.empty()) call.peer_rank = anomalous_collective_input_rank(session, key);

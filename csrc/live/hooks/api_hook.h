@@ -38,7 +38,9 @@ class ApiHook {
   // n of this API's next call within the session's step: a counter of the hook's own, reset when
   // the step changes, so naming a call takes no lock and no lookup.
   int64_t next_index(Session& session);
-  pybind11::object call_original(PyObject* args, PyObject* kwargs) const;
+  // `program_call`: the program's own call (not the tool's, nor one inside a hooked call), whose
+  // writes are noted (note_writes).
+  pybind11::object call_original(PyObject* args, PyObject* kwargs, bool program_call) const;
   const pybind11::object& original() const { return original_; }
   const std::string& api() const { return api_; }
 
@@ -50,10 +52,8 @@ class ApiHook {
   // `limit_view_base`: a view call's large base is left unread (EntryOptions::read_limit).
   void describe_inputs(StoredCall& call, LiveTensors* live, PyObject* args, PyObject* kwargs,
                        const EntryOptions& options, bool limit_view_base) const;
-  // A view call whose view holds NaN/inf: its base read after all, as the guard's judgement needs.
-  void read_view_bases(StoredCall& call, LiveTensors& live, PyObject* args, PyObject* kwargs,
-                       const EntryOptions& options) const;
-
+  // A view call whose view holds NaN/inf: its unread base marked as holding them.
+  void mark_view_bases(StoredCall& call) const;
   // What a call just wrote (its first argument, `out=`, a collective's buffer) is no longer
   // uninitialised memory (UnwrittenMemory::written).
   void note_writes(PyObject* args, PyObject* kwargs) const;

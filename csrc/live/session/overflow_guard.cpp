@@ -292,9 +292,12 @@ std::optional<OverflowEvent> OverflowGuard::judge_optimizer(OptimizerLook look,
 std::optional<OverflowEvent> OverflowGuard::optimizer_state(const OptimizerLook& look) {
   return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
     if (!g.decisions) return std::nullopt;
-    std::optional<OverflowEvent> e = g.decisions->optimizer_state(
-        look.state, look.parameter, look.more,
-        [&] { return optimizer_step_facts(g, paths_, look.optimizer); });
+    OverflowDecisions::BeforeStep before;
+    before.state = look.state;
+    before.parameter = look.parameter;
+    before.more = look.more;
+    std::optional<OverflowEvent> e = g.decisions->optimizer_before_step(
+        before, look.optimizer, [&] { return optimizer_step_facts(g, paths_, look.optimizer); });
     if (e) g.flagged_unstored = true;  // written even when no call of the step was recorded
     return e;
   });
@@ -334,9 +337,11 @@ std::optional<OverflowEvent> OverflowGuard::optimizer_settings(const OptimizerLo
   return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
     if (!g.decisions) return std::nullopt;
     for (const auto& [setting, value] : look.settings) {
-      std::optional<OverflowEvent> e = g.decisions->optimizer_setting(
-          setting, value, look.optimizer,
-          [&] { return optimizer_step_facts(g, paths_, look.optimizer); });
+      OverflowDecisions::BeforeStep before;
+      before.setting = setting;
+      before.value = value;
+      std::optional<OverflowEvent> e = g.decisions->optimizer_before_step(
+          before, look.optimizer, [&] { return optimizer_step_facts(g, paths_, look.optimizer); });
       if (e) {
         g.flagged_unstored = true;  // no call of the step names it
         return e;

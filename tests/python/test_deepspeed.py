@@ -1,0 +1,121 @@
+"""DeepSpeed (pinned, test-only, in the torch-2 venv) as users run it: 2 gloo ranks on DeepSpeed's
+CPU accelerator, ZeRO stages 0-3 at the default bucket sizes, bf16, fp16 with DeepSpeed's
+dynamic loss scaler, or fp32, gradient accumulation (2 micro-batches a step) and clipping, the
+debugger started on the engine (ds_worker.py).
+
+Both sides: a clean run is bit-identical to the run without the tool (losses, parameters, ZeRO's
+fp32 partitions and optimizer state) and writes no step folder, at every stage and dtype; the
+steps DeepSpeed's scaler skips are no stops (its hysteresis keeps the scale at a first overflow);
+each planted fault stops both ranks in its step, the faulty one with its origin and call, the
+other as peer naming it, each with its folder, no raw RuntimeError, and no NaN in any rank's
+weights or partitions."""
+import pytest
+
+pytest.importorskip("deepspeed")
+import torch  # noqa: E402
+
+from dist_runs import assert_states_equal, run_ranks  # noqa: E402
+from gloo import needs_gloo  # noqa: E402
+from testenv import TESTS  # noqa: E402
+
+pytestmark = [pytest.mark.slow, needs_gloo]
+
+WORKER = TESTS / "ds_worker.py"
+WORLD = 2
+STEPS = 4
+BAD_STEP = 2
+BAD_RANK = 1
+TIMEOUT_S = 180.0
+STAGES = [0, 1, 2, 3]
+DTYPES = ["bf16", "fp16", "fp32"]
+
+
+def run(out, args):
+    return run_ranks(out, WORLD, ["--steps", str(STEPS), *args], timeout=TIMEOUT_S, worker=WORKER)
+
+
+def finished_cleanly(r):
+    assert r.returncodes == [0] * WORLD, r.context()
+    for rank, res in enumerate(r.results):
+        assert res["raised"] is None and res["finished"], f"rank {rank} raised\n{r.context()}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("stage", STAGES)
+def test_clean_training_is_bit_identical_and_quiet(tmp_path, stage, dtype):
+    config = ["--stage", str(stage), "--dtype", dtype]
+    bare = run(tmp_path / "bare", ["--bare", *config])
+    finished_cleanly(bare)
+    watched = run(tmp_path / "watched", config)
+    finished_cleanly(watched)
+    assert watched.step_folders() == [], f"a clean run wrote {watched.step_folders()}\n{watched.context()}"
+    for rank in range(WORLD):
+        assert watched.results[rank]["losses"] == bare.results[rank]["losses"], f"rank {rank}'s losses"
+        assert watched.results[rank]["nonfinite_state"] == []
+        assert_states_equal(watched.state(rank), bare.state(rank), f"rank {rank}'s weights and partitions")
+    assert "msprobe_cpp: step" not in "".join(watched.logs), watched.context()
+
+
+@pytest.mark.parametrize("stage,hysteresis", [(0, 2), (1, 1), (2, 2), (3, 2)])
+def test_the_steps_deepspeeds_loss_scaler_skips_are_no_stops(tmp_path, stage, hysteresis):
+    """2**32 to start: every step's gradients overflow in fp16 until the scale has come down."""
+    r = run(tmp_path, ["--stage", str(stage), "--dtype", "fp16", "--scale-power", "32",
+                       "--hysteresis", str(hysteresis)])
+    finished_cleanly(r)
+    assert r.step_folders() == [], r.context()
+    if stage > 0:  # ZeRO-0's unfused fp16 optimizer scales the loss in fp32: nothing overflows
+        assert all(res["skipped_steps"] == STEPS for res in r.results), r.context()
+        log = "".join(r.logs)
+        assert "the loss scaler skipped the step" in log, log
+        if hysteresis > 1:
+            assert "the loss scaler skipped the step (its scale held: hysteresis)" in log, log
+
+
+EXPECTED = {  # the faulty rank's (origin, call)
+    "nan_batch": ("input", "Functional.linear.0.forward"),
+    "op_overflow": ("op", "Tensor.__mul__.0.forward"),
+    "lr_inf": ("op", "(before AdamW.step)"),
+    "nan_shard": ("parameter", None),  # the call that reads the shard: linear, or ZeRO-3's gather
+}
+FAULTS = [(stage, "bf16", mode) for stage in STAGES for mode in EXPECTED]
+FAULTS += [(2, "fp16", "nan_batch"), (2, "fp16", "lr_inf"), (1, "fp32", "op_overflow"), (3, "fp32", "lr_inf")]
+
+
+@pytest.mark.parametrize("stage,dtype,mode", FAULTS)
+def test_a_fault_stops_every_rank_in_its_step_with_clean_weights(tmp_path, stage, dtype, mode):
+    r = run(tmp_path, ["--stage", str(stage), "--dtype", dtype, "--mode", mode, "--bad-rank", str(BAD_RANK),
+                       "--bad-step", str(BAD_STEP)])
+    assert r.returncodes == [0] * WORLD, r.context()
+    origin, call = EXPECTED[mode]
+    for rank, res in enumerate(r.results):
+        e = res["raised"]
+        assert e is not None and e["type"] == "OverflowError", f"rank {rank} ended with {e}\n{r.context()}"
+        assert e["step"] == BAD_STEP, f"rank {rank} stopped in step {e['step']}\n{r.context()}"
+        if rank == BAD_RANK:
+            assert (e["origin"], e["peer_stop"]) == (origin, False), e
+            if call is not None:
+                assert e["call"] == call, e
+        else:
+            assert (e["origin"], e["peer_stop"], e["peer_rank"]) == ("peer", True, BAD_RANK), e
+        assert (r.folder(BAD_STEP, rank) / "dump.json").exists(), r.step_folders()
+        planted = ["module.fc1.weight"] if (mode == "nan_shard" and rank == BAD_RANK) else []
+        assert res["nonfinite_state"] == planted, f"rank {rank}: NaN/inf reached {res['nonfinite_state']}"
+    assert r.step_folders() == [f"step{BAD_STEP}"], r.context()
+
+
+def test_ds_tensor_is_the_shard_the_nan_is_named_by():
+    """The NaN shard of ZeRO-3 is named as its parameter (deepspeed_engine.zero_partitions)."""
+    from msprobe_cpp import deepspeed_engine
+
+    class Engine(torch.nn.Module):  # the attributes zero_partitions reads, nothing more
+        def __init__(self) -> None:
+            super().__init__()
+            self.module = torch.nn.Linear(2, 2)
+            self.module.weight.ds_tensor = torch.zeros(2)
+            self.optimizer = type("Wrapper", (), {})()
+            self.optimizer.fp32_partitioned_groups_flat = [torch.zeros(3)]
+            self.optimizer.optimizer = torch.optim.SGD([torch.zeros(1)], lr=0.1)
+
+    engine = Engine()
+    names = [n for n, _ in deepspeed_engine.zero_partitions(engine, "", engine.named_parameters())]
+    assert names == ["module.weight.ds_tensor", "zero.fp32_partitioned_groups_flat[0]", "zero.param_groups[0][0]"]
