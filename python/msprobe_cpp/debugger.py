@@ -168,6 +168,8 @@ class PrecisionDebugger:
         # scale(), Module.__getstate__ (saved and copied models carry none of our hooks).
         self._patches = Patches()
         self._loss_scale = LossScaleSource()
+        # Each started DeepSpeed engine's look at its optimizer's settings, run at every start().
+        self._engine_looks: List[Callable[[], None]] = []
         # (optimizer, its named parameters) while a step whose calls are left runs (begin_optimizer_step).
         self._stepping: Optional[Tuple[Any, Any]] = None
         # torch.distributed with overflow_check: the coordinated stop; False where it cannot be had.
@@ -258,6 +260,8 @@ class PrecisionDebugger:
         if self._session.start(_rank(), bool(new_models)):  # the step's first start()
             self._overflow = None
             self._loss_scale.scaled_by = None
+            for look in self._engine_looks:
+                look()
         if self._loss_scale.given is not None and self._loss_scale.scaled_by is None:
             self._note_scale(self._loss_scale.given)
 
@@ -395,7 +399,9 @@ class PrecisionDebugger:
                     method = me()
                     if method is not None:
                         method(base)
-                deepspeed_engine.gate_optimizer_step(model, self._patches, before)
+                look = deepspeed_engine.gate_optimizer_step(model, self._patches, before)
+                if look is not None:
+                    self._engine_looks.append(look)
 
     def _before_wrapped_step(self, optimizer: Any) -> None:
         """A DeepSpeed engine's optimizer step is about to step `optimizer`: its numeric settings

@@ -63,21 +63,25 @@ def zero_partitions(engine: Any, prefix: str, named_parameters: Iterable[Tuple[s
     return out
 
 
-def gate_optimizer_step(engine: Any, patches: Any, before: Callable[[Any], None]) -> None:
+def gate_optimizer_step(engine: Any, patches: Any, before: Callable[[Any], None]) -> Optional[Callable[[], None]]:
     """The engine's optimizer's step (ZeRO's wrapper, the bf16 and fp16 optimizers', or the plain
     torch optimizer of an fp32 ZeRO-0 engine): `before(base optimizer)` runs first, while every
     rank is still before the step's first collective (the gradient norm's all-reduce), so that a
     stop there reaches the others in the same step, and before ZeRO's fp32 partitions are
-    written."""
+    written. Returns the same look, to run at each step's start() too: ZeRO-0 makes no collective
+    between its optimizer's step and the next backward, so a rank could be a step ahead when
+    another stops there; settings changed by then (a scheduler's lr) are seen before any
+    collective of the step."""
     wrapper = getattr(engine, "optimizer", None)
     if wrapper is None or not callable(getattr(wrapper, "step", None)):
-        return
+        return None
     original, base = wrapper.step, _base_optimizer(engine)
 
     def step(*args: Any, **kwargs: Any) -> Any:
         before(base)
         return original(*args, **kwargs)
     patches.replace("module", wrapper, "step", step)
+    return lambda: before(base)
 
 
 class DeepSpeedLossScaler:
