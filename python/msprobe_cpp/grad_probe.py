@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import torch
 
 from . import _C
+from . import deepspeed_engine
 from . import log
 from .gradient_guard import install_gradient_guard
 from .patches import Patches
@@ -42,7 +43,16 @@ class GradProbe:
             raise TypeError(f"PrecisionDebugger.monitor: model must be a torch.nn.Module, got {type(model).__name__}")
         if not self._monitor.writes_rank(_rank()):
             return
-        for name, p in model.named_parameters():
+        named = list(model.named_parameters())
+        if deepspeed_engine.is_engine(model):
+            # ZeRO leaves no .grad on the module's parameters at the optimizer's step: the
+            # gradients DeepSpeed holds are its fp32 partitions' (flat, this rank's part).
+            named += [(n, t) for n, t in deepspeed_engine.zero_partitions(model, "", model.named_parameters())
+                      if not n.endswith(".ds_tensor")]
+            log.say(logging.INFO, "msprobe_cpp: grad_probe: a DeepSpeed engine: the gradients summarized are "
+                    "ZeRO's fp32 partitions' (zero.<attribute>[<i>]: this rank's partition, flattened), "
+                    "where its module's parameters have none")
+        for name, p in named:
             if id(p) not in self._seen and self._monitor.watches(name):
                 self._seen.add(id(p))
                 self._params.append((name, p))

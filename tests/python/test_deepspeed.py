@@ -119,3 +119,21 @@ def test_ds_tensor_is_the_shard_the_nan_is_named_by():
     engine = Engine()
     names = [n for n, _ in deepspeed_engine.zero_partitions(engine, "", engine.named_parameters())]
     assert names == ["module.weight.ds_tensor", "zero.fp32_partitioned_groups_flat[0]", "zero.param_groups[0][0]"]
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_grad_probe_summarizes_the_partitions_deepspeed_holds(tmp_path, stage):
+    """ZeRO leaves no .grad on the module's parameters at the optimizer step (msprobe's monitor
+    writes headers only): the rows are ZeRO's fp32 partitions, named as such, this rank's part."""
+    r = run(tmp_path, ["--stage", str(stage), "--dtype", "bf16", "--task", "grad_probe", "--steps", "2"])
+    finished_cleanly(r)
+    whole = sum(p.numel() for p in __import__("ds_worker").Net().parameters())
+    for rank in range(WORLD):
+        lines = (tmp_path / "dump" / f"rank{rank}" / "grad_summary_1.csv").read_text(
+            encoding="utf-8-sig").splitlines()
+        rows = [line.split(",") for line in lines[1:]]
+        assert rows and all(row[0].startswith("zero.") for row in rows), lines
+        sizes = [int(row[-1].strip("[]")) for row in rows]
+        assert 0 < sum(sizes) < whole, f"rank {rank}: {sizes} of {whole} elements: not a partition"
+        assert all(float(v) == float(v) and abs(float(v)) != float("inf") for row in rows for v in row[1:4]), rows
+    assert "the gradients summarized are ZeRO's fp32 partitions'" in "".join(r.logs)
