@@ -29,7 +29,7 @@ cd "$ROOT"
 # MSPROBE_TEST_INSTALL=1: also pip-install a fresh copy into a venv (tests/python/test_install.py).
 PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
   MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
-  "$PYTHON" -m pytest tests/python -q -p no:cacheprovider "${tier[@]}"
+  "$PYTHON" -m pytest tests/python -q -p no:cacheprovider --durations=15 "${tier[@]}"
 
 # The same suite on the newest PyTorch 2.x, and the fast tier on 2.13 (MSPROBE_SKIP_TORCH2=1 leaves
 # both out, for a quick local run).
@@ -44,7 +44,7 @@ torch_pytest() {
   TORCHINDUCTOR_CACHE_DIR="$dir/inductor-cache" \
     MSPROBE_CPP_PACKAGE_ROOT="$dir/pkg" PYTHONPATH="$dir/pkg" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
     MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
-    "$dir/venv/bin/python" -m pytest tests/python -q -p no:cacheprovider "$@"
+    "$dir/venv/bin/python" -m pytest tests/python -q -p no:cacheprovider --durations=15 "$@"
 }
 torch2_env
 MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" torch2_build
