@@ -391,15 +391,8 @@ class PrecisionDebugger:
             for name, b in model.named_buffers():
                 self._session.add_model_tensor(prefix + name, b, True)
             if deepspeed_engine.is_engine(model):
-                for name, p in deepspeed_engine.zero_partitions(model, prefix, model.named_parameters()):
-                    self._session.add_model_tensor(name, p, False)
-                me = weakref.WeakMethod(self._before_wrapped_step)  # the patch keeps no debugger alive
-
-                def before(base: Any) -> None:
-                    method = me()
-                    if method is not None:
-                        method(base)
-                look = deepspeed_engine.gate_optimizer_step(model, self._patches, before)
+                look = deepspeed_engine.attach(model, prefix, self._session, self._patches,
+                                               weakref.WeakMethod(self._before_wrapped_step))
                 if look is not None:
                     self._engine_looks.append(look)
 

@@ -84,6 +84,22 @@ def gate_optimizer_step(engine: Any, patches: Any, before: Callable[[Any], None]
     return lambda: before(base)
 
 
+def attach(engine: Any, prefix: str, session: Any, patches: Any,
+           before: Callable[[], Optional[Callable[[Any], None]]]) -> Optional[Callable[[], None]]:
+    """A started engine given to the guard: its shards and fp32 copies as the model's tensors
+    (session.add_model_tensor) and its optimizer's step gated; `before()` returns the debugger's
+    look at a base optimizer, or None once the debugger is gone (a weakref.WeakMethod: the patch
+    keeps no debugger alive). Returns gate_optimizer_step's look."""
+    for name, t in zero_partitions(engine, prefix, engine.named_parameters()):
+        session.add_model_tensor(name, t, False)
+
+    def look(base: Any) -> None:
+        method = before()
+        if method is not None:
+            method(base)
+    return gate_optimizer_step(engine, patches, look)
+
+
 class DeepSpeedLossScaler:
     """get_scale() and step_skipped() of a DeepSpeed engine's fp16 loss scaler."""
 

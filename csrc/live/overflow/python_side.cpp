@@ -156,6 +156,14 @@ void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
   session.guard().set_replay(facts);
 }
 
+// One look at an optimizer step, judged with the program's line that called the step.
+void judge_look(Session& session, OverflowGuard::OptimizerLook look) {
+  if (auto event =
+          session.guard().judge_optimizer(std::move(look), session.hooks().codes.capture())) {
+    handle_overflow_event(session, *event);
+  }
+}
+
 }  // namespace
 
 void mark_anomalous_collective_input(Session& session, const std::string& call) {
@@ -275,10 +283,7 @@ void judge_optimizer_gradients(Session& session, const std::string& optimizer,
   look.optimizer = optimizer;
   look.bad = std::move(bad);
   look.reduced = reduced;
-  if (auto event =
-          session.guard().judge_optimizer(std::move(look), session.hooks().codes.capture())) {
-    handle_overflow_event(session, *event);
-  }
+  judge_look(session, std::move(look));
 }
 
 void judge_optimizer_state(Session& session, const std::string& optimizer, const std::string& state,
@@ -289,10 +294,7 @@ void judge_optimizer_state(Session& session, const std::string& optimizer, const
   look.state = state;
   look.parameter = parameter;
   look.more = more;
-  if (auto event =
-          session.guard().judge_optimizer(std::move(look), session.hooks().codes.capture())) {
-    handle_overflow_event(session, *event);
-  }
+  judge_look(session, std::move(look));
 }
 
 bool begin_optimizer_step(Session& session, bool runs_closure) {
@@ -320,10 +322,7 @@ void judge_optimizer_settings(Session& session, const std::string& optimizer,
   look.when = OverflowGuard::OptimizerLook::When::Settings;
   look.optimizer = optimizer;
   look.settings = std::move(settings);
-  if (auto event =
-          session.guard().judge_optimizer(std::move(look), session.hooks().codes.capture())) {
-    handle_overflow_event(session, *event);
-  }
+  judge_look(session, std::move(look));
 }
 
 void judge_optimizer_update(Session& session, const std::string& optimizer,
@@ -332,10 +331,7 @@ void judge_optimizer_update(Session& session, const std::string& optimizer,
   look.when = OverflowGuard::OptimizerLook::When::Update;
   look.optimizer = optimizer;
   look.bad = std::move(bad);
-  if (auto event =
-          session.guard().judge_optimizer(std::move(look), session.hooks().codes.capture())) {
-    handle_overflow_event(session, *event);
-  }
+  judge_look(session, std::move(look));
 }
 
 void mark_compiled_outputs(Session& session, pybind11::handle output) {
