@@ -19,8 +19,8 @@ APT_PACKAGES=(
   # already provided and leaves it out.
   libblas3 liblapack3
   # Test-only: torchvision's models for the real-model zoo on torch 1.13
-  # (tests/python/test_real_models.py).
-  python3-torchvision
+  # (tests/python/test_real_models.py); pytest's workers (tools/test.sh runs two).
+  python3-torchvision python3-pytest-xdist
 )
 
 install_packages() {

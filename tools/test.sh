@@ -15,6 +15,10 @@ case "${1:-}" in
     ;;
 esac
 install_packages
+# pytest-xdist workers, each given whole files (tests/python/conftest.py puts the long ones first);
+# MSPROBE_TEST_WORKERS=0 runs the suite in one process.
+workers=(-n "${MSPROBE_TEST_WORKERS:-2}" --dist loadfile)
+[ "${MSPROBE_TEST_WORKERS:-2}" = 0 ] && workers=()
 echo "== include graph, class and function sizes, crossings and ownership"
 "$PYTHON" "$ROOT/tools/include_graph.py" --quiet
 "$PYTHON" "$ROOT/tools/class_sizes.py" --quiet
@@ -27,13 +31,16 @@ ctest --test-dir "$BUILD" --output-on-failure -j"$(nproc)"
 echo "== pytest${tier:+ (the fast tier)}"
 cd "$ROOT"
 # MSPROBE_TEST_INSTALL=1: also pip-install a fresh copy into a venv (tests/python/test_install.py).
+# The torch 2 run's install test installs into Debian's torch as well, so this run leaves it to that
+# one unless torch 2 is skipped.
+skip_torch2="${MSPROBE_SKIP_TORCH2:-0}"
 PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
-  MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
-  "$PYTHON" -m pytest tests/python -q -p no:cacheprovider --durations=15 "${tier[@]}"
+  MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-$skip_torch2}" \
+  "$PYTHON" -m pytest tests/python -q -p no:cacheprovider --durations=15 "${workers[@]}" "${tier[@]}"
 
 # The same suite on the newest PyTorch 2.x, and the fast tier on 2.13 (MSPROBE_SKIP_TORCH2=1 leaves
 # both out, for a quick local run).
-[ "${MSPROBE_SKIP_TORCH2:-0}" = 1 ] && exit 0
+[ "$skip_torch2" = 1 ] && exit 0
 torch_pytest() {
   # torch_pytest DIR [pytest arguments]: the suite against DIR/venv's torch and DIR/pkg's build.
   local dir="$1"
@@ -44,7 +51,7 @@ torch_pytest() {
   TORCHINDUCTOR_CACHE_DIR="$dir/inductor-cache" \
     MSPROBE_CPP_PACKAGE_ROOT="$dir/pkg" PYTHONPATH="$dir/pkg" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
     MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
-    "$dir/venv/bin/python" -m pytest tests/python -q -p no:cacheprovider --durations=15 "$@"
+    "$dir/venv/bin/python" -m pytest tests/python -q -p no:cacheprovider --durations=15 "${workers[@]}" "$@"
 }
 torch2_env
 MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" torch2_build

@@ -17,6 +17,20 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a test of the slow tier (tools/test.sh --fast skips it)")
 
 
+# The files that take minutes, longest first. tools/test.sh runs the suite on two pytest-xdist
+# workers, each given whole files in the order collected: these go first, so that the suite does
+# not end with one of them running alone.
+LONG_FILES = ["test_large_scale.py", "test_deepspeed.py", "test_install.py", "test_free_benchmark.py",
+              "test_ddp.py", "test_kill.py", "test_grad_probe.py", "test_msprobe_block.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    def order(item) -> int:
+        name = pathlib.Path(str(item.fspath)).name
+        return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
+    items.sort(key=order)  # stable: each file's own order stays
+
+
 @pytest.fixture
 def device(request):
     """The parametrized device name, as a torch device string; sets the statistics path."""

@@ -109,6 +109,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _standalone_on_a_free_port(torchrun_args: Sequence[str]) -> List[str]:
+    """torch 1.13's --standalone rendezvous always takes port 29400, which two runs at once (the
+    suite's two pytest workers) both want: there it becomes what it stands for, on a free port,
+    as torch 2's --standalone does itself."""
+    if "--standalone" not in torchrun_args or int(torch.__version__.split(".")[0]) >= 2:
+        return list(torchrun_args)
+    rest = [a for a in torchrun_args if a != "--standalone"]
+    return ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"localhost:{free_port()}",
+            "--rdzv_id", f"standalone-{os.getpid()}-{time.monotonic_ns()}", "--nnodes", "1", *rest]
+
+
 class Launch:
     """The started processes of one run. Each one's output goes to a file: a pipe that nobody reads
     while the launcher waits on another process fills up and blocks its rank inside a collective."""
@@ -123,6 +134,7 @@ class Launch:
             stale.unlink()
         env, script = _env(), [str(worker), str(self.out)]
         if torchrun:
+            torchrun_args = _standalone_on_a_free_port(torchrun_args)
             cmds = [[sys.executable, "-m", "torch.distributed.run", *torchrun_args, "--nproc_per_node",
                      str(world), *_torchrun_workaround(self.out), *script, *args]]
             envs = [env]

@@ -54,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--task", choices=["statistics", "overflow_check", "grad_probe"], default="overflow_check")
     p.add_argument("--level", choices=["L1", "mix"], default="L1")
     p.add_argument("--bare", action="store_true", help="no debugger: the reference run")
+    p.add_argument("--with-bare", action="store_true",
+                   help="first the reference run, in the same processes, into OUT/bare")
     return p.parse_args(argv)
 
 
@@ -216,8 +218,22 @@ def run_rank(args: argparse.Namespace) -> None:
     os.environ.setdefault("LOCAL_RANK", str(rank))  # DeepSpeed reads the launcher's variables from it
     import deepspeed
     deepspeed.init_distributed(dist_backend="gloo")
+    if args.with_bare:  # one start of torch and DeepSpeed for both runs: a clean test's pair
+        bare = pathlib.Path(out, "bare")
+        bare.mkdir(exist_ok=True)
+        train_into(argparse.Namespace(**{**vars(args), "bare": True}), bare, rank, world)
+    train_into(args, out, rank, world)
+    try:
+        dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - a peer may have gone already
+        pass
+
+
+def train_into(args: argparse.Namespace, out: pathlib.Path, rank: int, world: int) -> None:
+    """One run: OUT/result_rank<r>.json and OUT/state_rank<r>.pt."""
     result = {"rank": rank, "world": world, "args": vars(args), "losses": [], "exceptions": [], "raised": None,
               "finished": False, "fault_at": None, "torch": torch.__version__, "scales": []}
+    _ENGINE.clear()
     try:
         train(args, out, rank, result)
         result["finished"] = True
@@ -227,10 +243,6 @@ def run_rank(args: argparse.Namespace) -> None:
         result["exceptions"].append(rec)
     result["exit_at"] = time.time()
     _finish(out, rank, result)
-    try:
-        dist.destroy_process_group()
-    except BaseException:  # noqa: BLE001 - a peer may have gone already
-        pass
 
 
 def _finish(out: pathlib.Path, rank: int, result: Dict) -> None:

@@ -9,12 +9,14 @@ steps DeepSpeed's scaler skips are no stops (its hysteresis keeps the scale at a
 each planted fault stops both ranks in its step, the faulty one with its origin and call, the
 other as peer naming it, each with its folder, no raw RuntimeError, and no NaN in any rank's
 weights or partitions."""
+import dataclasses
+
 import pytest
 
 pytest.importorskip("deepspeed")
 import torch  # noqa: E402
 
-from dist_runs import assert_states_equal, run_ranks  # noqa: E402
+from dist_runs import assert_states_equal, load_results, run_ranks  # noqa: E402
 from gloo import needs_gloo  # noqa: E402
 from testenv import TESTS  # noqa: E402
 
@@ -43,10 +45,11 @@ def finished_cleanly(r):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("stage", STAGES)
 def test_clean_training_is_bit_identical_and_quiet(tmp_path, stage, dtype):
-    config = ["--stage", str(stage), "--dtype", dtype]
-    bare = run(tmp_path / "bare", ["--bare", *config])
+    # The run without the tool first, in the same processes (ds_worker.py --with-bare).
+    watched = run(tmp_path, ["--with-bare", "--stage", str(stage), "--dtype", dtype])
+    bare = dataclasses.replace(watched, out=tmp_path / "bare", results=load_results(tmp_path / "bare", WORLD))
+    assert None not in bare.results, watched.context()
     finished_cleanly(bare)
-    watched = run(tmp_path / "watched", config)
     finished_cleanly(watched)
     assert watched.step_folders() == [], f"a clean run wrote {watched.step_folders()}\n{watched.context()}"
     for rank in range(WORLD):

@@ -30,12 +30,13 @@ from models import make_batches, make_model, make_optimizer, train_step
 torch.set_num_threads(1)
 model = make_model("mlp")
 opt = make_optimizer(model)
+batches = make_batches(model, 8)
+print("ready", flush=True)
+sys.stdin.readline()  # started while the run before it trains; goes on once that one is killed
 config = sys.argv[1] + "_config.json"
 with open(config, "w") as f:
     json.dump({{"task": "tensor", "dump_path": sys.argv[1], "level": "L1", "async_dump": sys.argv[2] == "1"}}, f)
 dbg = msprobe_cpp.PrecisionDebugger(config_path=config)
-batches = make_batches(model, 8)
-print("ready", flush=True)
 for i in range(10 ** 6):
     x, y = batches[i % len(batches)]
     train_step(model, opt, x, y, dbg)
@@ -74,12 +75,22 @@ def test_kill_9_leaves_only_complete_steps(tmp_path, capfd, async_dump, lag):
     script.write_text(TRAIN.format(python=str(PACKAGE_ROOT), tests=str(TESTS)))
     dump = tmp_path / "dump"
     rng = random.Random(7)
-    for attempt in range(20):
+    attempts = 20
+
+    def spawn() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(script), str(dump), str(int(async_dump))],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    # Each run is started while the one before it trains (its import of torch, seconds, overlaps),
+    # and waits on its stdin to go on until that one is killed.
+    waiting = spawn()
+    for attempt in range(attempts):
         written = 1 + attempt % 2
-        proc = subprocess.Popen([sys.executable, str(script), str(dump), str(int(async_dump))],
-                                stdout=subprocess.PIPE)
+        proc, waiting = waiting, (spawn() if attempt + 1 < attempts else None)
         try:
             assert proc.stdout.readline().strip() == b"ready"
+            proc.stdin.write(b"go\n")
+            proc.stdin.flush()
             times = [time.monotonic()]
             for i in range(written + lag):
                 assert proc.stdout.readline().split() == [b"stopped", str(i).encode()]
@@ -88,6 +99,9 @@ def test_kill_9_leaves_only_complete_steps(tmp_path, capfd, async_dump, lag):
         finally:
             proc.kill()
             proc.wait(timeout=60)
+            if waiting is not None and sys.exc_info()[0] is not None:
+                waiting.kill()
+                waiting.wait(timeout=60)
         assert_none_partial(dump, attempt)
         # The runs share the dump folder. The steps this run reported, it wrote whole after any
         # earlier run's writes, whatever its kill then cut short.
