@@ -60,7 +60,9 @@ target_link_libraries(msprobe_extension PRIVATE msprobe_cli ${torch_libraries})
 # The package finds its wrap list where an installed one has it: the one copy of the rules file,
 # made here for the source tree's package and for setup.py's build alike. (The ignore rules are
 # compiled in: see shipped_rules.cpp.in.)
-configure_file(${CMAKE_SOURCE_DIR}/rules/support_wrap_ops.yaml
-               ${MSPROBE_EXTENSION_OUTPUT_DIR}/_rules/support_wrap_ops.yaml COPYONLY)
+foreach(wrap_list support_wrap_ops.yaml support_wrap_ops_26.yaml)
+  configure_file(${CMAKE_SOURCE_DIR}/rules/${wrap_list}
+                 ${MSPROBE_EXTENSION_OUTPUT_DIR}/_rules/${wrap_list} COPYONLY)
+endforeach()
 # The torch the extension is built for is compiled into it (csrc/bind/module.cpp), where the
 # package reads it before it loads the extension: no file beside it can disagree with it.

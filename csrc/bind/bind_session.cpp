@@ -8,6 +8,7 @@
 
 #include "bind/bindings.h"
 #include "core/config.h"
+#include "core/dump_format.h"
 #include "live/capture/call_values.h"
 #include "live/capture/held_data.h"
 #include "live/capture/is_tensor.h"
@@ -138,6 +139,17 @@ void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
       .def_property_readonly(
           "watching", [](const Session& s) { return s.config().watching(); },
           "Task overflow_check.")
+      .def_property_readonly(
+          "wrap_list",
+          [](const Session& s) { return std::string(DumpFormat::of(s.config()).wrap_list); },
+          "The wrap list's file in the package's _rules folder: msprobe 1.1.1's or 26.2.0's.")
+      .def(
+          "api_call_name",
+          [](const Session& s, const std::string& prefix, const std::string& api) {
+            return DumpFormat::of(s.config()).api_call_name(prefix, api);
+          },
+          py::arg("prefix"), py::arg("api"),
+          "The name an API's calls are recorded under: Torch.linalg.norm, or Torch.norm (26.x).")
       .def_property_readonly(
           "task", [](const Session& s) { return to_string(s.config().task); }, "The task.")
       .def_property_readonly(

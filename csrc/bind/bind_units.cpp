@@ -84,7 +84,7 @@ StoredCall named_call(const std::string& name) {
 // returns the writer's error ("" when written) and the folder.
 std::pair<std::string, std::string> write_step(const std::string& dump_path, int64_t step, int rank,
                                                const std::vector<std::string>& names) {
-  StepWriter writer(dump_path, dump_path, "statistics", "L1", nullptr);
+  StepWriter writer(dump_path, dump_path, "statistics", "L1", DumpFormat{}, nullptr);
   FinishedStep f;
   f.step = step;
   f.rank = rank;

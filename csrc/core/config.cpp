@@ -24,6 +24,7 @@
 
 #include "core/config.h"
 #include "core/config_checks.h"
+#include "core/config_msprobe26.h"
 #include "core/task_sections.h"
 
 #include <algorithm>
@@ -78,10 +79,12 @@ Task parse_task(const json& value, const Loc& at) {
   if (is_one_of(value, {"run_ut"})) {
     fail_unsupported(at, value, "task", enum_names(kTasks));
   }
+  refuse_msprobe26_task(value, at);
   return parse_enum(value, at, kTasks);
 }
 
 Level parse_level(const json& value, const Loc& at) {
+  refuse_msprobe26_level(value, at);
   if (is_one_of(value, {"L2"})) fail_unsupported(at, value, "level", enum_names(kLevels));
   return parse_enum(value, at, kLevels);
 }
@@ -182,8 +185,12 @@ CollectSection parse_collect(const json& section, const Loc& at, bool is_statist
     ignored = {"file_format", "online_run_ut",          "nfs_path", "host", "port",
                "tls_path",    "online_run_ut_recompute"};
   }
+  for (const std::string& key : msprobe26_section_keys(is_statistics)) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) known.push_back(key);
+  }
   ErrorList errors;
   errors.attempt([&] { check_keys(section, at, known, ignored); });
+  errors.attempt([&] { check_msprobe26_section(section, at, is_statistics); });
 
   CollectSection out;
   errors.attempt([&] {
@@ -468,7 +475,11 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   Loc root(source);
   if (!doc.is_object()) fail(root, "a JSON object", doc);
   ErrorList errors;
-  errors.attempt([&] { check_keys(doc, root, kTopKeys, kIgnoredTopKeys); });
+  errors.attempt([&] {
+    std::vector<std::string> known = kTopKeys;
+    known.insert(known.end(), msprobe26_top_keys().begin(), msprobe26_top_keys().end());
+    check_keys(doc, root, known, kIgnoredTopKeys);
+  });
   if (!overrides.is_null()) {
     if (!overrides.is_object()) {
       fail(Loc(kDebugger), "keyword arguments as a JSON object", overrides);
@@ -520,6 +531,7 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   errors.attempt([&] { read_task_sections(doc, root, config); });
   // msprobe's top-level key, also a keyword argument (which wins).
   read("async_dump", [&](const json& v, const Loc& at) { config.async_dump = parse_bool(v, at); });
+  read_msprobe26_keys(doc, root, config, errors);
   errors.throw_if_any();
   config.warnings = std::move(warnings);
   return config;

@@ -262,6 +262,8 @@ DumpHeader read_dump(JsonCursor& cur, const std::string& source, const CallSink&
         header.task = header_string(cur, "task");
       } else if (key == "level"sv) {
         header.level = header_string(cur, "level");
+      } else if (key == "framework" && cur.peek() == '"') {
+        header.framework = cur.read_string();
       } else if (key == "dump_data_dir" && cur.peek() == '"') {
         header.dump_data_dir = cur.read_string();
       } else {

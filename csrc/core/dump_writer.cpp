@@ -129,6 +129,10 @@ std::string dump_json(const DumpHeader& head, const std::vector<const CallRecord
   w.value_string(head.task);
   w.key("level");
   w.value_string(head.level);
+  if (head.framework) {
+    w.key("framework");
+    w.value_string(*head.framework);
+  }
   w.key("dump_data_dir");
   if (head.dump_data_dir) {
     w.value_string(*head.dump_data_dir);

@@ -313,6 +313,7 @@ std::string step_folder(int64_t step, int rank);
 struct DumpHeader {
   std::string task;
   std::string level;
+  std::optional<std::string> framework;  // msprobe 26.x's "pytorch"
   std::optional<std::string> dump_data_dir;
 };
 

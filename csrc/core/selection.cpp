@@ -1,13 +1,16 @@
 #include "core/selection.h"
 
 #include "core/record.h"
+#include "core/risk_levels.h"
 
 namespace msprobe {
 
-Selection::Selection(const CollectSection& section, Level level, const std::string& section_name)
+Selection::Selection(const CollectSection& section, Level level, const std::string& section_name,
+                     RiskLevel risk)
     : scope_(section.scope),
       list_(section.list),
       mode_(section.data_mode),
+      risk_(risk),
       list_seen_(new std::atomic<bool>[section.list.size()]) {
   for (size_t i = 0; i < list_.size(); ++i) list_seen_[i] = false;
   // The four flags as written; msprobe treats an absent kind of word as "all of that kind", so
@@ -52,7 +55,10 @@ Selected Selection::begin(const std::string& name, const std::string& backward_n
     }
     in_scope = window_ == Window::Inside;
   }
-  const bool chosen = in_scope && (list_.empty() || inside_listed_module || listed(name));
+  // 26.x's risk_level applies only where neither scope nor list chooses.
+  const bool at_risk_level = filters() || kept_at_risk_level(name, risk_);
+  const bool chosen =
+      at_risk_level && in_scope && (list_.empty() || inside_listed_module || listed(name));
   s.forward = forward_ok && chosen;
   s.backward = backward_ok && (chosen || (!list_.empty() && listed(backward_name)));
   if (chosen && is_module_name(name) && filters()) {

@@ -27,7 +27,9 @@ class Selection {
  public:
   // Throws ConfigError when the scope's names do not fit the level (API names at L1, module
   // names at L0; either at mix). `source` names the config in messages.
-  Selection(const CollectSection& section, Level level, const std::string& section_name);
+  // `risk`: with neither scope nor list, the API calls kept (core/risk_levels.h).
+  Selection(const CollectSection& section, Level level, const std::string& section_name,
+            RiskLevel risk = RiskLevel::All);
 
   // A forward call (API or module) begins. `backward_name` is the name its backward record
   // would have. `inside_listed_module` is true at mix while a module named in `list` runs.
@@ -57,6 +59,7 @@ class Selection {
   std::vector<std::string> scope_;
   std::vector<std::string> list_;
   DataMode mode_;
+  RiskLevel risk_;
   bool any_direction_word_;
   bool any_side_word_;
 

@@ -1,6 +1,7 @@
 #include "core/stack_sources.h"
 
 #include <stdexcept>
+#include <vector>
 
 #include "core/json_cursor.h"
 #include "core/text_file.h"
@@ -49,6 +50,57 @@ std::string user_source_of_frame(const std::string& frame) {
   return out;
 }
 
+namespace {
+
+// The first user frame's source line of a list of frames (the cursor at its '[').
+std::string source_of_frames(JsonCursor& cur) {
+  std::string source;
+  cur.begin_array();
+  while (cur.next_item()) {
+    if (cur.peek() != '"') {
+      cur.skip_value();
+      continue;
+    }
+    const std::string frame = cur.read_string();
+    if (source.empty()) source = user_source_of_frame(frame);
+  }
+  return source;
+}
+
+bool is_group_key(const std::string& key) {
+  return !key.empty() && key.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// msprobe 26.x's group, "<n>": [[names], [frames]] (the cursor at its first '['): the source of
+// its frames for each of its names in `calls`.
+void read_group(JsonCursor& cur, const std::unordered_set<std::string>& calls,
+                std::unordered_map<std::string, std::string>& out) {
+  std::vector<std::string> names;
+  cur.begin_array();
+  for (int part = 0; cur.next_item(); ++part) {
+    if (part > 1 || cur.peek() != '[') {
+      cur.skip_value();
+    } else if (part == 0) {
+      cur.begin_array();
+      while (cur.next_item()) {
+        if (cur.peek() != '"') {
+          cur.skip_value();
+          continue;
+        }
+        std::string name = cur.read_string();
+        if (calls.count(name)) names.push_back(std::move(name));
+      }
+    } else {
+      const std::string source = source_of_frames(cur);
+      if (!source.empty()) {
+        for (const std::string& name : names) out[name] = source;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 std::unordered_map<std::string, std::string> read_stack_sources(
     const std::string& path, const std::unordered_set<std::string>& calls) {
   std::unordered_map<std::string, std::string> out;
@@ -60,20 +112,16 @@ std::unordered_map<std::string, std::string> read_stack_sources(
     std::string name;
     cur.begin_object();
     while (cur.next_key(name)) {
+      // 1.1.x: {name: [frames]}; 26.x: {"<n>": [[names], [frames]]}.
+      if (is_group_key(name) && cur.peek() == '[') {
+        read_group(cur, calls, out);
+        continue;
+      }
       if (!calls.count(name) || cur.peek() != '[') {
         cur.skip_value();
         continue;
       }
-      std::string source;
-      cur.begin_array();
-      while (cur.next_item()) {
-        if (cur.peek() != '"') {
-          cur.skip_value();
-          continue;
-        }
-        const std::string frame = cur.read_string();
-        if (source.empty()) source = user_source_of_frame(frame);
-      }
+      std::string source = source_of_frames(cur);
       if (!source.empty()) out[name] = std::move(source);
     }
   } catch (const std::exception&) {

@@ -102,13 +102,13 @@ def mark_compiled_model_seen() -> None:
 _TRACEABLE: Dict[Tuple[str, str], Tuple[Any, Any]] = {}
 
 
-def _traceable(section: str, name: str, owner: Any, original: Any) -> Any:
-    made = _TRACEABLE.get((section, name))
+def _traceable(call_name: str, owner: Any, original: Any) -> Any:
+    made = _TRACEABLE.get(call_name)
     if made is not None and made[0] is original:
         return made[1]
-    call = compile_seam.traceable(_C.ApiHook(f"{_NAMESPACES[section][1]}.{name}", original), original)
+    call = compile_seam.traceable(_C.ApiHook(call_name, original), original)
     wrapper = _C.as_method(call) if owner is torch.Tensor else call
-    _TRACEABLE[(section, name)] = (original, wrapper)
+    _TRACEABLE[call_name] = (original, wrapper)
     return wrapper
 
 
@@ -221,9 +221,11 @@ def _marking_unwritten(original: Any, is_compiling: Optional[Callable[[], bool]]
 
 
 def install(patches: Patches, watching: bool = False, extra: Sequence[Tuple[str, str]] = (),
-            wrap_ops_path: str = os.path.join(RULES_DIR, "support_wrap_ops.yaml")) -> None:
+            wrap_ops_path: str = os.path.join(RULES_DIR, "support_wrap_ops.yaml"),
+            call_name: Callable[[str, str], str] = lambda prefix, name: f"{prefix}.{name}") -> None:
     """msprobe's list; with `watching` (task overflow_check) the casts too; then `extra`. Into
-    `patches` under the kind "api"; once."""
+    `patches` under the kind "api"; once. `call_name(prefix, name)`: what the calls are recorded
+    as (the session's api_call_name)."""
     if patches.installed("api"):
         return
     ops: Dict[str, List[str]] = _C.load_wrap_ops(wrap_ops_path)
@@ -247,9 +249,9 @@ def install(patches: Patches, watching: bool = False, extra: Sequence[Tuple[str,
             continue  # not in this torch version
         owner, attr, original = found
         if seam:
-            wrapper = _traceable(section, name, owner, original)
+            wrapper = _traceable(call_name(prefix, name), owner, original)
         else:
-            hook = _C.ApiHook(f"{prefix}.{name}", original)
+            hook = _C.ApiHook(call_name(prefix, name), original)
             if is_compiling is not None:
                 wrapper = _compile_aware(hook, original, is_compiling)  # a function: binds as a method
             else:

@@ -237,7 +237,9 @@ class PrecisionDebugger:
             if self._loss_scale.given is None and deepspeed_engine.is_engine(m):
                 self._loss_scale.given = deepspeed_engine.loss_scaler(m)  # None unless fp16
         if self._session.apis_hooked:
-            api_hooks.install(self._patches, self._session.watching, self._extra_apis)
+            api_hooks.install(self._patches, self._session.watching, self._extra_apis,
+                              os.path.join(api_hooks.RULES_DIR, self._session.wrap_list),
+                              self._session.api_call_name)
         if self._session.watching:
             watch_grad_scalers(self._patches, weakref.WeakMethod(self._saw_grad_scaler))
             install_gradient_guard(self._patches, weakref.WeakMethod(self._before_optimizer_step),

@@ -42,3 +42,16 @@ TEST(StackSources, ReadsOnlyTheCallsAskedForAndSurvivesDamage) {
   EXPECT_EQ(sources.at("A.a.0.forward"), "/u/m.py:7: y = a(x)");
   EXPECT_TRUE(read_stack_sources((dir / "missing.json").string(), {"A.a.0.forward"}).empty());
 }
+
+TEST(StackSources, ReadsMsprobe26sGroupedStacks) {
+  const msprobe::testing::TempDir dir;
+  const fs::path path = dir / "stack.json";
+  std::ofstream(path) << R"js({"0": [["A.a.0.forward", "B.b.0.forward"],
+                                     ["File <site-packages>/torch/x.py, line 1, in f, \n q",
+                                      "File /u/m.py, line 7, in g, \n y = a(x)"]],
+                               "1": [["C.c.0.forward"], ["File /u/m.py, line 9, in g, \n z = c(y)"]]})js";
+  const auto sources = read_stack_sources(path.string(), {"B.b.0.forward", "C.c.0.forward"});
+  ASSERT_EQ(sources.size(), 2u);
+  EXPECT_EQ(sources.at("B.b.0.forward"), "/u/m.py:7: y = a(x)");
+  EXPECT_EQ(sources.at("C.c.0.forward"), "/u/m.py:9: z = c(y)");
+}

@@ -15,6 +15,7 @@ def pytest_configure(config):
     # The slow tier: multi-process runs, installs, real-model zoos, a Jupyter kernel. `tools/test.sh
     # --fast` (pytest -m "not slow") leaves it out; the whole suite runs both tiers.
     config.addinivalue_line("markers", "slow: a test of the slow tier (tools/test.sh --fast skips it)")
+    config.addinivalue_line("markers", "msprobe26: msprobe 26.2.0 as a peer (the torch 2.13 venv has it)")
 
 
 # The files that take minutes, longest first. tools/test.sh runs the suite on two pytest-xdist

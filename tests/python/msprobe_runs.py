@@ -14,14 +14,23 @@ OUR_IMPORT = "from msprobe_cpp import"
 THEIR_IMPORT = "from msprobe.pytorch import"
 
 
+def msprobe_version() -> str:
+    """The version of the msprobe installed here (mindstudio-probe: 1.1.1 in the torch 2 venv,
+    26.2.0 in the torch 2.13 venv), or ""."""
+    import importlib.metadata
+    try:
+        return importlib.metadata.version("mindstudio-probe")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
 def msprobe_missing() -> str:
     """Why msprobe 1.1.1 cannot be a peer here, or ""."""
-    import importlib.util
     import torch
     if int(torch.__version__.split(".")[0]) < 2:
         return "msprobe 1.1.1 needs PyTorch 2.x; it is installed in the torch 2 environment"
-    if importlib.util.find_spec("msprobe") is None:
-        return "msprobe is not installed here"
+    if msprobe_version() != "1.1.1":
+        return f"msprobe 1.1.1 is not installed here ({msprobe_version() or 'no msprobe'})"
     return ""
 
 
@@ -32,6 +41,9 @@ def needs_msprobe(test: Any) -> Any:
 
 
 def msprobe_installed() -> bool:
+    """msprobe 1.1.1 is here and imports."""
+    if msprobe_version() != "1.1.1":
+        return False
     probe = subprocess.run([sys.executable, "-c", "import msprobe.pytorch"], capture_output=True)
     return probe.returncode == 0
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "core/risk_levels.h"
 #include "live/capture/flagged_evidence.h"
 #include "live/crossing/python_crossing.h"
 #include "live/hooks/hook_scope.h"
@@ -84,7 +85,8 @@ SessionPaths session_paths(const Config& config, std::string package_dir, std::s
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   root += attempt_folder();
   check_writable(root, source);
-  return SessionPaths{std::move(package_dir), std::move(library_dir), std::move(root)};
+  return SessionPaths{std::move(package_dir), std::move(library_dir), std::move(root),
+                      DumpFormat::of(config).unranked_folder()};
 }
 
 std::string section_name(const Config& c, const std::string& source) {
@@ -98,12 +100,13 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
     : config_(std::move(config)),
       paths_(session_paths(config_, std::move(package_dir), std::move(library_dir), source)),
       numbering_(++g_epochs),
-      selection_(config_.collect(), config_.level, section_name(config_, source)),
+      selection_(config_.collect(), config_.level, section_name(config_, source),
+                 effective_risk_level(config_)),
       capture_(config_, paths_.dump_root),
       deferred_(config_.overflow_check, capture_.pending()),
       guard_(config_, paths_, codes_, source),
       writer_(config_.dump_path, paths_.dump_root, to_string(config_.task),
-              to_string(config_.level), capture_.saver()) {
+              to_string(config_.level), DumpFormat::of(config_), capture_.saver()) {
   guard_.new_step(0, numbering_.epoch());
 }
 

@@ -15,7 +15,7 @@ namespace msprobe {
 
 void Session::clean_earlier_run(int rank) {
   // What a run killed mid-write left in this rank's folders (other ranks may be writing theirs).
-  const std::string rank_dir = rank_folder(rank);
+  const std::string rank_dir = paths_.rank_folder_of(rank);
   std::error_code ec;
   size_t earlier_steps = 0;
   for (const auto& step : std::filesystem::directory_iterator(paths_.dump_root, ec)) {
@@ -44,7 +44,7 @@ void Session::clean_earlier_run(int rank) {
 }
 
 const std::string& Session::staging_of(StepCalls& s) const {
-  std::string folder = s.at.folder();
+  std::string folder = paths_.folder_of(s.at);
   if (s.staging.empty() || s.staging_for != folder) {
     s.staging = staging_folder(paths_.dump_root, folder);
     s.staging_for = std::move(folder);
@@ -57,7 +57,7 @@ FinishedStep Session::take_step_calls(StepCalls& s, GuardStepEnd&& guarded) cons
   f.step = s.at.step;
   f.rank = s.at.rank;
   f.dir = paths_.dir_of(s.at);
-  f.folder = s.at.folder();
+  f.folder = paths_.folder_of(s.at);
   // A later write of the step is built anew: this one's folder is renamed into place.
   f.staging = staging_of(s);
   s.staging.clear();

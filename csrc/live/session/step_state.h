@@ -45,17 +45,22 @@ struct DeferredCall {
 struct StepPlace {
   int64_t step = 0;
   int rank = -1;  // -1: torch.distributed not initialized
-
-  std::string folder() const { return step_folder(step, rank); }
 };
 
 // Where a session's files go, and which frames of a stack are the tool's own.
 struct SessionPaths {
   std::string package_dir, library_dir;  // frames under these are ours, not the user's
   std::string dump_root;                 // dump_path, absolute, without a trailing '/'
+  // The rank folder outside torch.distributed: "rank" (msprobe 1.1.x), "proc<pid>" (26.x).
+  std::string unranked = "rank";
 
+  std::string rank_folder_of(int rank) const { return rank < 0 ? unranked : rank_folder(rank); }
+  // step<S>/rank<R>
+  std::string folder_of(const StepPlace& at) const {
+    return "step" + std::to_string(at.step) + "/" + rank_folder_of(at.rank);
+  }
   // <dump_root>/step<S>/rank<R>
-  std::string dir_of(const StepPlace& at) const { return dump_root + "/" + at.folder(); }
+  std::string dir_of(const StepPlace& at) const { return dump_root + "/" + folder_of(at); }
 };
 
 struct StepCalls {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "core/dump_writer.h"
@@ -12,13 +13,70 @@
 #include "live/session/backward_scope.h"
 
 namespace msprobe {
+namespace {
+
+// msprobe 26.x's stack.json: the forward calls of one stack together, {"<n>": [[names], [frames]]}
+// in the order each stack first appears.
+std::string grouped_stacks_json(const FinishedStep& step, std::string buffer) {
+  std::vector<std::pair<const std::vector<std::string>*, std::vector<const std::string*>>> groups;
+  static const std::vector<std::string> kNoFrames;
+  for (size_t i = 0; i < step.calls.size(); ++i) {
+    const std::string& name = step.calls[i].record.name;
+    if (is_backward_name(name)) continue;
+    const std::vector<std::string>* frames =
+        i < step.stacks.size() && step.stacks[i] ? step.stacks[i].get() : &kNoFrames;
+    auto same = std::find_if(groups.begin(), groups.end(),
+                             [&](const auto& g) { return *g.first == *frames; });
+    if (same == groups.end()) {
+      groups.emplace_back(frames, std::vector<const std::string*>{});
+      same = groups.end() - 1;
+    }
+    same->second.push_back(&name);
+  }
+  JsonWriter w(1, std::move(buffer));
+  w.begin_object();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    w.key(std::to_string(g));
+    w.begin_array();
+    w.begin_array();
+    for (const std::string* name : groups[g].second) w.value_string(*name);
+    w.end_array();
+    w.begin_array();
+    for (const std::string& frame : *groups[g].first) w.value_string(frame);
+    w.end_array();
+    w.end_array();
+  }
+  w.end_object();
+  return w.take();
+}
+
+bool is_float_below_64(const std::string& dtype) {
+  return (dtype.rfind("torch.float", 0) == 0 || dtype.rfind("torch.bfloat", 0) == 0) &&
+         dtype != "torch.float64";
+}
+
+// What 26.x writes of a tensor's Mean and Norm (dump_format.h): null unless it is a float tensor
+// below 64 bits (and precision is low); a 0-dimensional tensor keeps all four.
+void apply_mean_norm_format(CallRecord& rec, const DumpFormat& format) {
+  if (!format.null_mean_norm && !format.float_only_mean_norm) return;
+  for_each_entry(rec, [&](Entry& e) {
+    if (!e.is_tensor() || !e.has_shape || e.shape.empty()) return;
+    if (format.null_mean_norm || !is_float_below_64(e.dtype)) {
+      e.mean = Scalar::null();
+      e.norm = Scalar::null();
+    }
+  });
+}
+
+}  // namespace
 
 StepWriter::StepWriter(std::string dump_path, std::string dump_root, std::string task,
-                       std::string level, TensorSaver* saver)
+                       std::string level, DumpFormat format, TensorSaver* saver)
     : dump_path_(std::move(dump_path)),
       dump_root_(std::move(dump_root)),
       task_(std::move(task)),
       level_(std::move(level)),
+      format_(format),
       saver_(saver) {}
 
 void StepWriter::write_later(std::shared_ptr<FinishedStep> step,
@@ -112,12 +170,13 @@ void StepWriter::save_tensors(FinishedStep& step, const std::string& tensor_dir,
   header.dump_data_dir = given + "/" + step.folder + "/" + kTensorFolder;
 }
 
-void StepWriter::write_files(FinishedStep& step) {
+void StepWriter::write_stacks(const FinishedStep& step) {
   const std::string& dir = step.staging;
-  make_dirs(dir, dump_root_);
-  DumpHeader header{task_, level_, std::nullopt};
-  if (saver_) save_tensors(step, dir + "/" + kTensorFolder, header);
-
+  if (format_.grouped_stacks) {
+    buffer_ = grouped_stacks_json(step, std::move(buffer_));
+    write_file_atomic(dir + "/stack.json", buffer_);
+    return;
+  }
   JsonWriter stack(1, std::move(buffer_));
   stack.begin_object();
   for (size_t i = 0; i < step.calls.size(); ++i) {
@@ -135,7 +194,10 @@ void StepWriter::write_files(FinishedStep& step) {
   stack.end_object();
   buffer_ = stack.take();
   write_file_atomic(dir + "/stack.json", buffer_);
+}
 
+void StepWriter::write_construct(const FinishedStep& step) {
+  const std::string& dir = step.staging;
   JsonWriter construct(1, std::move(buffer_));
   construct.begin_object();
   if (step.construct) {
@@ -162,13 +224,28 @@ void StepWriter::write_files(FinishedStep& step) {
   construct.end_object();
   buffer_ = construct.take();
   write_file_atomic(dir + "/construct.json", buffer_);
+}
 
+void StepWriter::write_files(FinishedStep& step) {
+  const std::string& dir = step.staging;
+  make_dirs(dir, dump_root_);
+  DumpHeader header{task_, level_, std::nullopt, std::nullopt};
+  if (format_.framework) header.framework = "pytorch";
+  if (saver_) save_tensors(step, dir + "/" + kTensorFolder, header);
+
+  if (format_.extra_info) {
+    write_stacks(step);
+    write_construct(step);
+  }
   if (step.report) {
     write_file_atomic(dir + "/overflow_report.json", step.report->to_json(1));
   }
   std::vector<const CallRecord*> records;
   records.reserve(step.calls.size());
-  for (const StoredCall& c : step.calls) records.push_back(&c.record);
+  for (StoredCall& c : step.calls) {
+    apply_mean_norm_format(c.record, format_);
+    records.push_back(&c.record);
+  }
   buffer_ = dump_json(header, records, std::move(buffer_));
   write_file_atomic(dir + "/dump.json", buffer_);
 }

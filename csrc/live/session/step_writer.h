@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dump_format.h"
 #include "core/overflow_facts.h"
 #include "core/report.h"
 #include "live/capture/call_stack.h"
@@ -45,7 +46,7 @@ class StepWriter {
   // msprobe writes it); `dump_root`: the same made absolute. `saver`: where kept tensors go (null
   // under task statistics).
   StepWriter(std::string dump_path, std::string dump_root, std::string task, std::string level,
-             TensorSaver* saver);
+             DumpFormat format, TensorSaver* saver);
 
   // Writes `step`'s files; under overflow_check also the one-screen summary on stderr. A step
   // that cannot be completed (a full disk) leaves nothing and returns why ("" when written); the
@@ -63,10 +64,13 @@ class StepWriter {
 
  private:
   void write_files(FinishedStep& step);
+  void write_stacks(const FinishedStep& step);
+  void write_construct(const FinishedStep& step);
   void save_tensors(FinishedStep& step, const std::string& tensor_dir, DumpHeader& header);
 
   const std::string dump_path_, dump_root_;
   const std::string task_, level_;
+  const DumpFormat format_;
   TensorSaver* const saver_;
   std::mutex mu_;            // one step at a time; guards the members below
   std::string buffer_;       // the files' text, its capacity kept from step to step

@@ -1,0 +1,186 @@
+// The keys msprobe 26.x added (docs/config.md, "msprobe 1.1.x and 26.x configs").
+//
+// A config speaks 26.x when its `msprobe_generation` says "26", or, without that key, when it has
+// anything only 26.x knows: a top-level key of kTopKeys, a section of a 26.x-only task, the task
+// structure, the level debug, or a section key of kSectionKeys. msprobe 26.2.0's own shipped
+// config.json has `extra_info` and an `acc_check` section, so it speaks 26.x; a 1.1.1 config has
+// none of them and keeps 1.1.1's files. `"msprobe_generation": "1.1"` keeps 1.1.1's files whatever
+// else the config has.
+
+#include "core/config_msprobe26.h"
+
+#include <algorithm>
+
+namespace msprobe {
+namespace {
+
+using nlohmann::json;
+using namespace config_checks;
+
+constexpr EnumName<Generation> kGenerations[] = {{"1.1", Generation::V1_1},
+                                                 {"26", Generation::V26}};
+constexpr EnumName<RiskLevel> kRiskLevels[] = {
+    {"CORE", RiskLevel::Core}, {"FOCUS", RiskLevel::Focus}, {"ALL", RiskLevel::All}};
+constexpr EnumName<Precision> kPrecisions[] = {{"low", Precision::Low}, {"high", Precision::High}};
+
+// The 26.x tasks this product does not run, each with why.
+struct Refused {
+  const char* name;
+  const char* why;
+};
+constexpr Refused kRefusedTasks[] = {
+    {"acc_check",
+     "it runs each API again on a second device and compares (msprobe 26.x's `msprobe acc_check` "
+     "command does)"},
+    {"nan_check", "it needs an Ascend NPU: torch_npu's operator writes its per-call flags"},
+    {"diff_check",
+     "it compares each call with a dump of a bench device (bench_path); msprobe_cpp does not "
+     "run it yet"},
+    {"structure", "msprobe_cpp does not run it yet"},
+};
+constexpr Refused kRefusedLevels[] = {
+    {"L2", "it dumps NPU kernels through torch_npu (an Ascend NPU)"},
+    {"debug", "msprobe_cpp does not run it yet"},
+};
+
+const std::vector<std::string> kTopKeys = {"msprobe_generation", "extra_info",
+                                           "precision",          "risk_level",
+                                           "dump_enable",        "custom_op_namespaces",
+                                           "load",               "acc_check",
+                                           "diff_check",         "nan_check",
+                                           "structure"};
+const std::vector<std::string> kSectionKeys = {"tensor_list", "slice",     "request_id",
+                                               "bench_path",  "diff_nums", "summary_mode"};
+
+bool has_any(const json& object, const std::vector<std::string>& keys) {
+  return object.is_object() && std::any_of(keys.begin(), keys.end(), [&](const std::string& k) {
+           return object.contains(k);
+         });
+}
+
+// What only 26.x knows, besides its top-level keys.
+bool speaks_26(const json& doc) {
+  if (has_any(doc, kTopKeys)) return true;
+  const json* task = find(doc, "task");
+  if (task && task->is_string()) {
+    for (const Refused& r : kRefusedTasks) {
+      if (*task == r.name) return true;
+    }
+  }
+  const json* level = find(doc, "level");
+  if (level && *level == "debug") return true;
+  for (const char* name : {"statistics", "tensor"}) {
+    const json* section = find(doc, name);
+    if (!section || !section->is_object()) continue;
+    if (has_any(*section, {"tensor_list", "slice", "request_id", "bench_path", "diff_nums"}))
+      return true;
+    if (const json* mode = find(*section, "summary_mode"); mode && *mode == "xor") return true;
+  }
+  return false;
+}
+
+[[noreturn]] void refuse(const Loc& at, const json& value, const std::string& why) {
+  throw ConfigError(at.str() + ": " + show(value) + " is an msprobe 26.x value that msprobe_cpp " +
+                    "refuses: " + why);
+}
+
+// A key acted on only at its default here: another value is refused.
+void default_only(const json& section, const Loc& at, const char* key, const json& allowed,
+                  const char* what) {
+  const json* v = find(section, key);
+  if (!v || *v == allowed || v->is_null()) return;
+  refuse(at.child(key), *v, std::string(what) + "; msprobe_cpp takes only " + show(allowed));
+}
+
+}  // namespace
+
+const char* to_string(Generation g) {
+  return name_of(kGenerations, g);
+}
+
+const std::vector<std::string>& msprobe26_top_keys() {
+  return kTopKeys;
+}
+
+const std::vector<std::string>& msprobe26_section_keys(bool is_statistics) {
+  static const std::vector<std::string> statistics = {"tensor_list", "slice", "request_id"};
+  static const std::vector<std::string> tensor = {"slice", "request_id", "bench_path",
+                                                  "summary_mode"};
+  return is_statistics ? statistics : tensor;
+}
+
+void check_msprobe26_section(const json& section, const Loc& at, bool is_statistics) {
+  default_only(section, at, "tensor_list", json::array(),
+               "it saves the named calls' tensors in a statistics dump, not supported yet");
+  default_only(section, at, "slice", json::array(), "a slice of each tensor, not supported yet");
+  default_only(section, at, "request_id", json(nullptr), "for inference serving");
+  default_only(section, at, "bench_path", json(nullptr), "diff_check's bench dump");
+  if (const json* mode = find(section, "summary_mode"); mode && *mode == "xor") {
+    refuse(at.child("summary_mode"), *mode, "not supported yet");
+  }
+  if (!is_statistics) {
+    default_only(section, at, "summary_mode", json("statistics"),
+                 "checksums of a tensor dump, not supported yet");
+  }
+}
+
+void read_msprobe26_keys(const json& doc, const Loc& root, Config& config, ErrorList& errors) {
+  Msprobe26Keys& keys = config.msprobe26;
+  errors.attempt([&] {
+    if (const json* v = find(doc, "extra_info")) keys.extra_info = parse_bool(*v, root.child("extra_info"));
+  });
+  errors.attempt([&] {
+    if (const json* v = find(doc, "precision"))
+      keys.precision = parse_enum(*v, root.child("precision"), kPrecisions);
+  });
+  errors.attempt([&] {
+    // 26.2.0 reads an explicit null or "" as ALL.
+    const json* v = find(doc, "risk_level");
+    if (v && (v->is_null() || *v == "")) {
+      keys.risk_level = RiskLevel::All;
+    } else if (v) {
+      keys.risk_level = parse_enum(*v, root.child("risk_level"), kRiskLevels);
+    }
+  });
+  errors.attempt([&] {
+    // Present, true or false, it makes 26.x re-read config.json while the run goes on.
+    if (const json* v = find(doc, "dump_enable"); v && !v->is_null()) {
+      refuse(root.child("dump_enable"), *v, "re-reading config.json as the run goes on is not "
+                                            "supported yet; leave the key out");
+    }
+  });
+  errors.attempt([&] {
+    default_only(doc, root, "custom_op_namespaces", json::array({"_C_ascend"}),
+                 "torch.ops namespaces of NPU operators");
+  });
+  errors.attempt([&] {
+    if (const json* v = find(doc, "load"); v && !v->is_null())
+      refuse(root.child("load"), *v, "loading module inputs from a dump is not supported yet");
+  });
+  for (const char* other : {"acc_check", "diff_check", "nan_check", "structure"}) {
+    // The sections of tasks not chosen are read by nobody (26.x does not read them either).
+    errors.attempt([&] {
+      if (const json* v = find(doc, other); v && !v->is_object())
+        fail(root.child(other), "an object", *v);
+    });
+  }
+  config.generation = speaks_26(doc) ? Generation::V26 : Generation::V1_1;
+  errors.attempt([&] {
+    if (const json* v = find(doc, "msprobe_generation"))
+      config.generation = parse_enum(*v, root.child("msprobe_generation"), kGenerations);
+  });
+}
+
+void refuse_msprobe26_task(const json& value, const Loc& at) {
+  for (const Refused& r : kRefusedTasks) {
+    if (value == r.name) refuse(at, value, std::string("task ") + r.name + ": " + r.why);
+  }
+}
+
+void refuse_msprobe26_level(const json& value, const Loc& at) {
+  for (const Refused& r : kRefusedLevels) {
+    if (value == r.name) refuse(at, value, std::string("level ") + r.name + ": " + r.why);
+  }
+}
+
+}  // namespace msprobe

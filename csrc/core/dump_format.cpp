@@ -1,0 +1,31 @@
+#include "core/dump_format.h"
+
+#include <unistd.h>
+
+namespace msprobe {
+
+DumpFormat DumpFormat::of(const Config& c) {
+  DumpFormat f;
+  if (c.generation != Generation::V26) return f;
+  f.framework = true;
+  f.grouped_stacks = true;
+  f.extra_info = c.msprobe26.extra_info;
+  f.null_mean_norm = c.msprobe26.precision == Precision::High;
+  f.float_only_mean_norm = true;
+  f.proc_folder = true;
+  f.last_part_names = true;
+  f.wrap_list = "support_wrap_ops_26.yaml";
+  return f;
+}
+
+std::string DumpFormat::unranked_folder() const {
+  // 26.x names it by the process at its service's creation; a process is one run here.
+  return proc_folder ? "proc" + std::to_string(getpid()) : "rank";
+}
+
+std::string DumpFormat::api_call_name(const std::string& prefix, const std::string& api) const {
+  const size_t dot = api.rfind('.');
+  return prefix + "." + (last_part_names && dot != std::string::npos ? api.substr(dot + 1) : api);
+}
+
+}  // namespace msprobe

@@ -1,0 +1,39 @@
+// What a run's files look like, by the msprobe generation its config speaks (docs/formats.md,
+// "msprobe 1.1.x and 26.x files"): one declaration, read by the writer, the folders and the
+// statistics.
+#pragma once
+
+#include <string>
+
+#include "core/config.h"
+
+namespace msprobe {
+
+struct DumpFormat {
+  // dump.json's "framework": "pytorch", after "level" (26.x).
+  bool framework = false;
+  // stack.json as {"0": [[names], [frames]], ...}: the calls of one stack together (26.x); else
+  // {name: [frames]} (1.1.x).
+  bool grouped_stacks = false;
+  // stack.json and construct.json are written (26.x's extra_info; always in 1.1.x).
+  bool extra_info = true;
+  // Mean and Norm null for every tensor of more than 0 dimensions (26.x's precision "high").
+  bool null_mean_norm = false;
+  // Mean and Norm null for integer, bool and float64 tensors (26.x).
+  bool float_only_mean_norm = false;
+  // The rank folder outside torch.distributed is proc<pid> (26.x); else "rank" (1.1.x).
+  bool proc_folder = false;
+  // A dotted API ("linalg.norm") is recorded under its last part, "Torch.norm", whose counter
+  // it shares with torch.norm (26.x); else as "Torch.linalg.norm".
+  bool last_part_names = false;
+  // The wrap list's file (rules/): msprobe 1.1.1's, or 26.2.0's.
+  const char* wrap_list = "support_wrap_ops.yaml";
+
+  static DumpFormat of(const Config& c);
+  // The rank folder's name outside torch.distributed, for this process.
+  std::string unranked_folder() const;
+  // "<prefix>.<api>" as this generation names an API's calls ("Torch", "linalg.norm").
+  std::string api_call_name(const std::string& prefix, const std::string& api) const;
+};
+
+}  // namespace msprobe
