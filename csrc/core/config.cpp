@@ -84,8 +84,7 @@ Task parse_task(const json& value, const Loc& at) {
 }
 
 Level parse_level(const json& value, const Loc& at) {
-  refuse_msprobe26_level(value, at);
-  if (is_one_of(value, {"L2"})) fail_unsupported(at, value, "level", enum_names(kLevels));
+  refuse_msprobe26_level(value, at);  // L2 and debug, each with why
   return parse_enum(value, at, kLevels);
 }
 

@@ -322,7 +322,9 @@ TEST(ConfigTest, DidYouMeanAllowsOneEditBelowFiveLettersAndTwoFromFive) {
             R"(config.json: stpe: unknown key; did you mean "step"?)");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "tick": 1})"),
             "config.json: tick: unknown key; allowed: task, dump_path, rank, step, level, "
-            "statistics, tensor, overflow_check, extra_apis, grad_probe, free_benchmark");
+            "statistics, tensor, overflow_check, extra_apis, grad_probe, free_benchmark, "
+            "msprobe_generation, extra_info, precision, risk_level, dump_enable, "
+            "custom_op_namespaces, load, acc_check, diff_check, nan_check, structure");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "lebal": "L1"})"),
             R"(config.json: lebal: unknown key; did you mean "level"?)");
 }
@@ -339,16 +341,21 @@ TEST(ConfigTest, HeadroomFromZeroUpToOne) {
 TEST(ConfigTest, UnknownKeyWithoutCloseMatchListsAllowedKeys) {
   EXPECT_EQ(config_error(R"({"dump_path": "d", "verbosity": 3})"),
             "config.json: verbosity: unknown key; allowed: task, dump_path, rank, step, level, "
-            "statistics, tensor, overflow_check, extra_apis, grad_probe, free_benchmark");
-  EXPECT_EQ(config_error(R"({"dump_path": "d", "tensor": {"summary_mode": "md5"}})"),
-            "config.json: tensor.summary_mode: unknown key; allowed: scope, list, data_mode");
+            "statistics, tensor, overflow_check, extra_apis, grad_probe, free_benchmark, "
+            "msprobe_generation, extra_info, precision, risk_level, dump_enable, "
+            "custom_op_namespaces, load, acc_check, diff_check, nan_check, structure");
+  EXPECT_EQ(config_error(R"({"dump_path": "d", "tensor": {"file_mode": "md5"}})"),
+            "config.json: tensor.file_mode: unknown key; allowed: scope, list, data_mode, slice, "
+            "request_id, bench_path, summary_mode");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "overflow_check": {"max_calls": 2}})"),
             "config.json: overflow_check.max_calls: unknown key; allowed: overflow_nums, action, "
             "stop_level, stop_on, mutation_threshold, rules, compat, dump_skipped_steps, "
             "min_loss_scale, sync, sync_batch_calls, replay, headroom");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "a b\n": 1})"),
             R"(config.json: "a b\n": unknown key; allowed: task, dump_path, rank, step, level, )"
-            "statistics, tensor, overflow_check, extra_apis, grad_probe, free_benchmark");
+            "statistics, tensor, overflow_check, extra_apis, grad_probe, free_benchmark, "
+            "msprobe_generation, extra_info, precision, risk_level, dump_enable, "
+            "custom_op_namespaces, load, acc_check, diff_check, nan_check, structure");
 }
 
 TEST(ConfigTest, UnsupportedMsprobeTasksAndLevels) {
@@ -356,9 +363,10 @@ TEST(ConfigTest, UnsupportedMsprobeTasksAndLevels) {
   EXPECT_EQ(config_error(json{{"dump_path", "d"}, {"task", "run_ut"}}.dump()),
             "config.json: task: \"run_ut\" is an msprobe task that msprobe_cpp does not support; "
             "supported: statistics, tensor, overflow_check, grad_probe, free_benchmark");
+  // msprobe 26.x's L2 dumps NPU kernels: refused with that reason (test_config_msprobe26.cpp).
   EXPECT_EQ(config_error(R"({"dump_path": "d", "level": "L2"})"),
-            R"(config.json: level: "L2" is an msprobe level that msprobe_cpp does not support; )"
-            "supported: L0, L1, mix");
+            R"(config.json: level: "L2" is an msprobe 26.x value that msprobe_cpp refuses: )"
+            "level L2: it dumps NPU kernels through torch_npu (an Ascend NPU)");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "tensor": {"online_run_ut": true}})"),
             "config.json: tensor.online_run_ut: online run_ut is an msprobe feature that "
             "msprobe_cpp does not support; expected false, got true");
