@@ -43,6 +43,7 @@ def train(tmp_path: pathlib.Path, device: str, steps: int = 2, **config) -> path
             doc.pop(key, None)
         else:
             doc[key] = value
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(doc))
     torch.manual_seed(0)
@@ -59,7 +60,14 @@ def train(tmp_path: pathlib.Path, device: str, steps: int = 2, **config) -> path
         opt.zero_grad()
         dbg.stop()
         dbg.step()
+    release(dbg)
     return tmp_path / "dump"
+
+
+def release(dbg) -> None:
+    """The next debugger of a test starts from nothing: its own wrap list and names."""
+    dbg._release()
+    msprobe_cpp.PrecisionDebugger._instance = None
 
 
 def only_rank_folder(dump: pathlib.Path, step: int = 0) -> pathlib.Path:
@@ -98,7 +106,9 @@ def test_a_11_config_keeps_11s_files(tmp_path, device):
 def test_risk_level_leaves_out_what_26_leaves_out(tmp_path, device):
     focus = load(only_rank_folder(train(tmp_path / "focus", device)))["data"]
     everything = load(only_rank_folder(train(tmp_path / "all", device, risk_level="ALL")))["data"]
-    core = load(only_rank_folder(train(tmp_path / "core", device, risk_level="CORE")))["data"]
+    core_dump = train(tmp_path / "core", device, risk_level="CORE")
+    # CORE keeps no call of this model (26.2.0 misses a comma: not even linear): no step written.
+    core = load(only_rank_folder(core_dump))["data"] if (core_dump / "step0").exists() else {}
     assert "Tensor.reshape.0.forward" in everything and "Tensor.reshape.0.forward" not in focus
     assert "Torch.relu.0.forward" in focus and "Torch.relu.0.forward" not in core
     # Named as 26.2.0 names them: a dotted API by its last part, counted with torch.norm.
@@ -117,7 +127,7 @@ def test_integer_tensors_and_precision_high_write_null_mean_and_norm(tmp_path, d
     data = load(only_rank_folder(train(tmp_path / "low", device, risk_level="ALL")))["data"]
     target = data["Functional.cross_entropy.0.forward"]["input_args"][1]
     assert target["dtype"] == "torch.int64" and target["Mean"] is None and target["Norm"] is None
-    assert target["Max"] is not None
+    assert isinstance(target["Max"], int) and isinstance(target["Min"], int)  # .item() of an int64 tensor
     logits = data["Functional.cross_entropy.0.forward"]["input_args"][0]
     assert logits["Mean"] is not None and logits["Norm"] is not None
     high = load(only_rank_folder(train(tmp_path / "high", device, risk_level="ALL", precision="high")))["data"]
@@ -146,7 +156,6 @@ def test_26s_wrap_list_records_split_not_getitem(tmp_path):
         Indexing()(torch.randn(3, 2))
         dbg.stop()
         dbg.step()
-        dbg._release()
-        msprobe_cpp.PrecisionDebugger._instance = None
+        release(dbg)
         data = load(only_rank_folder(path.parent / "dump"))["data"]
         assert expect in data and absent not in data, (generation, sorted(data))

@@ -1,5 +1,7 @@
 #include "live/capture/tensor_capture.h"
 
+#include "core/dump_format.h"
+
 namespace msprobe {
 
 TensorCapture::TensorCapture(const Config& config, const std::string& dump_root) {
@@ -10,8 +12,13 @@ TensorCapture::TensorCapture(const Config& config, const std::string& dump_root)
   options_.file_names = &file_names_;
   // Task overflow_check saves only the tensors of calls with findings, when its step is written.
   if (config.task == Task::Tensor) options_.saver = saver_.get();
-  // md5 and tensor need the bytes on the host anyway; their statistics come back at once.
-  if (!options_.md5 && config.task != Task::Tensor) options_.pending = &pending_;
+  // A 26.x statistics or tensor dump takes Mean and Norm as 26.2.0 does (dump_format.h).
+  options_.dtype_mean_norm = DumpFormat::of(config).float_only_mean_norm &&
+                             (config.task == Task::Statistics || config.task == Task::Tensor);
+  // md5 and tensor need the bytes on the host anyway, and a 26.x dump reads torch.mean's result:
+  // their statistics come back at once.
+  if (!options_.md5 && config.task != Task::Tensor && !options_.dtype_mean_norm)
+    options_.pending = &pending_;
 }
 
 void TensorCapture::new_step() {

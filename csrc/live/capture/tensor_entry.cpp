@@ -67,6 +67,17 @@ std::string EntryOptions::key_stem(const std::string& stem, const std::string& k
 
 namespace {
 
+// msprobe 26.x's Mean and Norm of a float tensor below 64 bits of one dimension or more.
+void mean_norm_in_dtype(const at::Tensor& t, Entry& e) {
+  if (!e.mean.is_number() || !t.is_floating_point() || t.scalar_type() == at::kDouble ||
+      t.dim() == 0) {
+    return;
+  }
+  const at::Tensor x = t.detach();
+  e.mean = Scalar::of_float(at::mean(x).item<double>());
+  e.norm = Scalar::of_float(at::norm(x).item<double>());
+}
+
 // The entry, letting a failure through.
 Entry tensor_entry_unguarded(const at::Tensor& t, const EntryOptions& options,
                              const std::string& stem) {
@@ -96,6 +107,7 @@ Entry tensor_entry_unguarded(const at::Tensor& t, const EntryOptions& options,
   }
   if (e.kind != Entry::Kind::Object || !has_plain_bytes(t)) return e;
   e.marks.unwritten = unwritten_memory().holds(t);
+  if (options.dtype_mean_norm && !cached) mean_norm_in_dtype(t, e);
   if (options.md5 && !cached) e.md5 = tensor_crc(t);
   if (cache && !cached)
     cache->put(

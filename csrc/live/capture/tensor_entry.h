@@ -27,6 +27,9 @@ struct EntryOptions {
   // has its layout, null statistics and `view_base`. Set for the tensor a view call takes a view
   // of (a 500-million-element bucket narrowed per parameter), never when saving tensors.
   int64_t read_limit = 0;
+  // msprobe 26.x's Mean and Norm: torch.mean and torch.norm of a float tensor in its own dtype
+  // (its statistics and tensor dumps); else this tool's, accumulated in double.
+  bool dtype_mean_norm = false;
 
   // The stems below, or empty when nothing is saved: then no call pays for them.
   std::string stem(const std::string& call, const char* side) const;

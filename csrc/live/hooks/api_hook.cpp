@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/anomaly.h"
@@ -146,16 +147,29 @@ void ApiHook::note_writes(PyObject* args, PyObject* kwargs) const {
   if (written_.index >= 0) note_written(written_buffer(written_, args, kwargs));
 }
 
+std::shared_ptr<ApiCounter> ApiCounter::of(const std::string& api) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::weak_ptr<ApiCounter>> counters;
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<ApiCounter> counter = counters[api].lock();
+  if (!counter) {
+    counter = std::make_shared<ApiCounter>();
+    counters[api] = counter;
+  }
+  return counter;
+}
+
 int64_t ApiHook::next_index(Session& session) {
   const uint64_t epoch = session.hooks().numbering.epoch();
-  if (epoch_.load(std::memory_order_acquire) != epoch) {
-    std::lock_guard<std::mutex> lock(reset_mu_);
-    if (epoch_.load(std::memory_order_relaxed) != epoch) {
-      count_.store(0, std::memory_order_relaxed);
-      epoch_.store(epoch, std::memory_order_release);
+  ApiCounter& c = *counter_;
+  if (c.epoch.load(std::memory_order_acquire) != epoch) {
+    std::lock_guard<std::mutex> lock(c.reset_mu);
+    if (c.epoch.load(std::memory_order_relaxed) != epoch) {
+      c.count.store(0, std::memory_order_relaxed);
+      c.epoch.store(epoch, std::memory_order_release);
     }
   }
-  return count_.fetch_add(1, std::memory_order_relaxed);
+  return c.count.fetch_add(1, std::memory_order_relaxed);
 }
 
 namespace {

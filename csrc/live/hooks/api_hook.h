@@ -22,8 +22,19 @@ struct LiveTensors;
 struct Selected;
 struct StoredCall;
 
-// One wrapped torch API. Called with the GIL; its counter is atomics, reset under reset_mu_ when
-// the session's step changes.
+// The call counter of one API name: atomics, reset under reset_mu when the session's step
+// changes. Hooks of one name share it: msprobe 26.x records torch.linalg.norm and torch.norm both
+// as Torch.norm, numbered together.
+struct ApiCounter {
+  std::atomic<uint64_t> epoch{0};  // Session::epoch() the count belongs to
+  std::atomic<int64_t> count{0};
+  std::mutex reset_mu;
+
+  // The counter of `api`, made at its first hook; kept while a hook of that name lives.
+  static std::shared_ptr<ApiCounter> of(const std::string& api);
+};
+
+// One wrapped torch API. Called with the GIL.
 class ApiHook {
  public:
   ApiHook(std::string api, pybind11::object original)
@@ -31,12 +42,13 @@ class ApiHook {
         original_(std::move(original)),
         written_(written_argument(api_)),
         view_of_first_arg_(makes_view_of_first_arg(api_ + ".0.forward")),
-        writes_first_arg_(writes_first_arg(api_ + ".0.forward")) {}
+        writes_first_arg_(writes_first_arg(api_ + ".0.forward")),
+        counter_(ApiCounter::of(api_)) {}
 
   // `args`: the call's tuple; `kwargs`: its dict, or null when it has none.
   pybind11::object call(PyObject* args, PyObject* kwargs);
-  // n of this API's next call within the session's step: a counter of the hook's own, reset when
-  // the step changes, so naming a call takes no lock and no lookup.
+  // n of this API's next call within the session's step: its name's counter, reset when the
+  // step changes, so naming a call takes no lock and no lookup.
   int64_t next_index(Session& session);
   // `program_call`: the program's own call (not the tool's, nor one inside a hooked call), whose
   // writes are noted (note_writes).
@@ -65,9 +77,7 @@ class ApiHook {
   // view's statistics are the view's elements, whatever the size of the tensor it is taken of).
   bool view_of_first_arg_;
   bool writes_first_arg_;  // copy_, add_, __setitem__, ...
-  std::atomic<uint64_t> epoch_{0};  // Session::epoch() the count belongs to
-  std::atomic<int64_t> count_{0};
-  std::mutex reset_mu_;
+  const std::shared_ptr<ApiCounter> counter_;
 };
 
 }  // namespace msprobe

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
 
 #include "core/dump_writer.h"
@@ -55,12 +56,34 @@ bool is_float_below_64(const std::string& dtype) {
          dtype != "torch.float64";
 }
 
-// What 26.x writes of a tensor's Mean and Norm (dump_format.h): null unless it is a float tensor
-// below 64 bits (and precision is low); a 0-dimensional tensor keeps all four.
-void apply_mean_norm_format(CallRecord& rec, const DumpFormat& format) {
+bool is_integer_dtype(const std::string& dtype) {
+  return dtype.rfind("torch.int", 0) == 0 || dtype.rfind("torch.uint", 0) == 0;
+}
+
+// An integer tensor's statistic as Python's .item() of it writes it: 2, not 2.0.
+void as_integer(Scalar& s) {
+  if (s.kind == Scalar::Kind::Float && std::isfinite(s.number) && std::trunc(s.number) == s.number &&
+      std::fabs(s.number) < 9.0e15) {
+    s = Scalar::of_int(static_cast<int64_t>(s.number));
+  }
+}
+
+// What 26.x writes of a tensor's statistics (dump_format.h): an integer tensor's as integers;
+// Mean and Norm null unless it is a float tensor below 64 bits (and precision is low); a
+// 0-dimensional tensor keeps all four.
+void apply_stat_format(CallRecord& rec, const DumpFormat& format) {
   if (!format.null_mean_norm && !format.float_only_mean_norm) return;
   for_each_entry(rec, [&](Entry& e) {
-    if (!e.is_tensor() || !e.has_shape || e.shape.empty()) return;
+    if (!e.is_tensor()) return;
+    if (format.float_only_mean_norm && is_integer_dtype(e.dtype)) {
+      for (Scalar* s : {&e.max, &e.min, &e.mean, &e.norm}) as_integer(*s);
+    }
+    if (!e.has_shape) return;
+    if (e.shape.empty()) {
+      // 26.x writes the value itself as all four: a negative scalar's Norm is that value.
+      if (format.float_only_mean_norm && e.max.is_number()) e.mean = e.norm = e.max;
+      return;
+    }
     if (format.null_mean_norm || !is_float_below_64(e.dtype)) {
       e.mean = Scalar::null();
       e.norm = Scalar::null();
@@ -243,7 +266,7 @@ void StepWriter::write_files(FinishedStep& step) {
   std::vector<const CallRecord*> records;
   records.reserve(step.calls.size());
   for (StoredCall& c : step.calls) {
-    apply_mean_norm_format(c.record, format_);
+    apply_stat_format(c.record, format_);
     records.push_back(&c.record);
   }
   buffer_ = dump_json(header, records, std::move(buffer_));
