@@ -530,7 +530,7 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   errors.attempt([&] { read_task_sections(doc, root, config); });
   // msprobe's top-level key, also a keyword argument (which wins).
   read("async_dump", [&](const json& v, const Loc& at) { config.async_dump = parse_bool(v, at); });
-  read_msprobe26_keys(doc, root, config, errors);
+  read_msprobe26_keys(doc, root, config.msprobe26, config.generation, errors);
   errors.throw_if_any();
   config.warnings = std::move(warnings);
   return config;

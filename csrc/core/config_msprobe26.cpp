@@ -124,10 +124,11 @@ void check_msprobe26_section(const json& section, const Loc& at, bool is_statist
   }
 }
 
-void read_msprobe26_keys(const json& doc, const Loc& root, Config& config, ErrorList& errors) {
-  Msprobe26Keys& keys = config.msprobe26;
+void read_msprobe26_keys(const json& doc, const Loc& root, Msprobe26Keys& keys,
+                         Generation& generation, ErrorList& errors) {
   errors.attempt([&] {
-    if (const json* v = find(doc, "extra_info")) keys.extra_info = parse_bool(*v, root.child("extra_info"));
+    if (const json* v = find(doc, "extra_info"))
+      keys.extra_info = parse_bool(*v, root.child("extra_info"));
   });
   errors.attempt([&] {
     if (const json* v = find(doc, "precision"))
@@ -164,10 +165,10 @@ void read_msprobe26_keys(const json& doc, const Loc& root, Config& config, Error
         fail(root.child(other), "an object", *v);
     });
   }
-  config.generation = speaks_26(doc) ? Generation::V26 : Generation::V1_1;
+  generation = speaks_26(doc) ? Generation::V26 : Generation::V1_1;
   errors.attempt([&] {
     if (const json* v = find(doc, "msprobe_generation"))
-      config.generation = parse_enum(*v, root.child("msprobe_generation"), kGenerations);
+      generation = parse_enum(*v, root.child("msprobe_generation"), kGenerations);
   });
 }
 

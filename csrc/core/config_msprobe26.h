@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/config.h"
 #include "core/config_checks.h"
+#include "core/msprobe26_keys.h"
 
 namespace msprobe {
 
@@ -20,9 +20,10 @@ const std::vector<std::string>& msprobe26_top_keys();
 // The keys a statistics or tensor section may have in 26.x besides 1.1.1's.
 const std::vector<std::string>& msprobe26_section_keys(bool is_statistics);
 
-// Reads the 26.x keys of `doc` into config.msprobe26 and decides config.generation; each bad value
-// is added to `errors`. Run after the task, level and sections are read.
-void read_msprobe26_keys(const nlohmann::json& doc, const config_checks::Loc& root, Config& config,
+// Reads the 26.x keys of `doc` into `keys` and decides `generation`; each bad value is added to
+// `errors`.
+void read_msprobe26_keys(const nlohmann::json& doc, const config_checks::Loc& root,
+                         Msprobe26Keys& keys, Generation& generation,
                          config_checks::ErrorList& errors);
 
 // The 26.x section keys this product takes only at their default (an empty tensor_list, ...):

@@ -62,8 +62,8 @@ bool is_integer_dtype(const std::string& dtype) {
 
 // An integer tensor's statistic as Python's .item() of it writes it: 2, not 2.0.
 void as_integer(Scalar& s) {
-  if (s.kind == Scalar::Kind::Float && std::isfinite(s.number) && std::trunc(s.number) == s.number &&
-      std::fabs(s.number) < 9.0e15) {
+  if (s.kind == Scalar::Kind::Float && std::isfinite(s.number) &&
+      std::trunc(s.number) == s.number && std::fabs(s.number) < 9.0e15) {
     s = Scalar::of_int(static_cast<int64_t>(s.number));
   }
 }
