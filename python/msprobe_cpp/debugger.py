@@ -213,12 +213,21 @@ class PrecisionDebugger:
         return self._session.headroom
 
     @_OnTheDebugger
-    def start(self, model: Optional[Any] = None, loss_scaler: Any = None) -> None:
+    def start(self, model: Optional[Any] = None, loss_scaler: Any = None, token_range: Any = None,
+              rank_id: Optional[int] = None, scheduled_tokens: Any = None) -> None:
         """Begins (or resumes) collection for the current step; installs hooks the first time.
 
         `model`: a module or a list of them; each new one is hooked in addition to those before
         it. `loss_scaler`: any object with get_scale(), and step_skipped() where a skipped step
-        can keep its scale (a torch GradScaler and a DeepSpeed engine's are found by themselves)."""
+        can keep its scale (a torch GradScaler and a DeepSpeed engine's are found by themselves).
+        `rank_id` (msprobe 26.x): the rank folder's number, where torch.distributed gives none.
+        `token_range` and `scheduled_tokens` (26.x, inference serving) are refused."""
+        for name, value in (("token_range", token_range), ("scheduled_tokens", scheduled_tokens)):
+            if value is not None:
+                raise ValueError(f"PrecisionDebugger.start: {name} is msprobe 26.x's for inference serving, "
+                                 "which msprobe_cpp does not support; leave it out")
+        if rank_id is not None and (isinstance(rank_id, bool) or not isinstance(rank_id, int) or rank_id < 0):
+            raise ValueError(f"PrecisionDebugger.start: rank_id: expected an integer >= 0, got {rank_id!r}")
         if not self._session.dumps_calls:
             return
         if self._patches.closed or self._session.finished:
@@ -259,7 +268,8 @@ class PrecisionDebugger:
             self._peer.check()
         if _rank() <= 0 and self._session.first_time("on line"):  # the same on every rank: rank 0 says it
             log.say(logging.INFO, self._session.on_line(self._patches.count("api"), self._models.hooked_modules))
-        if self._session.start(_rank(), bool(new_models)):  # the step's first start()
+        rank = _rank() if rank_id is None or _rank() >= 0 else rank_id
+        if self._session.start(rank, bool(new_models)):  # the step's first start()
             self._overflow = None
             self._loss_scale.scaled_by = None
             for look in self._engine_looks:

@@ -159,3 +159,19 @@ def test_26s_wrap_list_records_split_not_getitem(tmp_path):
         release(dbg)
         data = load(only_rank_folder(path.parent / "dump"))["data"]
         assert expect in data and absent not in data, (generation, sorted(data))
+
+
+def test_start_takes_26s_rank_id_and_refuses_its_inference_arguments(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(SHIPPED_26, dump_path=str(tmp_path / "dump"))))
+    model = Net()
+    dbg = msprobe_cpp.PrecisionDebugger(config_path=str(path))
+    for bad in ({"token_range": [0, 4]}, {"scheduled_tokens": 8}, {"rank_id": -1}, {"rank_id": "0"}):
+        with pytest.raises(ValueError, match="PrecisionDebugger.start: "):
+            dbg.start(model, **bad)
+    dbg.start(model, rank_id=3)
+    model(torch.randn(2, 6))
+    dbg.stop()
+    dbg.step()
+    release(dbg)
+    assert [p.name for p in (tmp_path / "dump" / "step0").iterdir()] == ["rank3"]
