@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 
 import msprobe_cpp
+from gloo import free_port
 from testenv import PACKAGE_ROOT, devices
 
 MODES = ["improve_precision", "add_noise", "bit_noise", "change_value", "no_change", "to_cpu"]
@@ -188,9 +189,11 @@ def test_backward_rows_equal_msprobes(tmp_path, mode):
     files = {}
     for i, tool in enumerate(("msprobe", "ours")):
         out = tmp_path / tool
-        port = str(21000 + (os.getpid() + 7 * i + MODES.index(mode) * 13) % 20000)
-        done = subprocess.run([sys.executable, str(script), tool, str(out), mode, port], env=env,
-                              capture_output=True, text=True, timeout=120)
+        for _ in range(3):  # a free port can be taken before the case binds it (another worker's run)
+            done = subprocess.run([sys.executable, str(script), tool, str(out), mode, str(free_port())], env=env,
+                                  capture_output=True, text=True, timeout=120)
+            if "EADDRINUSE" not in done.stderr:
+                break
         assert done.returncode == 0, done.stderr[-3000:]
         csv_path = out / "free_benchmark.csv"
         files[tool] = csv_path.read_bytes() if csv_path.exists() else b""
