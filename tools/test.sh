@@ -43,12 +43,14 @@ PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" MSPROBE_CPP_BIN="$BUILD/bin
 [ "$skip_torch2" = 1 ] && exit 0
 torch_pytest() {
   # torch_pytest DIR [pytest arguments]: the suite against DIR/venv's torch and DIR/pkg's build.
-  local dir="$1"
+  local dir="$1" version
   shift
-  echo "== pytest $* on $("$dir/venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"
+  version="$("$dir/venv/bin/python" -c 'import torch; print(torch.__version__)')"
+  echo "== pytest $* on torch $version"
   # Inductor's kernel cache is keyed by the kernel's source, not the torch that built it: a kernel
-  # another torch left in the shared /tmp/torchinductor_$USER fails to load (undefined Sleef_*).
-  TORCHINDUCTOR_CACHE_DIR="$dir/inductor-cache" \
+  # another torch left in the shared /tmp/torchinductor_$USER, or in this folder before its venv
+  # was made again with another torch, fails to load (undefined Sleef_*). One folder per torch.
+  TORCHINDUCTOR_CACHE_DIR="$dir/inductor-cache-$version" \
     MSPROBE_CPP_PACKAGE_ROOT="$dir/pkg" PYTHONPATH="$dir/pkg" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
     MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
     "$dir/venv/bin/python" -m pytest tests/python -q -p no:cacheprovider --durations=15 "${workers[@]}" "$@"
