@@ -12,6 +12,7 @@
 #include "live/capture/call_values.h"
 #include "live/capture/held_data.h"
 #include "live/capture/is_tensor.h"
+#include "live/hooks/hook_scope.h"
 #include "live/overflow/python_objects.h"
 #include "live/overflow/python_side.h"
 #include "live/session/session.h"
@@ -140,8 +141,20 @@ void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
           "watching", [](const Session& s) { return s.config().watching(); },
           "Task overflow_check.")
       .def_property_readonly(
+          "names_optimizer", [](const Session& s) { return s.format().optimizer_node; },
+          "construct.json names the optimizer's step as a node (msprobe 26.x, level mix).")
+      .def(
+          "optimizer_step_begins",
+          [](const Session& s) {
+            if (s.format().optimizer_node) enter_region("optimizer");
+          },
+          "Before an optimizer step, on its thread: its API calls are the optimizer node's.")
+      .def(
+          "optimizer_step_ends", [](const Session&) { leave_region(); },
+          "After an optimizer step, on its thread.")
+      .def_property_readonly(
           "wrap_list",
-          [](const Session& s) { return std::string(DumpFormat::of(s.config()).wrap_list); },
+          [](const Session& s) { return std::string(s.format().wrap_list); },
           "The wrap list's file in the package's _rules folder: msprobe 1.1.1's or 26.2.0's.")
       .def(
           "api_call_name",

@@ -15,6 +15,10 @@ DumpFormat DumpFormat::of(const Config& c) {
   f.proc_folder = true;
   f.last_part_names = true;
   f.wrap_list = "support_wrap_ops_26.yaml";
+  f.module_parameters = (c.task == Task::Statistics || c.task == Task::Tensor) &&
+                        (c.level == Level::L0 || c.level == Level::Mix);
+  f.module_grads_without_nulls = true;
+  f.optimizer_node = c.level == Level::Mix;
   return f;
 }
 

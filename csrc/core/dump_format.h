@@ -26,6 +26,16 @@ struct DumpFormat {
   // A dotted API ("linalg.norm") is recorded under its last part, "Torch.norm", whose counter
   // it shares with torch.norm (26.x); else as "Torch.linalg.norm".
   bool last_part_names = false;
+  // Module forward records carry their own parameters' statistics, and each backward through a
+  // module leaves a "<module>.parameters_grad.<k>" record of its parameters' gradients (26.x's
+  // statistics and tensor tasks at L0 and mix).
+  bool module_parameters = false;
+  // A module backward record lists only the gradients that exist: no null for an input or
+  // output that needs none (26.x).
+  bool module_grads_without_nulls = false;
+  // construct.json has an "optimizer" node, the parent of the API calls of an optimizer's step
+  // (26.x at level mix).
+  bool optimizer_node = false;
   // The wrap list's file (rules/): msprobe 1.1.1's, or 26.2.0's.
   const char* wrap_list = "support_wrap_ops.yaml";
 

@@ -104,20 +104,33 @@ static void write_list(JsonWriter& w, const char* key, const std::vector<Entry>&
   w.end_array();
 }
 
+// A JSON object of named entries: input_kwargs, parameters.
+static void write_members(JsonWriter& w, const std::vector<std::pair<std::string, Entry>>& members) {
+  w.begin_object();
+  for (const auto& kv : members) {
+    w.key(kv.first);
+    write_entry(w, kv.second);
+  }
+  w.end_object();
+}
+
 void write_record(JsonWriter& w, const CallRecord& rec) {
   w.key(rec.name);
+  if (rec.parameter_grads) {
+    write_members(w, rec.parameters);
+    return;
+  }
   w.begin_object();
   if (rec.has_inputs) write_list(w, inputs_key(rec.uses_input_key), rec.inputs);
   if (rec.has_inputs && !rec.uses_input_key) {
     w.key("input_kwargs");
-    w.begin_object();
-    for (const auto& kv : rec.kwargs) {
-      w.key(kv.first);
-      write_entry(w, kv.second);
-    }
-    w.end_object();
+    write_members(w, rec.kwargs);
   }
   if (rec.has_outputs) write_list(w, "output", rec.outputs);
+  if (rec.has_parameters) {
+    w.key("parameters");
+    write_members(w, rec.parameters);
+  }
   w.end_object();
 }
 

@@ -213,6 +213,12 @@ struct CallRecord {
   // data_mode can leave a side out; the writer then omits its keys, as msprobe does.
   bool has_inputs = true;
   bool has_outputs = true;
+  // msprobe 26.x's module forward "parameters" ({name: entry}, after "output"), written when
+  // has_parameters. A parameter_grads record ("<module>.parameters_grad.<k>") is nothing but
+  // these members, each a list of the gradients of that parameter.
+  std::vector<std::pair<std::string, Entry>> parameters;
+  bool has_parameters = false;
+  bool parameter_grads = false;
 };
 
 // Where a top-level argument entry sits in its record.
@@ -244,7 +250,8 @@ void for_each_arg(Record& rec, F&& f) {
     f(ArgPos{ArgPos::Side::Output, i, nullptr, key}, rec.outputs[i]);
 }
 
-// Calls `f(entry)` for every entry of `rec`, list items included (const or not, as `rec` is).
+// Calls `f(entry)` for every entry of `rec`, list items and parameters included (const or not, as
+// `rec` is).
 template <typename Record, typename F>
 void for_each_entry(Record& rec, F&& f) {
   struct Walk {
@@ -257,6 +264,7 @@ void for_each_entry(Record& rec, F&& f) {
   for (auto& e : rec.inputs) walk(e);
   for (auto& kv : rec.kwargs) walk(kv.second);
   for (auto& e : rec.outputs) walk(e);
+  for (auto& kv : rec.parameters) walk(kv.second);
 }
 
 // Module calls' names: "Module.<qualname>.<class>" + ".forward" or ".backward", then their counter.

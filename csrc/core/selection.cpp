@@ -11,6 +11,7 @@ Selection::Selection(const CollectSection& section, Level level, const std::stri
       list_(section.list),
       mode_(section.data_mode),
       risk_(risk),
+      risk_left_in_construct_(level == Level::Mix),
       list_seen_(new std::atomic<bool>[section.list.size()]) {
   for (size_t i = 0; i < list_.size(); ++i) list_seen_[i] = false;
   // The four flags as written; msprobe treats an absent kind of word as "all of that kind", so
@@ -61,6 +62,13 @@ Selected Selection::begin(const std::string& name, const std::string& backward_n
       at_risk_level && in_scope && (list_.empty() || inside_listed_module || listed(name));
   s.forward = forward_ok && chosen;
   s.backward = backward_ok && (chosen || (!list_.empty() && listed(backward_name)));
+  if (!at_risk_level && risk_left_in_construct_) {
+    // 26.x names it in construct.json all the same, forward and backward, with nothing else.
+    s.forward = forward_ok;
+    s.backward = backward_ok;
+    s.inputs = s.outputs = false;
+    s.construct_only = true;
+  }
   if (chosen && is_module_name(name) && filters()) {
     // Module backward records follow the module's forwards (module_backward below).
     const size_t cut = name.rfind(".forward.");

@@ -19,6 +19,8 @@ struct Selected {
   bool backward = false;  // the backward record, when the call has one
   bool inputs = true;     // input_args / input_kwargs (backward: `input`)
   bool outputs = true;    // output
+  // Left out by 26.x's risk_level at level mix: named in construct.json only (no entries).
+  bool construct_only = false;
   bool any() const { return forward || backward; }
 };
 
@@ -60,6 +62,7 @@ class Selection {
   std::vector<std::string> list_;
   DataMode mode_;
   RiskLevel risk_;
+  bool risk_left_in_construct_;  // level mix: construct.json names what risk_level leaves out
   bool any_direction_word_;
   bool any_side_word_;
 

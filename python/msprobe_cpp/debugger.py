@@ -251,6 +251,7 @@ class PrecisionDebugger:
                               self._session.api_call_name)
         if self._session.watching:
             watch_grad_scalers(self._patches, weakref.WeakMethod(self._saw_grad_scaler))
+        if self._session.watching or self._session.names_optimizer:
             install_gradient_guard(self._patches, weakref.WeakMethod(self._before_optimizer_step),
                                    weakref.WeakMethod(self._after_optimizer_step))
         for m in new_models:
@@ -430,9 +431,10 @@ class PrecisionDebugger:
         (a checkpoint's, an update L0 does not see) stops here, before the parameters take it."""
         if self._patches.closed:
             return
+        self._session.optimizer_step_begins()
         if self._peer:
             self._peer.check()
-        if not self._session.judges_optimizer:
+        if not (self._session.watching and self._session.judges_optimizer):
             return  # not a started step of this debugger, or one its step or rank list leaves out
         started = self._session.parameter_names if self._models.live() else None
         named = named_parameters(optimizer, started)
@@ -459,7 +461,10 @@ class PrecisionDebugger:
         """The step's calls were not judged one by one (overflow_check; begin_optimizer_step): one
         look at what it wrote, the parameters it updated and its state, all finite before it."""
         stepping, self._stepping = self._stepping, None
-        if self._patches.closed or not self._session.end_optimizer_step():
+        if self._patches.closed:
+            return
+        self._session.optimizer_step_ends()
+        if not self._session.end_optimizer_step():
             return
         if stepping is None or stepping[0] is not optimizer:
             started = self._session.parameter_names if self._models.live() else None

@@ -289,8 +289,9 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
   const bool watching = session.config().watching();
   if (sel.forward && sel.inputs)
     describe_inputs(call, watching ? &live : nullptr, args, kwargs, options, true);
-  call.stack = session.hooks().codes.capture();
-  call.parent = enclosing_module();
+  call.construct_only = sel.construct_only;
+  if (!sel.construct_only) call.stack = session.hooks().codes.capture();
+  call.parent = construct_parent();
   const std::string sent_key = watching ? sent_input_key(api_, args, kwargs) : std::string();
   const bool collective_input_anomaly =
       (written_.index >= 0 || !sent_key.empty()) && watching && holds_any_anomaly(call.record);

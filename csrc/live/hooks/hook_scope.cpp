@@ -63,6 +63,23 @@ bool pop_module_call(PyObject* module, OpenModuleCall& out) {
 void clear_module_calls() {
   auto& calls = open_module_calls();
   while (!calls.empty()) drop_last(calls);
+  leave_region();
+}
+
+namespace {
+std::optional<std::string>& current_region() {
+  thread_local std::optional<std::string> region;
+  return region;
+}
+}  // namespace
+
+void enter_region(std::string name) { current_region() = std::move(name); }
+
+void leave_region() { current_region().reset(); }
+
+std::optional<std::string> construct_parent() {
+  std::optional<std::string> module = enclosing_module();
+  return module ? module : current_region();
 }
 
 std::optional<std::string> enclosing_module() {

@@ -65,6 +65,15 @@ void clear_module_calls();
 // Name of the innermost module call in progress on this thread, if any.
 std::optional<std::string> enclosing_module();
 
+// A part of the step outside the model that construct.json names as a node of its own (msprobe
+// 26.x's "optimizer"): while it runs on this thread, an API call outside every module call has
+// it as its parent. Until leave_region(), or the module calls are cleared (a new step).
+void enter_region(std::string name);
+void leave_region();
+// construct.json's parent of an API call starting now: the innermost module call, else the
+// region this thread is in, if any.
+std::optional<std::string> construct_parent();
+
 // A call of a model given to start() (not itself recorded, as in msprobe): its class and the
 // tensors it was given, for the guard (the damage rule judges what it returns; at L0, NaN/inf
 // that none of its arguments brought in was made by its own code).

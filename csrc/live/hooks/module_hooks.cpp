@@ -6,6 +6,7 @@
 #include "live/capture/live_tensors.h"
 #include "live/hooks/hook_scope.h"
 #include "live/hooks/module_backward.h"
+#include "live/hooks/parameter_grads.h"
 #include "live/hooks/submit.h"
 #include "live/log/tool_log.h"
 #include "live/overflow/python_side.h"
@@ -109,8 +110,17 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     if (!s || !on(*s)) return;
     s->hooks().selection.end(open.name);
     if (open.backward) hook_backward(s, backward_key, base, open, output);
+    // msprobe 26.x records the module's parameters and, unless data_mode is forward only, their
+    // gradients.
+    const bool parameters = s->format().module_parameters;
+    if (parameters && open.selected.any() && s->config().collect().data_mode.backward)
+      hook_parameter_grads(s, module.ptr(), base);
     if (!open.selected.forward) return;
     StoredCall call = finished_call(*s, open, output);
+    if (parameters && open.selected.outputs) {
+      call.record.parameters = parameter_entries(*s, module.ptr(), call.record.name);
+      call.record.has_parameters = true;
+    }
     submit(*s, std::move(call), std::move(open.live));
   };
 

@@ -75,6 +75,7 @@ StoredCall backward_call(const std::string& name, Selected parts, StackPtr stack
   call.record.uses_input_key = true;
   call.record.has_inputs = parts.inputs;
   call.record.has_outputs = parts.outputs;
+  call.construct_only = parts.construct_only;
   call.stack = std::move(stack);
   call.module_hint = std::move(module_hint);
   return call;

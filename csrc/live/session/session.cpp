@@ -98,6 +98,7 @@ std::string section_name(const Config& c, const std::string& source) {
 Session::Session(Config config, std::string package_dir, const std::string& source,
                  std::string library_dir)
     : config_(std::move(config)),
+      format_(DumpFormat::of(config_)),
       paths_(session_paths(config_, std::move(package_dir), std::move(library_dir), source)),
       numbering_(++g_epochs),
       selection_(config_.collect(), config_.level, section_name(config_, source),
@@ -106,7 +107,7 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
       deferred_(config_.overflow_check, capture_.pending()),
       guard_(config_, paths_, codes_, source),
       writer_(config_.dump_path, paths_.dump_root, to_string(config_.task),
-              to_string(config_.level), DumpFormat::of(config_), capture_.saver()) {
+              to_string(config_.level), format_, capture_.saver()) {
   guard_.new_step(0, numbering_.epoch());
 }
 

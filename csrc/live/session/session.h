@@ -82,6 +82,8 @@ class Session {
   ~Session();
 
   const Config& config() const { return config_; }
+  // What the files look like (the msprobe generation the config speaks).
+  const DumpFormat& format() const { return format_; }
 
   // Lifecycle, called from Python with the GIL held.
   // rank -1: torch.distributed not initialized. `new_models`: start() was given a model it did
@@ -142,6 +144,7 @@ class Session {
   void keep_tensors(const KeptTensors& keep, const std::string& call, const LiveTensors& live);
 
   const Config config_;
+  const DumpFormat format_;
   const SessionPaths paths_;
   CollectionGate gate_;
   Guarded<StepCalls> state_;

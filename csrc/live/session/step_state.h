@@ -28,6 +28,9 @@ struct StoredCall {
   uint64_t epoch = 0;
   StackPtr stack;                          // may be null (no Python frames)
   std::optional<std::string> parent;       // enclosing module call, for construct.json
+  // Named in construct.json only: a call 26.x's risk_level leaves out of dump.json and
+  // stack.json, which its construct.json still names (level mix).
+  bool construct_only = false;
   std::optional<std::string> module_hint;  // a backward call's forward module, for messages
   std::optional<int> peer_rank;  // a collective's anomalous result came from this rank's input
   // Task overflow_check: tensors of a call with a finding, saved if the step is dumped.

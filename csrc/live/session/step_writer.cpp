@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/dump_writer.h"
 #include "core/json_writer.h"
@@ -16,14 +17,51 @@
 namespace msprobe {
 namespace {
 
+// Whether stack.json names the call: msprobe writes no stack for backward records (the engine
+// runs them, not a Python line) nor for parameters' gradients, nor for what risk_level left out.
+// (We keep the forward's stack in memory, for the source line an overflow stop names.)
+bool stack_recorded(const StoredCall& c) {
+  return !c.construct_only && !c.record.parameter_grads && !is_backward_name(c.record.name);
+}
+
+// The step's calls in the order they began: a module call is recorded when it ends, after the
+// calls made inside it, and so is put before the first of them.
+std::vector<size_t> start_order(const std::vector<StoredCall>& calls) {
+  std::unordered_map<std::string, size_t> index_of;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (is_module_name(calls[i].record.name)) index_of.emplace(calls[i].record.name, i);
+  }
+  std::vector<size_t> order;
+  order.reserve(calls.size());
+  std::vector<bool> placed(calls.size(), false);
+  std::vector<size_t> enclosing;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (placed[i]) continue;
+    enclosing.clear();
+    for (const std::optional<std::string>* p = &calls[i].parent; *p;) {
+      auto it = index_of.find(**p);
+      if (it == index_of.end() || placed[it->second]) break;
+      enclosing.push_back(it->second);
+      p = &calls[it->second].parent;
+    }
+    for (auto it = enclosing.rbegin(); it != enclosing.rend(); ++it) {
+      placed[*it] = true;
+      order.push_back(*it);
+    }
+    placed[i] = true;
+    order.push_back(i);
+  }
+  return order;
+}
+
 // msprobe 26.x's stack.json: the forward calls of one stack together, {"<n>": [[names], [frames]]}
-// in the order each stack first appears.
+// in the order each stack first appears, as the calls began.
 std::string grouped_stacks_json(const FinishedStep& step, std::string buffer) {
   std::vector<std::pair<const std::vector<std::string>*, std::vector<const std::string*>>> groups;
   static const std::vector<std::string> kNoFrames;
-  for (size_t i = 0; i < step.calls.size(); ++i) {
+  for (const size_t i : start_order(step.calls)) {
     const std::string& name = step.calls[i].record.name;
-    if (is_backward_name(name)) continue;
+    if (!stack_recorded(step.calls[i])) continue;
     const std::vector<std::string>* frames =
         i < step.stacks.size() && step.stacks[i] ? step.stacks[i].get() : &kNoFrames;
     auto same = std::find_if(groups.begin(), groups.end(),
@@ -89,6 +127,55 @@ void apply_stat_format(CallRecord& rec, const DumpFormat& format) {
       e.norm = Scalar::null();
     }
   });
+}
+
+// A 26.x module backward record lists the gradients that exist only.
+void drop_null_grads(CallRecord& rec) {
+  auto drop = [](std::vector<Entry>& entries) {
+    entries.erase(std::remove_if(entries.begin(), entries.end(),
+                                 [](const Entry& e) { return e.kind == Entry::Kind::Null; }),
+                  entries.end());
+  };
+  drop(rec.inputs);
+  drop(rec.outputs);
+}
+
+// The records dump.json lists, in order, formatted as the generation writes them. The
+// parameters_grad records of one name are one, at the place of the last, with each parameter's
+// gradient in the order they came (26.x merges them as they come); `merged` holds those.
+std::vector<const CallRecord*> dump_records(std::vector<StoredCall>& calls,
+                                            const DumpFormat& format,
+                                            std::vector<CallRecord>& merged) {
+  std::unordered_map<std::string, size_t> last_of;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].record.parameter_grads) last_of[calls[i].record.name] = i;
+  }
+  std::unordered_map<std::string, std::vector<std::pair<std::string, Entry>>> earlier;
+  merged.reserve(last_of.size());
+  std::vector<const CallRecord*> records;
+  records.reserve(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    CallRecord& rec = calls[i].record;
+    if (calls[i].construct_only) continue;
+    apply_stat_format(rec, format);
+    if (format.module_grads_without_nulls && is_module_name(rec.name) &&
+        is_backward_name(rec.name))
+      drop_null_grads(rec);
+    if (!rec.parameter_grads) {
+      records.push_back(&rec);
+      continue;
+    }
+    auto& before = earlier[rec.name];
+    if (last_of[rec.name] != i) {
+      before.insert(before.end(), rec.parameters.begin(), rec.parameters.end());
+      continue;
+    }
+    merged.push_back(rec);
+    merged.back().parameters.insert(merged.back().parameters.begin(), before.begin(),
+                                    before.end());
+    records.push_back(&merged.back());
+  }
+  return records;
 }
 
 }  // namespace
@@ -203,10 +290,8 @@ void StepWriter::write_stacks(const FinishedStep& step) {
   JsonWriter stack(1, std::move(buffer_));
   stack.begin_object();
   for (size_t i = 0; i < step.calls.size(); ++i) {
-    // msprobe writes no stack for backward records: the engine runs them, not a Python line. (We
-    // keep the forward's stack in memory, for the source line an overflow stop names.)
     const std::string& name = step.calls[i].record.name;
-    if (is_backward_name(name)) continue;
+    if (!stack_recorded(step.calls[i])) continue;
     stack.key(name);
     stack.begin_array();
     if (i < step.stacks.size() && step.stacks[i]) {
@@ -228,9 +313,17 @@ void StepWriter::write_construct(const FinishedStep& step) {
     // the module call that enclosed its forward; API backward records have none. On 2.x the hooks
     // set both (backward_scope.h).
     std::unordered_map<std::string, const std::string*> forward_parents;
+    std::unordered_set<std::string> regions;
     for (const StoredCall& c : step.calls) {
       const std::string& name = c.record.name;
+      if (c.record.parameter_grads) continue;
       std::optional<std::string> parent = c.parent;
+      // A region that is no module call (26.x's "optimizer"): a node of its own, named before
+      // its first call.
+      if (parent && !is_module_name(*parent) && regions.insert(*parent).second) {
+        construct.key(*parent);
+        construct.value_null();
+      }
       if (!kBackwardScopes && !parent && is_module_name(name) && is_backward_name(name)) {
         auto it = forward_parents.find(forward_name_of(name));
         if (it != forward_parents.end() && it->second) parent = backward_name_of(*it->second);
@@ -263,12 +356,8 @@ void StepWriter::write_files(FinishedStep& step) {
   if (step.report) {
     write_file_atomic(dir + "/overflow_report.json", step.report->to_json(1));
   }
-  std::vector<const CallRecord*> records;
-  records.reserve(step.calls.size());
-  for (StoredCall& c : step.calls) {
-    apply_stat_format(c.record, format_);
-    records.push_back(&c.record);
-  }
+  std::vector<CallRecord> merged;
+  const std::vector<const CallRecord*> records = dump_records(step.calls, format_, merged);
   buffer_ = dump_json(header, records, std::move(buffer_));
   write_file_atomic(dir + "/dump.json", buffer_);
 }
