@@ -51,7 +51,8 @@ constexpr EnumName<Task> kTasks[] = {{"statistics", Task::Statistics},
                                      {"free_benchmark", Task::FreeBenchmark}};
 constexpr EnumName<Level> kLevels[] = {{"L0", Level::L0}, {"L1", Level::L1}, {"mix", Level::Mix}};
 constexpr EnumName<SummaryMode> kSummaryModes[] = {{"statistics", SummaryMode::Statistics},
-                                                   {"md5", SummaryMode::Md5}};
+                                                   {"md5", SummaryMode::Md5},
+                                                   {"xor", SummaryMode::Xor}};
 constexpr EnumName<Action> kActions[] = {{"raise", Action::Raise}, {"continue", Action::Continue}};
 constexpr EnumName<SyncMode> kSyncModes[] = {
     {"auto", SyncMode::Auto}, {"call", SyncMode::Call}, {"batch", SyncMode::Batch}};

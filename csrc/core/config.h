@@ -20,7 +20,7 @@ namespace msprobe {
 
 enum class Task { Statistics, Tensor, OverflowCheck, GradProbe, FreeBenchmark };
 enum class Level { L0, L1, Mix };
-enum class SummaryMode { Statistics, Md5 };
+enum class SummaryMode { Statistics, Md5, Xor };  // Xor: msprobe 26.x's
 enum class Action { Raise, Continue };
 // When device statistics come back to the host and calls are judged: at each call (exact stop,
 // a sync per call), in batches (a sync per batch; the stop comes at the first hooked call after
@@ -46,7 +46,8 @@ struct CollectSection {
   std::vector<std::string> scope;  // empty, or exactly two call names
   std::vector<std::string> list;
   DataMode data_mode;
-  SummaryMode summary_mode = SummaryMode::Statistics;  // only meaningful in "statistics"
+  // md5: "statistics" only; xor (26.x): "statistics" and "tensor"
+  SummaryMode summary_mode = SummaryMode::Statistics;
 };
 
 // A finite value that changes by more than this factor between a call's input and output is a

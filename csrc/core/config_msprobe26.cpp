@@ -115,12 +115,9 @@ void check_msprobe26_section(const json& section, const Loc& at, bool is_statist
   default_only(section, at, "slice", json::array(), "a slice of each tensor, not supported yet");
   default_only(section, at, "request_id", json(nullptr), "for inference serving");
   default_only(section, at, "bench_path", json(nullptr), "diff_check's bench dump");
-  if (const json* mode = find(section, "summary_mode"); mode && *mode == "xor") {
-    refuse(at.child("summary_mode"), *mode, "not supported yet");
-  }
   if (!is_statistics) {
-    default_only(section, at, "summary_mode", json("statistics"),
-                 "checksums of a tensor dump, not supported yet");
+    if (const json* mode = find(section, "summary_mode"); mode && *mode == "md5")
+      refuse(at.child("summary_mode"), *mode, "a tensor dump's CRC-32, not supported yet");
   }
 }
 

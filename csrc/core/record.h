@@ -161,7 +161,7 @@ struct Entry {
   FiniteExtremes finite;
   NonFiniteCounts nonfinite;  // anomalous tensors of the live guard
   Scalar requires_grad;
-  Scalar value;  // non-tensor objects
+  Scalar value;  // non-tensor objects; a tensor's msprobe 26.x xor checksum
   std::string md5;
   std::string data_name;
   // torch.ProcessGroup: md5 of str(group_ranks) (the ranks are in `value`), as msprobe writes it.

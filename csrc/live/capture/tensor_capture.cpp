@@ -8,6 +8,8 @@ TensorCapture::TensorCapture(const Config& config, const std::string& dump_root)
   if (config.task != Task::Statistics) saver_ = std::make_unique<TensorSaver>(dump_root);
   options_.md5 =
       config.task == Task::Statistics && config.statistics.summary_mode == SummaryMode::Md5;
+  options_.xor_checksum = config.collect().summary_mode == SummaryMode::Xor &&
+                          (config.task == Task::Statistics || config.task == Task::Tensor);
   options_.cache = &cache_;
   options_.file_names = &file_names_;
   // Task overflow_check saves only the tensors of calls with findings, when its step is written.
@@ -17,7 +19,8 @@ TensorCapture::TensorCapture(const Config& config, const std::string& dump_root)
                              (config.task == Task::Statistics || config.task == Task::Tensor);
   // md5 and tensor need the bytes on the host anyway, and a 26.x dump reads torch.mean's result:
   // their statistics come back at once.
-  if (!options_.md5 && config.task != Task::Tensor && !options_.dtype_mean_norm)
+  if (!options_.md5 && config.task != Task::Tensor && !options_.dtype_mean_norm &&
+      !options_.xor_checksum)
     options_.pending = &pending_;
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/crc32.h"
 #include "core/output_files.h"
+#include "core/xor_checksum.h"
 #include "live/capture/tensor_saver.h"
 #include "live/capture/unwritten_memory.h"
 #include "live/stats/stats_cache.h"
@@ -30,6 +31,22 @@ std::string first_line(const char* what) {
 
 bool has_plain_bytes(const at::Tensor& t) {
   return t.layout() == at::kStrided && !t.is_meta() && !t.is_quantized();
+}
+
+// msprobe 26.x's xor checksum (core/xor_checksum.h) as it writes it: a 0-dimensional tensor's
+// own value (an integer or bool one in hex, a float one as the number), "0x0...0" for an empty
+// tensor, else the XOR of the bytes' words.
+Scalar xor_checksum(const at::Tensor& t) {
+  const at::Tensor x = t.detach();
+  if (x.dim() == 0 && !x.is_complex()) {
+    if (x.is_floating_point()) return Scalar::of_float(x.item<double>());
+    return Scalar::of_string(xor_hex(static_cast<uint64_t>(x.item<int64_t>())));
+  }
+  if (x.numel() == 0) return Scalar::of_string(xor_hex(0));
+  const at::Tensor host = x.to(at::kCPU).contiguous();
+  const auto* bytes = static_cast<const unsigned char*>(host.data_ptr());
+  return Scalar::of_string(
+      xor_hex(xor_words(bytes, static_cast<size_t>(host.numel()) * host.element_size())));
 }
 
 }  // namespace
@@ -67,6 +84,16 @@ std::string EntryOptions::key_stem(const std::string& stem, const std::string& k
 
 namespace {
 
+// Task tensor: the tensor saved as `<stem>.pt`, named in the entry's data_name.
+void save_tensor(const at::Tensor& t, const EntryOptions& options, const std::string& stem,
+                 Entry& e) {
+  if (!options.saver || !options.file_names) return;
+  // Made safe and unique: a module name may hold '/' or NUL, and data_name names the file as it
+  // is written.
+  std::string name = options.file_names->claim(stem) + ".pt";
+  if (options.saver->save(t, options.file_names->dir() + "/" + name)) e.data_name = std::move(name);
+}
+
 // msprobe 26.x's Mean and Norm of a float tensor below 64 bits of one dimension or more.
 void mean_norm_in_dtype(const at::Tensor& t, Entry& e) {
   if (!e.mean.is_number() || !t.is_floating_point() || t.scalar_type() == at::kDouble ||
@@ -92,6 +119,14 @@ Entry tensor_entry_unguarded(const at::Tensor& t, const EntryOptions& options,
     e.marks.view_base = true;
     return e;
   }
+  if (options.xor_checksum) {
+    // In place of the statistics (26.x computes none then).
+    Entry e = tensor_layout_entry(t);
+    if (e.kind == Entry::Kind::Object)
+      e.value = has_plain_bytes(t) ? xor_checksum(t) : Scalar::null();
+    save_tensor(t, options, stem, e);
+    return e;
+  }
   std::optional<DataStats> cached;
   if (cache) cached = cache->find(t);
   Entry e = cached ? tensor_layout_entry(t) : tensor_stats_entry(t, options.pending);
@@ -112,13 +147,7 @@ Entry tensor_entry_unguarded(const at::Tensor& t, const EntryOptions& options,
   if (cache && !cached)
     cache->put(
         t, DataStats{e.max, e.min, e.mean, e.norm, e.finite, e.nonfinite, e.md5, e.pending_stats});
-  if (options.saver && options.file_names) {
-    // Made safe and unique: a module name may hold '/' or NUL, and data_name names the file as
-    // it is written.
-    std::string name = options.file_names->claim(stem) + ".pt";
-    if (options.saver->save(t, options.file_names->dir() + "/" + name))
-      e.data_name = std::move(name);
-  }
+  save_tensor(t, options, stem, e);
   return e;
 }
 

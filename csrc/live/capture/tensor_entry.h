@@ -30,6 +30,9 @@ struct EntryOptions {
   // msprobe 26.x's Mean and Norm: torch.mean and torch.norm of a float tensor in its own dtype
   // (its statistics and tensor dumps); else this tool's, accumulated in double.
   bool dtype_mean_norm = false;
+  // msprobe 26.x's summary_mode "xor": the checksum in place of the statistics (the entry's
+  // `value`, written as "md5").
+  bool xor_checksum = false;
 
   // The stems below, or empty when nothing is saved: then no call pays for them.
   std::string stem(const std::string& call, const char* side) const;
