@@ -48,7 +48,8 @@ constexpr EnumName<Task> kTasks[] = {{"statistics", Task::Statistics},
                                      {"tensor", Task::Tensor},
                                      {"overflow_check", Task::OverflowCheck},
                                      {"grad_probe", Task::GradProbe},
-                                     {"free_benchmark", Task::FreeBenchmark}};
+                                     {"free_benchmark", Task::FreeBenchmark},
+                                     {"structure", Task::Structure}};
 constexpr EnumName<Level> kLevels[] = {{"L0", Level::L0}, {"L1", Level::L1}, {"mix", Level::Mix}};
 constexpr EnumName<SummaryMode> kSummaryModes[] = {{"statistics", SummaryMode::Statistics},
                                                    {"md5", SummaryMode::Md5},
@@ -523,6 +524,16 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
        [&](const json& v, const Loc& at) { config.statistics = parse_collect(v, at, true); });
   read("tensor",
        [&](const json& v, const Loc& at) { config.tensor = parse_collect(v, at, false); });
+  if (config.task == Task::Structure) {
+    // 26.x's structure task takes its scope, list and data_mode from its own section.
+    read("structure",
+         [&](const json& v, const Loc& at) { config.statistics = parse_collect(v, at, true); });
+    if (config.level == Level::L1) {
+      config.level = Level::Mix;
+      warnings.push_back(source + ": task structure names module calls: level L1 is taken as "
+                                  "mix (as msprobe 26.x takes it)");
+    }
+  }
   errors.attempt([&] {
     const json* section = find(doc, "overflow_check");
     config.overflow_check =

@@ -18,7 +18,8 @@
 
 namespace msprobe {
 
-enum class Task { Statistics, Tensor, OverflowCheck, GradProbe, FreeBenchmark };
+// Structure: msprobe 26.x's, the calls' names and places without their values.
+enum class Task { Statistics, Tensor, OverflowCheck, GradProbe, FreeBenchmark, Structure };
 enum class Level { L0, L1, Mix };
 enum class SummaryMode { Statistics, Md5, Xor };  // Xor: msprobe 26.x's
 enum class Action { Raise, Continue };

@@ -19,6 +19,7 @@ DumpFormat DumpFormat::of(const Config& c) {
                         (c.level == Level::L0 || c.level == Level::Mix);
   f.module_grads_without_nulls = true;
   f.optimizer_node = c.level == Level::Mix;
+  f.records_in_dump_json = c.task != Task::Structure;
   return f;
 }
 

@@ -36,6 +36,9 @@ struct DumpFormat {
   // construct.json has an "optimizer" node, the parent of the API calls of an optimizer's step
   // (26.x at level mix).
   bool optimizer_node = false;
+  // dump.json lists the records; 26.x's task structure writes its header only (the calls are in
+  // stack.json and construct.json).
+  bool records_in_dump_json = true;
   // The wrap list's file (rules/): msprobe 1.1.1's, or 26.2.0's.
   const char* wrap_list = "support_wrap_ops.yaml";
 

@@ -144,7 +144,8 @@ ApiRisk api_risk(std::string_view call_name) {
 }
 
 RiskLevel effective_risk_level(const Config& c) {
-  const bool dump_task = c.task == Task::Statistics || c.task == Task::Tensor;
+  const bool dump_task =
+      c.task == Task::Statistics || c.task == Task::Tensor || c.task == Task::Structure;
   const bool api_level = c.level == Level::L1 || c.level == Level::Mix;
   return c.generation == Generation::V26 && dump_task && api_level ? c.msprobe26.risk_level
                                                                    : RiskLevel::All;

@@ -6,12 +6,13 @@
 namespace msprobe {
 
 Selection::Selection(const CollectSection& section, Level level, const std::string& section_name,
-                     RiskLevel risk)
+                     RiskLevel risk, bool names_only)
     : scope_(section.scope),
       list_(section.list),
       mode_(section.data_mode),
       risk_(risk),
       risk_left_in_construct_(level == Level::Mix),
+      names_only_(names_only),
       list_seen_(new std::atomic<bool>[section.list.size()]) {
   for (size_t i = 0; i < list_.size(); ++i) list_seen_[i] = false;
   // The four flags as written; msprobe treats an absent kind of word as "all of that kind", so
@@ -40,11 +41,16 @@ bool Selection::listed(const std::string& name) const {
   return false;
 }
 
+Selected Selection::parts() const {
+  Selected s;
+  s.inputs = !names_only_ && (!any_side_word_ || mode_.input);
+  s.outputs = !names_only_ && (!any_side_word_ || mode_.output);
+  return s;
+}
+
 Selected Selection::begin(const std::string& name, const std::string& backward_name,
                           bool inside_listed_module) {
-  Selected s;
-  s.inputs = !any_side_word_ || mode_.input;
-  s.outputs = !any_side_word_ || mode_.output;
+  Selected s = parts();
   const bool forward_ok = !any_direction_word_ || mode_.forward;
   const bool backward_ok = !any_direction_word_ || mode_.backward;
   bool in_scope = true;
@@ -88,10 +94,7 @@ void Selection::end(const std::string& name) {
 }
 
 Selected Selection::module_backward(const std::string& name, const std::string& module_key) {
-  Selected s;
-  s.inputs = !any_side_word_ || mode_.input;
-  s.outputs = !any_side_word_ || mode_.output;
-  s.forward = false;
+  Selected s = parts();
   const bool backward_ok = !any_direction_word_ || mode_.backward;
   if (!backward_ok) return s;
   if (!filters()) {

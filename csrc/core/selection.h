@@ -29,9 +29,10 @@ class Selection {
  public:
   // Throws ConfigError when the scope's names do not fit the level (API names at L1, module
   // names at L0; either at mix). `source` names the config in messages.
-  // `risk`: with neither scope nor list, the API calls kept (core/risk_levels.h).
+  // `risk`: with neither scope nor list, the API calls kept (core/risk_levels.h). `names_only`:
+  // no call's values are recorded (26.x's task structure).
   Selection(const CollectSection& section, Level level, const std::string& section_name,
-            RiskLevel risk = RiskLevel::All);
+            RiskLevel risk = RiskLevel::All, bool names_only = false);
 
   // A forward call (API or module) begins. `backward_name` is the name its backward record
   // would have. `inside_listed_module` is true at mix while a module named in `list` runs.
@@ -58,11 +59,14 @@ class Selection {
  private:
   enum class Window { Before, Inside, After };
 
+  Selected parts() const;  // the sides data_mode keeps, no call chosen yet
+
   std::vector<std::string> scope_;
   std::vector<std::string> list_;
   DataMode mode_;
   RiskLevel risk_;
   bool risk_left_in_construct_;  // level mix: construct.json names what risk_level leaves out
+  bool names_only_;
   bool any_direction_word_;
   bool any_side_word_;
 

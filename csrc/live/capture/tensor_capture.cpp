@@ -5,7 +5,8 @@
 namespace msprobe {
 
 TensorCapture::TensorCapture(const Config& config, const std::string& dump_root) {
-  if (config.task != Task::Statistics) saver_ = std::make_unique<TensorSaver>(dump_root);
+  if (config.task != Task::Statistics && config.task != Task::Structure)
+    saver_ = std::make_unique<TensorSaver>(dump_root);
   options_.md5 =
       config.task == Task::Statistics && config.statistics.summary_mode == SummaryMode::Md5;
   options_.xor_checksum = config.collect().summary_mode == SummaryMode::Xor &&

@@ -90,7 +90,8 @@ SessionPaths session_paths(const Config& config, std::string package_dir, std::s
 }
 
 std::string section_name(const Config& c, const std::string& source) {
-  return source + ": " + (c.task == Task::Tensor ? "tensor" : "statistics");
+  const bool own = c.task == Task::Tensor || c.task == Task::Structure;  // collect()'s section
+  return source + ": " + to_string(own ? c.task : Task::Statistics);
 }
 
 }  // namespace
@@ -102,7 +103,7 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
       paths_(session_paths(config_, std::move(package_dir), std::move(library_dir), source)),
       numbering_(++g_epochs),
       selection_(config_.collect(), config_.level, section_name(config_, source),
-                 effective_risk_level(config_)),
+                 effective_risk_level(config_), config_.task == Task::Structure),
       capture_(config_, paths_.dump_root),
       deferred_(config_.overflow_check, capture_.pending()),
       guard_(config_, paths_, codes_, source),

@@ -357,7 +357,8 @@ void StepWriter::write_files(FinishedStep& step) {
     write_file_atomic(dir + "/overflow_report.json", step.report->to_json(1));
   }
   std::vector<CallRecord> merged;
-  const std::vector<const CallRecord*> records = dump_records(step.calls, format_, merged);
+  std::vector<const CallRecord*> records = dump_records(step.calls, format_, merged);
+  if (!format_.records_in_dump_json) records.clear();
   buffer_ = dump_json(header, records, std::move(buffer_));
   write_file_atomic(dir + "/dump.json", buffer_);
 }
