@@ -12,6 +12,7 @@
 #include "live/capture/call_values.h"
 #include "live/capture/held_data.h"
 #include "live/capture/is_tensor.h"
+#include "live/hooks/debug_save.h"
 #include "live/hooks/hook_scope.h"
 #include "live/overflow/python_objects.h"
 #include "live/overflow/python_side.h"
@@ -121,10 +122,14 @@ void bind_lifecycle(py::class_<Session, std::shared_ptr<Session>>& c) {
 
 void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
   c.def_property_readonly(
-       "apis_hooked", [](const Session& s) { return s.config().level != Level::L0; },
+       "apis_hooked",
+       [](const Session& s) { return s.config().level == Level::L1 || s.config().level == Level::Mix; },
        "Whether the level records API calls (L1, mix).")
       .def_property_readonly(
-          "modules_hooked", [](const Session& s) { return s.config().level != Level::L1; },
+          "modules_hooked",
+          [](const Session& s) {
+            return s.config().level == Level::L0 || s.config().level == Level::Mix;
+          },
           "Whether the level records module calls (L0, mix).")
       .def_property_readonly(
           "level", [](const Session& s) { return to_string(s.config().level); }, "L0, L1 or mix.")
@@ -152,6 +157,14 @@ void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
       .def(
           "optimizer_step_ends", [](const Session&) { leave_region(); },
           "After an optimizer step, on its thread.")
+      .def(
+          "save",
+          [](const std::shared_ptr<Session>& s, py::handle variable, py::handle name,
+             py::handle save_backward, int rank) {
+            save_debug_value(s, variable, name, save_backward, rank);
+          },
+          py::arg("variable"), py::arg("name"), py::arg("save_backward"), py::arg("rank"),
+          "Level debug: PrecisionDebugger.save() (debug_save.h).")
       .def_property_readonly(
           "wrap_list",
           [](const Session& s) { return std::string(s.format().wrap_list); },

@@ -50,7 +50,8 @@ constexpr EnumName<Task> kTasks[] = {{"statistics", Task::Statistics},
                                      {"grad_probe", Task::GradProbe},
                                      {"free_benchmark", Task::FreeBenchmark},
                                      {"structure", Task::Structure}};
-constexpr EnumName<Level> kLevels[] = {{"L0", Level::L0}, {"L1", Level::L1}, {"mix", Level::Mix}};
+constexpr EnumName<Level> kLevels[] = {
+    {"L0", Level::L0}, {"L1", Level::L1}, {"mix", Level::Mix}, {"debug", Level::Debug}};
 constexpr EnumName<SummaryMode> kSummaryModes[] = {{"statistics", SummaryMode::Statistics},
                                                    {"md5", SummaryMode::Md5},
                                                    {"xor", SummaryMode::Xor}};

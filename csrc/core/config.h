@@ -20,7 +20,8 @@ namespace msprobe {
 
 // Structure: msprobe 26.x's, the calls' names and places without their values.
 enum class Task { Statistics, Tensor, OverflowCheck, GradProbe, FreeBenchmark, Structure };
-enum class Level { L0, L1, Mix };
+// Debug: msprobe 26.x's, where nothing is hooked and PrecisionDebugger.save() records.
+enum class Level { L0, L1, Mix, Debug };
 enum class SummaryMode { Statistics, Md5, Xor };  // Xor: msprobe 26.x's
 enum class Action { Raise, Continue };
 // When device statistics come back to the host and calls are judged: at each call (exact stop,

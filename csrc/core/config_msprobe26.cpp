@@ -39,7 +39,6 @@ constexpr Refused kRefusedTasks[] = {
 };
 constexpr Refused kRefusedLevels[] = {
     {"L2", "it dumps NPU kernels through torch_npu (an Ascend NPU)"},
-    {"debug", "msprobe_cpp does not run it yet"},
 };
 
 const std::vector<std::string> kTopKeys = {"msprobe_generation", "extra_info",

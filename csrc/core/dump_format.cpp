@@ -6,6 +6,7 @@ namespace msprobe {
 
 DumpFormat DumpFormat::of(const Config& c) {
   DumpFormat f;
+  f.debug_json = c.level == Level::Debug;
   if (c.generation != Generation::V26) return f;
   f.framework = true;
   f.grouped_stacks = true;

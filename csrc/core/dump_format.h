@@ -39,6 +39,9 @@ struct DumpFormat {
   // dump.json lists the records; 26.x's task structure writes its header only (the calls are in
   // stack.json and construct.json).
   bool records_in_dump_json = true;
+  // The step's records are debug.json's, and there is no stack.json nor construct.json (level
+  // debug).
+  bool debug_json = false;
   // The wrap list's file (rules/): msprobe 1.1.1's, or 26.2.0's.
   const char* wrap_list = "support_wrap_ops.yaml";
 

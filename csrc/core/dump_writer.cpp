@@ -125,6 +125,10 @@ void write_record(JsonWriter& w, const CallRecord& rec) {
     write_members(w, rec.parameters);
     return;
   }
+  if (rec.bare_value) {
+    write_entry(w, rec.outputs.empty() ? Entry::null_entry() : rec.outputs.front());
+    return;
+  }
   w.begin_object();
   if (rec.has_inputs) write_list(w, inputs_key(rec.uses_input_key), rec.inputs);
   if (rec.has_inputs && !rec.uses_input_key) {

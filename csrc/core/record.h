@@ -219,6 +219,10 @@ struct CallRecord {
   std::vector<std::pair<std::string, Entry>> parameters;
   bool has_parameters = false;
   bool parameter_grads = false;
+  // A debug.json record (26.x's level debug): the saved value's own entry, outputs[0]. Records
+  // of one name are one: the later ones' non-null leaves laid over the first's (gradients as
+  // they arrive).
+  bool bare_value = false;
 };
 
 // Where a top-level argument entry sits in its record.

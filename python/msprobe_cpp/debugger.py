@@ -279,6 +279,16 @@ class PrecisionDebugger:
             self._note_scale(self._loss_scale.given)
 
     @_OnTheDebugger
+    def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
+        """msprobe 26.x's level debug: records `variable` (a tensor, int, float or str, or lists,
+        tuples and dicts of them) in the step's debug.json as "<name>.<n>.debug", and with
+        `save_backward` its tensors' gradients, as they arrive, as "<name>_grad.<n>.debug". Does
+        nothing at other levels."""
+        if self._patches.closed:
+            return
+        self._session.save(variable, name, save_backward, _rank())
+
+    @_OnTheDebugger
     def stop(self) -> None:
         """Ends collection for now and writes the step's files."""
         if not self._session.dumps_calls:

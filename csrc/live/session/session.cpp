@@ -120,6 +120,10 @@ int64_t Session::current_step() const {
   return state_.with_lock([](const StepCalls& s) { return s.at.step; });
 }
 
+bool Session::began_step() const {
+  return state_.with_lock([](const StepCalls& s) { return s.began; });
+}
+
 int Session::current_rank() const {
   return state_.with_lock([](const StepCalls& s) { return s.at.rank; });
 }
@@ -197,7 +201,8 @@ void Session::step() {
     const bool raised = std::exchange(s.ended_by_raise, false);
     return std::make_tuple(raised, s.collected, s.at.step, s.ever_started);
   });
-  if (!started && said_.first("step before start")) {
+  // At level debug, save() begins the step, and start() is not needed (26.x's).
+  if (!started && config_.level != Level::Debug && said_.first("step before start")) {
     say_warning("step() before any start(): step " + std::to_string(step) +
                 " ends with nothing recorded, and the next start() begins step " +
                 std::to_string(step + 1) + "; call start() at the beginning of each step");

@@ -94,6 +94,7 @@ class Session {
   void drain_writes();  // async_dump: returns once every step handed over is written
   void step();          // writes if stop() was not called, then moves to the next step
   int64_t current_step() const;
+  bool began_step() const;  // start() was called in the current step
   int current_rank() const;  // -1: torch.distributed not initialized
   // A step started and collected on this rank: an optimizer's step in it is judged.
   bool judges_optimizer() const;

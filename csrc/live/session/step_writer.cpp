@@ -140,6 +140,17 @@ void drop_null_grads(CallRecord& rec) {
   drop(rec.outputs);
 }
 
+// Lays the non-null leaves of `from` over `into` (a debug.json gradient record as its gradients
+// arrive).
+void overlay(Entry& into, const Entry& from) {
+  if (from.kind == Entry::Kind::Null) return;
+  if (!from.has_items() || !into.has_items() || into.items.size() != from.items.size()) {
+    into = from;
+    return;
+  }
+  for (size_t i = 0; i < from.items.size(); ++i) overlay(into.items[i], from.items[i]);
+}
+
 // The records dump.json lists, in order, formatted as the generation writes them. The
 // parameters_grad records of one name are one, at the place of the last, with each parameter's
 // gradient in the order they came (26.x merges them as they come); `merged` holds those.
@@ -151,7 +162,8 @@ std::vector<const CallRecord*> dump_records(std::vector<StoredCall>& calls,
     if (calls[i].record.parameter_grads) last_of[calls[i].record.name] = i;
   }
   std::unordered_map<std::string, std::vector<std::pair<std::string, Entry>>> earlier;
-  merged.reserve(last_of.size());
+  std::unordered_map<std::string, size_t> value_at;  // a debug.json name's merged record
+  merged.reserve(last_of.size() + calls.size());
   std::vector<const CallRecord*> records;
   records.reserve(calls.size());
   for (size_t i = 0; i < calls.size(); ++i) {
@@ -161,6 +173,16 @@ std::vector<const CallRecord*> dump_records(std::vector<StoredCall>& calls,
     if (format.module_grads_without_nulls && is_module_name(rec.name) &&
         is_backward_name(rec.name))
       drop_null_grads(rec);
+    if (rec.bare_value && !rec.outputs.empty()) {
+      auto [first, added] = value_at.try_emplace(rec.name, merged.size());
+      if (added) {
+        merged.push_back(rec);
+        records.push_back(&merged.back());
+      } else {
+        overlay(merged[first->second].outputs.front(), rec.outputs.front());
+      }
+      continue;
+    }
     if (!rec.parameter_grads) {
       records.push_back(&rec);
       continue;
@@ -349,7 +371,7 @@ void StepWriter::write_files(FinishedStep& step) {
   if (format_.framework) header.framework = "pytorch";
   if (saver_) save_tensors(step, dir + "/" + kTensorFolder, header);
 
-  if (format_.extra_info) {
+  if (format_.extra_info && !format_.debug_json) {
     write_stacks(step);
     write_construct(step);
   }
@@ -360,7 +382,7 @@ void StepWriter::write_files(FinishedStep& step) {
   std::vector<const CallRecord*> records = dump_records(step.calls, format_, merged);
   if (!format_.records_in_dump_json) records.clear();
   buffer_ = dump_json(header, records, std::move(buffer_));
-  write_file_atomic(dir + "/dump.json", buffer_);
+  write_file_atomic(dir + (format_.debug_json ? "/debug.json" : "/dump.json"), buffer_);
 }
 
 }  // namespace msprobe
