@@ -158,6 +158,25 @@ void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
           "optimizer_step_ends", [](const Session&) { leave_region(); },
           "After an optimizer step, on its thread.")
       .def(
+          "schedule_tokens",
+          [](Session& s, py::handle tokens) {
+            // 26.x takes a dict of str to int > 0; anything else is ignored, as there.
+            std::optional<std::vector<std::pair<std::string, int64_t>>> list;
+            if (PyDict_Check(tokens.ptr())) {
+              list.emplace();
+              for (auto kv : py::reinterpret_borrow<py::dict>(tokens)) {
+                if (!PyUnicode_Check(kv.first.ptr()) || !PyLong_CheckExact(kv.second.ptr()) ||
+                    kv.second.cast<int64_t>() <= 0) {
+                  list.reset();
+                  break;
+                }
+                list->emplace_back(kv.first.cast<std::string>(), kv.second.cast<int64_t>());
+              }
+            }
+            s.schedule_tokens(list);
+          },
+          py::arg("tokens"), "After start(): msprobe 26.x's scheduled_tokens (session.h).")
+      .def(
           "save",
           [](const std::shared_ptr<Session>& s, py::handle variable, py::handle name,
              py::handle save_backward, int rank) {

@@ -211,6 +211,13 @@ CollectSection parse_collect(const json& section, const Loc& at, bool is_statist
       out.summary_mode = parse_enum(*v, at.child("summary_mode"), kSummaryModes);
     }
   });
+  if (is_statistics) {
+    errors.attempt([&] {
+      if (const json* v = find(section, "tensor_list"); v && !v->is_null())
+        out.tensor_list = parse_string_list(*v, at.child("tensor_list"));
+    });
+  }
+  errors.attempt([&] { out.msprobe26 = read_msprobe26_section(section, at); });
   if (!is_statistics) errors.attempt([&] { check_tensor_extras(section, at); });
   errors.throw_if_any();
   return out;

@@ -50,6 +50,10 @@ struct CollectSection {
   DataMode data_mode;
   // md5: "statistics" only; xor (26.x): "statistics" and "tensor"
   SummaryMode summary_mode = SummaryMode::Statistics;
+  // msprobe 26.x's statistics.tensor_list: the calls (a part of their name) whose tensors are
+  // also saved, as task tensor saves them.
+  std::vector<std::string> tensor_list;
+  Msprobe26Section msprobe26;  // slice and request_id
 };
 
 // A finite value that changes by more than this factor between a call's input and output is a

@@ -109,15 +109,48 @@ const std::vector<std::string>& msprobe26_section_keys(bool is_statistics) {
 }
 
 void check_msprobe26_section(const json& section, const Loc& at, bool is_statistics) {
-  default_only(section, at, "tensor_list", json::array(),
-               "it saves the named calls' tensors in a statistics dump, not supported yet");
-  default_only(section, at, "slice", json::array(), "a slice of each tensor, not supported yet");
-  default_only(section, at, "request_id", json(nullptr), "for inference serving");
   default_only(section, at, "bench_path", json(nullptr), "diff_check's bench dump");
   if (!is_statistics) {
     if (const json* mode = find(section, "summary_mode"); mode && *mode == "md5")
       refuse(at.child("summary_mode"), *mode, "a tensor dump's CRC-32, not supported yet");
   }
+}
+
+Msprobe26Section read_msprobe26_section(const json& section, const Loc& at) {
+  Msprobe26Section out;
+  ErrorList errors;
+  errors.attempt([&] {
+    const json* v = find(section, "slice");
+    if (!v || v->is_null()) return;
+    const Loc where = at.child("slice");
+    if (!v->is_array()) fail(where, "a list of {\"dim\", \"begin\", \"end\", \"size\"} objects", *v);
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& item = (*v)[i];
+      const Loc item_at = where.item(i);
+      if (!item.is_object()) fail(item_at, "an object of integers (dim, begin, end, size)", item);
+      SliceItem s;
+      for (const auto& kv : item.items()) {
+        const std::optional<int64_t> n = kv.value().is_boolean() ? std::nullopt
+                                                                  : as_int64(kv.value());
+        if (!n) fail(item_at.child(kv.key()), "an integer", kv.value());
+        if ((kv.key() == "dim" || kv.key() == "size") && *n < 0)
+          fail(item_at.child(kv.key()), "an integer >= 0", kv.value());
+        if (kv.key() == "dim") s.dim = *n;
+        if (kv.key() == "begin") s.begin = *n;
+        if (kv.key() == "end") s.end = *n;
+        if (kv.key() == "size") s.size = *n;
+      }
+      out.slice.push_back(s);
+    }
+  });
+  errors.attempt([&] {
+    const json* v = find(section, "request_id");
+    if (!v || v->is_null()) return;
+    if (!v->is_string()) fail(at.child("request_id"), "a string", *v);
+    out.request_id = v->get<std::string>();
+  });
+  errors.throw_if_any();
+  return out;
 }
 
 void read_msprobe26_keys(const json& doc, const Loc& root, Msprobe26Keys& keys,

@@ -31,6 +31,10 @@ void read_msprobe26_keys(const nlohmann::json& doc, const config_checks::Loc& ro
 void check_msprobe26_section(const nlohmann::json& section, const config_checks::Loc& at,
                              bool is_statistics);
 
+// A statistics or tensor section's slice and request_id.
+Msprobe26Section read_msprobe26_section(const nlohmann::json& section,
+                                        const config_checks::Loc& at);
+
 // Throws ConfigError, in one line with the reason, for a 26.x task or level that needs an NPU or
 // another device (acc_check, nan_check, diff_check; L2), or that this product does not run yet.
 void refuse_msprobe26_task(const nlohmann::json& value, const config_checks::Loc& at);

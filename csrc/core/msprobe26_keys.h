@@ -3,6 +3,11 @@
 // (config_msprobe26.cpp), held by Config.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
 namespace msprobe {
 
 // Which msprobe a config speaks, and so which files, names and wrap list its run gets
@@ -19,6 +24,24 @@ struct Msprobe26Keys {
   bool extra_info = true;  // false: no stack.json nor construct.json
   Precision precision = Precision::Low;
   RiskLevel risk_level = RiskLevel::Focus;  // 26.2.0's default
+};
+
+// One item of a statistics or tensor section's `slice` (26.x): along `dim`, elements
+// [begin, end) as Python slices them (negative counts from the end, a missing end is the end);
+// an item whose dim a tensor lacks, or whose `size` is not that dim's size, leaves it alone.
+struct SliceItem {
+  int64_t dim = 0;
+  int64_t begin = 0;
+  std::optional<int64_t> end;
+  std::optional<int64_t> size;
+};
+
+// What 26.x takes of the tensors of the calls a statistics or tensor dump records.
+struct Msprobe26Section {
+  std::vector<SliceItem> slice;
+  // request_id: with start(scheduled_tokens={id: tokens, ...}), the rows of the batch that
+  // request's tokens hold (a slice along dim 0); a step without it is not dumped.
+  std::optional<std::string> request_id;
 };
 
 const char* to_string(Generation g);  // "1.1" | "26"

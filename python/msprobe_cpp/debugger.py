@@ -221,11 +221,12 @@ class PrecisionDebugger:
         it. `loss_scaler`: any object with get_scale(), and step_skipped() where a skipped step
         can keep its scale (a torch GradScaler and a DeepSpeed engine's are found by themselves).
         `rank_id` (msprobe 26.x): the rank folder's number, where torch.distributed gives none.
-        `token_range` and `scheduled_tokens` (26.x, inference serving) are refused."""
-        for name, value in (("token_range", token_range), ("scheduled_tokens", scheduled_tokens)):
-            if value is not None:
-                raise ValueError(f"PrecisionDebugger.start: {name} is msprobe 26.x's for inference serving, "
-                                 "which msprobe_cpp does not support; leave it out")
+        `scheduled_tokens` (26.x): {request_id: tokens, ...} in batch order; with the config's
+        request_id, this step describes that request's rows only. `token_range` (26.x, inference
+        serving) is refused."""
+        if token_range is not None:
+            raise ValueError("PrecisionDebugger.start: token_range is msprobe 26.x's for inference serving, "
+                             "which msprobe_cpp does not support; leave it out")
         if rank_id is not None and (isinstance(rank_id, bool) or not isinstance(rank_id, int) or rank_id < 0):
             raise ValueError(f"PrecisionDebugger.start: rank_id: expected an integer >= 0, got {rank_id!r}")
         if not self._session.dumps_calls:
@@ -275,6 +276,7 @@ class PrecisionDebugger:
             self._loss_scale.scaled_by = None
             for look in self._engine_looks:
                 look()
+        self._session.schedule_tokens(scheduled_tokens)
         if self._loss_scale.given is not None and self._loss_scale.scaled_by is None:
             self._note_scale(self._loss_scale.given)
 

@@ -4,8 +4,12 @@
 
 namespace msprobe {
 
-TensorCapture::TensorCapture(const Config& config, const std::string& dump_root) {
-  if (config.task != Task::Statistics && config.task != Task::Structure)
+TensorCapture::TensorCapture(const Config& config, const std::string& dump_root)
+    : slices_(config.task == Task::Statistics || config.task == Task::Tensor
+                  ? config.collect().msprobe26.slice
+                  : std::vector<SliceItem>{}) {
+  if (config.task == Task::Statistics) tensor_list_ = config.statistics.tensor_list;
+  if ((config.task != Task::Statistics || !tensor_list_.empty()) && config.task != Task::Structure)
     saver_ = std::make_unique<TensorSaver>(dump_root);
   options_.md5 =
       config.task == Task::Statistics && config.statistics.summary_mode == SummaryMode::Md5;
@@ -21,8 +25,14 @@ TensorCapture::TensorCapture(const Config& config, const std::string& dump_root)
   // md5 and tensor need the bytes on the host anyway, and a 26.x dump reads torch.mean's result:
   // their statistics come back at once.
   if (!options_.md5 && config.task != Task::Tensor && !options_.dtype_mean_norm &&
-      !options_.xor_checksum)
+      !options_.xor_checksum && tensor_list_.empty())
     options_.pending = &pending_;
+  // 26.x slices statistics and tensor dumps (its request_id's rows too).
+  if ((config.task == Task::Statistics || config.task == Task::Tensor) &&
+      config.level != Level::Debug)
+    options_.slices = &slices_;
+  saving_options_ = options_;
+  saving_options_.saver = saver_.get();
 }
 
 void TensorCapture::new_step() {

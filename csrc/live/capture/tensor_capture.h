@@ -5,11 +5,13 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/output_files.h"
 #include "live/capture/tensor_entry.h"
 #include "live/capture/tensor_saver.h"
+#include "live/capture/tensor_slices.h"
 #include "live/stats/device_stats.h"
 #include "live/stats/pending_stats.h"
 #include "live/stats/stats_cache.h"
@@ -24,11 +26,21 @@ class TensorCapture {
   TensorCapture& operator=(const TensorCapture&) = delete;
 
   const EntryOptions& options() const { return options_; }
+  // The options for the tensors of call `call`: those that also save them where msprobe 26.x's
+  // statistics.tensor_list names the call (a part of its name).
+  const EntryOptions& options(const std::string& call) const {
+    if (tensor_list_.empty()) return options_;
+    for (const std::string& item : tensor_list_) {
+      if (call.find(item) != std::string::npos) return saving_options_;
+    }
+    return options_;
+  }
   const StatsCache& stats_cache() const { return cache_; }
   // Batched statistics: null where the bytes are needed on the host anyway (md5, tensor).
   PendingStats* pending() { return options_.pending; }
   FileNames& file_names() { return file_names_; }
   TensorSaver* saver() { return saver_.get(); }  // null under task statistics
+  TensorSlices& slices() { return slices_; }
   void new_step();
   // Times this session's statistics waited for a device: the process's count since the capture
   // began (the statistics code does not know its session; one session is live at a time).
@@ -39,7 +51,10 @@ class TensorCapture {
   StatsCache cache_;
   FileNames file_names_;
   PendingStats pending_;
+  TensorSlices slices_;
   EntryOptions options_;
+  std::vector<std::string> tensor_list_;
+  EntryOptions saving_options_;  // options_ with the saver (tensor_list)
   const int64_t host_syncs_at_start_ = msprobe::host_syncs();
 };
 

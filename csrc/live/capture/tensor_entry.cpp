@@ -7,6 +7,7 @@
 #include "core/output_files.h"
 #include "core/xor_checksum.h"
 #include "live/capture/tensor_saver.h"
+#include "live/capture/tensor_slices.h"
 #include "live/capture/unwritten_memory.h"
 #include "live/stats/stats_cache.h"
 #include "live/stats/tensor_stats.h"
@@ -164,6 +165,8 @@ std::string take_statistics_failure() {
 
 Entry tensor_entry(const at::Tensor& t, const EntryOptions& options, const std::string& stem) {
   try {
+    if (options.slices && t.defined() && options.slices->any())
+      return tensor_entry_unguarded(options.slices->apply(t), options, stem);
     return tensor_entry_unguarded(t, options, stem);
   } catch (const std::exception& err) {
     // The tool's own failure (a tensor without storage, memory for the float64 copy) must not

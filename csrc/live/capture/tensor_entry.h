@@ -14,6 +14,7 @@ class TensorSaver;
 class StatsCache;
 class FileNames;
 class PendingStats;
+class TensorSlices;
 
 struct EntryOptions {
   bool md5 = false;
@@ -33,6 +34,8 @@ struct EntryOptions {
   // msprobe 26.x's summary_mode "xor": the checksum in place of the statistics (the entry's
   // `value`, written as "md5").
   bool xor_checksum = false;
+  // msprobe 26.x's slice and request_id: the part of each tensor described and saved.
+  const TensorSlices* slices = nullptr;
 
   // The stems below, or empty when nothing is saved: then no call pays for them.
   std::string stem(const std::string& call, const char* side) const;

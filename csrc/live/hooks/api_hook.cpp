@@ -268,11 +268,11 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
   // other ranks before it runs.
   EntryOptions collective_options;
   if (written_.index >= 0) {
-    collective_options = session.hooks().capture.options();
+    collective_options = session.hooks().capture.options(name);
     collective_options.pending = nullptr;
   }
   const EntryOptions& options =
-      written_.index >= 0 ? collective_options : session.hooks().capture.options();
+      written_.index >= 0 ? collective_options : session.hooks().capture.options(name);
   StoredCall call;
   call.epoch = epoch;
   call.record.name = name;

@@ -65,7 +65,7 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
 
 void record_backward(Session& s, StoredCall&& call, const variable_list& grads_in,
                      const variable_list& grads_out) {
-  const EntryOptions& options = s.hooks().capture.options();
+  const EntryOptions& options = s.hooks().capture.options(call.record.name);
   const std::string& name = call.record.name;
   LiveTensors live;
   const bool watching = s.config().watching();

@@ -21,7 +21,7 @@ namespace {
 // The forward's positional and keyword inputs, as entries (and, when the guard watches, as the
 // live tensors it judges).
 void record_inputs(Session& s, OpenModuleCall& open, py::handle inputs, py::handle kwargs) {
-  const EntryOptions& options = s.hooks().capture.options();
+  const EntryOptions& options = s.hooks().capture.options(open.name);
   const bool watching = s.config().watching();
   open.inputs = item_entries(inputs.ptr(), options, options.stem(open.name, "input"),
                              watching ? &open.live.inputs : nullptr);
@@ -52,7 +52,7 @@ StoredCall finished_call(Session& s, OpenModuleCall& open, py::handle output) {
   call.record.inputs = std::move(open.inputs);
   call.record.kwargs = std::move(open.kwargs);
   if (open.selected.outputs) {
-    const EntryOptions& options = s.hooks().capture.options();
+    const EntryOptions& options = s.hooks().capture.options(call.record.name);
     call.record.outputs =
         item_entries(output.ptr(), options, options.stem(call.record.name, "output"),
                      s.config().watching() ? &open.live.outputs : nullptr);

@@ -61,7 +61,7 @@ class ParameterGradRecorder : public torch::autograd::FunctionPostHook {
     rec.name = module_key_ + ".parameters_grad." + std::to_string(k);
     rec.parameter_grads = true;
     rec.has_inputs = rec.has_outputs = false;
-    const EntryOptions& options = s->hooks().capture.options();
+    const EntryOptions& options = s->hooks().capture.options(rec.name);
     const at::Tensor held = held_tensor(param_.grad());
     const at::Tensor& grad = held.defined() ? held : param_.grad();
     Entry entry = grad.defined() ? tensor_entry(grad, options, options.key_stem(rec.name, param_name_))
@@ -94,7 +94,7 @@ std::vector<std::pair<std::string, Entry>> parameter_entries(Session& s, PyObjec
                                                              const std::string& call) {
   PythonCrossing::assert_gil();
   std::vector<std::pair<std::string, Entry>> out;
-  const EntryOptions& options = s.hooks().capture.options();
+  const EntryOptions& options = s.hooks().capture.options(call);
   const std::string stem = options.stem(call, "parameters");
   for_each_parameter(module, [&](const std::string& name, const at::Tensor& param) {
     out.emplace_back(name, tensor_entry(param, options, options.key_stem(stem, name)));

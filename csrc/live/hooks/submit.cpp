@@ -84,7 +84,7 @@ StoredCall backward_call(const std::string& name, Selected parts, StackPtr stack
 void submit_backward(Session& session, const std::string& name, pybind11::handle grads_in,
                      pybind11::handle grads_out, Selected parts, StackPtr stack,
                      std::optional<std::string> module_hint) {
-  const EntryOptions& options = session.hooks().capture.options();
+  const EntryOptions& options = session.hooks().capture.options(name);
   StoredCall call = backward_call(name, parts, std::move(stack), std::move(module_hint));
   LiveTensors live;
   const bool watching = session.config().watching();

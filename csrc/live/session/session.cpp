@@ -158,6 +158,31 @@ bool Session::start(int rank, bool new_models) {
   return first;
 }
 
+void Session::schedule_tokens(
+    const std::optional<std::vector<std::pair<std::string, int64_t>>>& tokens) {
+  capture_.slices().clear_request();
+  const std::optional<std::string>& id = config_.collect().msprobe26.request_id;
+  if (!id || !tokens || tokens->empty()) return;
+  int64_t total = 0, begin = 0, end = 0;
+  bool found = false;
+  for (const auto& [request, count] : *tokens) {
+    if (request == *id) {
+      found = true;
+      begin = total;
+      end = total + count;
+    }
+    total += count;
+  }
+  const int64_t step = current_step();
+  if (!found) {
+    say_warning(*id + " not found in scheduled_tokens, step " + std::to_string(step) +
+                " will not be dumped");
+    gate_.open(false);
+    return;
+  }
+  if (begin < end) capture_.slices().set_request(begin, end, total);
+}
+
 bool Session::judges_optimizer() const {
   return state_.with_lock([](const StepCalls& s) { return s.began && s.collected; });
 }

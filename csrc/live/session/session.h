@@ -95,6 +95,11 @@ class Session {
   void step();          // writes if stop() was not called, then moves to the next step
   int64_t current_step() const;
   bool began_step() const;  // start() was called in the current step
+  // After start(): msprobe 26.x's start(scheduled_tokens=...), the batch's requests in order
+  // with their token counts (nullopt: none given, or not a valid dict). Where the config's
+  // request_id is among them, this step describes its rows only; where it is not, this step
+  // is not dumped.
+  void schedule_tokens(const std::optional<std::vector<std::pair<std::string, int64_t>>>& tokens);
   int current_rank() const;  // -1: torch.distributed not initialized
   // A step started and collected on this rank: an optimizer's step in it is judged.
   bool judges_optimizer() const;
