@@ -37,7 +37,10 @@ std::shared_ptr<Session> make_session(const std::string& config_path,
   const std::string source = config_path.empty() ? "PrecisionDebugger" : config_path;
   Config config = config_path.empty() ? parse_config(nlohmann::json::object(), source, overrides)
                                       : load_config_file(config_path, overrides);
-  return std::make_shared<Session>(std::move(config), package_dir, source, library_dir);
+  const bool watched = !config_path.empty() && config.msprobe26.dump_enable.has_value();
+  auto session = std::make_shared<Session>(std::move(config), package_dir, source, library_dir);
+  if (watched) session->watch_config(config_path, overrides);
+  return session;
 }
 
 // One call fills the whole PythonSide, by name (python_objects.h lists the names).
@@ -157,6 +160,8 @@ void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
       .def(
           "optimizer_step_ends", [](const Session&) { leave_region(); },
           "After an optimizer step, on its thread.")
+      .def("poll_config", &Session::poll_config,
+           "msprobe 26.x's dump_enable: at start() (before), stop() and step() (after).")
       .def(
           "schedule_tokens",
           [](Session& s, py::handle tokens) {

@@ -552,6 +552,7 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   read("async_dump", [&](const json& v, const Loc& at) { config.async_dump = parse_bool(v, at); });
   read_msprobe26_keys(doc, root, config.msprobe26, config.generation, errors);
   errors.throw_if_any();
+  warn_msprobe26_name_regex(config.collect().list, root, warnings);
   config.warnings = std::move(warnings);
   return config;
 }

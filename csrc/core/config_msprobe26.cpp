@@ -153,6 +153,20 @@ Msprobe26Section read_msprobe26_section(const json& section, const Loc& at) {
   return out;
 }
 
+void warn_msprobe26_name_regex(const std::vector<std::string>& list, const Loc& root,
+                               std::vector<std::string>& warnings) {
+  static const std::string kOpen = "name-regex(";
+  for (const std::string& item : list) {
+    if (item.size() <= kOpen.size() || item.compare(0, kOpen.size(), kOpen) != 0 ||
+        item.back() != ')')
+      continue;
+    warnings.push_back(root.str() + ": list entry " + show(json(item)) +
+                       " selects no call: msprobe 26.2.0's PyTorch dump matches it as the text "
+                       "it is (its expression is for MindSpore's kernel dump), and so does "
+                       "msprobe_cpp; list a part of the call names instead (\"linear\")");
+  }
+}
+
 void read_msprobe26_keys(const json& doc, const Loc& root, Msprobe26Keys& keys,
                          Generation& generation, ErrorList& errors) {
   errors.attempt([&] {
@@ -174,10 +188,8 @@ void read_msprobe26_keys(const json& doc, const Loc& root, Msprobe26Keys& keys,
   });
   errors.attempt([&] {
     // Present, true or false, it makes 26.x re-read config.json while the run goes on.
-    if (const json* v = find(doc, "dump_enable"); v && !v->is_null()) {
-      refuse(root.child("dump_enable"), *v, "re-reading config.json as the run goes on is not "
-                                            "supported yet; leave the key out");
-    }
+    if (const json* v = find(doc, "dump_enable"); v && !v->is_null())
+      keys.dump_enable = parse_bool(*v, root.child("dump_enable"));
   });
   errors.attempt([&] {
     default_only(doc, root, "custom_op_namespaces", json::array({"_C_ascend"}),

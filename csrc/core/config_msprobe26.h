@@ -35,6 +35,12 @@ void check_msprobe26_section(const nlohmann::json& section, const config_checks:
 Msprobe26Section read_msprobe26_section(const nlohmann::json& section,
                                         const config_checks::Loc& at);
 
+// A `list` entry "name-regex(<re>)": 26.2.0's PyTorch dump checks the expression and then
+// matches the entry as the literal text it is, which no call name holds, and so does this
+// product; each such entry is told in `warnings`.
+void warn_msprobe26_name_regex(const std::vector<std::string>& list, const config_checks::Loc& root,
+                               std::vector<std::string>& warnings);
+
 // Throws ConfigError, in one line with the reason, for a 26.x task or level that needs an NPU or
 // another device (acc_check, nan_check, diff_check; L2), or that this product does not run yet.
 void refuse_msprobe26_task(const nlohmann::json& value, const config_checks::Loc& at);

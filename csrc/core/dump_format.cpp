@@ -19,6 +19,9 @@ DumpFormat DumpFormat::of(const Config& c) {
   f.module_parameters = (c.task == Task::Statistics || c.task == Task::Tensor) &&
                         (c.level == Level::L0 || c.level == Level::Mix);
   f.module_grads_without_nulls = true;
+  f.positional_objects_untyped = true;
+  f.construct_in_start_order = true;
+  f.backward_from_any_grad_fn = true;
   f.optimizer_node = c.level == Level::Mix;
   f.records_in_dump_json = c.task != Task::Structure;
   return f;

@@ -42,6 +42,17 @@ struct DumpFormat {
   // The step's records are debug.json's, and there is no stack.json nor construct.json (level
   // debug).
   bool debug_json = false;
+  // A torch.dtype or torch.device given positionally (x.to(torch.float16)) is written as {}, as
+  // 26.x writes what it does not describe; under a keyword "dtype", "output_dtype" or "device"
+  // it keeps its {"type", "value"} (26.x).
+  bool positional_objects_untyped = false;
+  // An API call's backward is recorded from its first output's autograd node even when its
+  // inputs had that node already (x.float() of a float tensor returns x): 26.x hooks it all the
+  // same.
+  bool backward_from_any_grad_fn = false;
+  // construct.json lists the calls in 26.x's order: at each call's end, the API, then the
+  // modules begun by then (step_writer.cpp); 1.1.x's order is the records'.
+  bool construct_in_start_order = false;
   // The wrap list's file (rules/): msprobe 1.1.1's, or 26.2.0's.
   const char* wrap_list = "support_wrap_ops.yaml";
 

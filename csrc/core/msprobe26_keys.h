@@ -24,6 +24,9 @@ struct Msprobe26Keys {
   bool extra_info = true;  // false: no stack.json nor construct.json
   Precision precision = Precision::Low;
   RiskLevel risk_level = RiskLevel::Focus;  // 26.2.0's default
+  // Present: config.json is read again as the run goes on, and this turns the dump on and off
+  // (core/config_watch.h).
+  std::optional<bool> dump_enable;
 };
 
 // One item of a statistics or tensor section's `slice` (26.x): along `dim`, elements

@@ -234,6 +234,7 @@ class PrecisionDebugger:
         if self._patches.closed or self._session.finished:
             self._release()
             return
+        self._session.poll_config()  # msprobe 26.x's dump_enable
         models = self._models.given(model)
         if self._session.modules_hooked and not models and not self._models.live():
             raise ValueError(f"PrecisionDebugger.start: level {self._session.level} records modules, "
@@ -298,6 +299,7 @@ class PrecisionDebugger:
         if self._peer:
             self._peer.check()
         self._session.stop()
+        self._session.poll_config()
 
     @_OnTheDebugger
     def step(self) -> None:
@@ -316,6 +318,7 @@ class PrecisionDebugger:
             self._session.judge_loss_scale(_C.call_unhooked(lambda: float(scaler.get_scale())),
                                            bool(skipped()) if callable(skipped) else False)
         self._session.step()
+        self._session.poll_config()
         if self._session.finished:
             self._release()
 

@@ -183,6 +183,32 @@ struct EndOnExit {
 
 }  // namespace
 
+bool ApiHook::is_dropout(const std::string& api) {
+  static const char* const kDropouts[] = {
+      "Functional.dropout",           "Functional.dropout1d",     "Functional.dropout2d",
+      "Functional.dropout3d",         "Functional.alpha_dropout", "Functional.feature_alpha_dropout",
+      "Torch.dropout",                "Torch.dropout_",           "Torch.alpha_dropout",
+      "Torch.alpha_dropout_",         "Torch.feature_alpha_dropout",
+      "Torch.feature_alpha_dropout_", "Torch.feature_dropout",    "Torch.feature_dropout_"};
+  for (const char* d : kDropouts) {
+    if (api == d) return true;
+  }
+  return false;
+}
+
+bool ApiHook::dropout_p_is_zero(PyObject* args, PyObject* kwargs) {
+  PyObject* p = PyTuple_GET_SIZE(args) >= 2 ? PyTuple_GET_ITEM(args, 1)
+                : kwargs                     ? PyDict_GetItemString(kwargs, "p")  // borrowed
+                                             : nullptr;
+  if (!p || !(PyFloat_Check(p) || PyLong_Check(p))) return false;  // 0.5 by default
+  const double value = PyFloat_AsDouble(p);
+  if (value == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  return value == 0.0;
+}
+
 py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   std::shared_ptr<Session> session = current_session();
   if (!session || !session->hooks().gate.forward() || ReentryGuard::inside() ||
@@ -279,7 +305,7 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
   call.record.has_inputs = sel.inputs;
   call.record.has_outputs = sel.outputs;
   std::vector<const torch::autograd::Node*> grad_fns_before;
-  if (sel.backward) {
+  if (sel.backward && !session.format().backward_from_any_grad_fn) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
       collect_grad_fns(PyTuple_GET_ITEM(args, i), grad_fns_before, 0);
     }
@@ -304,7 +330,8 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
     result = call_original(args, kwargs, true);
   }
 
-  if (sel.backward) {
+  if (sel.backward && !(dropout_ && session.format().backward_from_any_grad_fn &&
+                        dropout_p_is_zero(args, kwargs))) {
     if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {
       add_backward_recorder(fn, owner, backward_name_of(name), call.stack, sel, call.parent, epoch);
     }

@@ -43,6 +43,7 @@ class ApiHook {
         written_(written_argument(api_)),
         view_of_first_arg_(makes_view_of_first_arg(api_ + ".0.forward")),
         writes_first_arg_(writes_first_arg(api_ + ".0.forward")),
+        dropout_(is_dropout(api_)),
         counter_(ApiCounter::of(api_)) {}
 
   // `args`: the call's tuple; `kwargs`: its dict, or null when it has none.
@@ -64,6 +65,9 @@ class ApiHook {
   // `limit_view_base`: a view call's large base is left unread (EntryOptions::read_limit).
   void describe_inputs(StoredCall& call, LiveTensors* live, PyObject* args, PyObject* kwargs,
                        const EntryOptions& options, bool limit_view_base) const;
+  // msprobe 26.x records no backward of a dropout with p == 0 (its list of dropout APIs).
+  static bool is_dropout(const std::string& api);
+  static bool dropout_p_is_zero(PyObject* args, PyObject* kwargs);
   // A view call whose view holds NaN/inf: its unread base marked as holding them.
   void mark_view_bases(StoredCall& call) const;
   // What a call just wrote (its first argument, `out=`, a collective's buffer) is no longer
@@ -77,6 +81,7 @@ class ApiHook {
   // view's statistics are the view's elements, whatever the size of the tensor it is taken of).
   bool view_of_first_arg_;
   bool writes_first_arg_;  // copy_, add_, __setitem__, ...
+  bool dropout_;
   const std::shared_ptr<ApiCounter> counter_;
 };
 

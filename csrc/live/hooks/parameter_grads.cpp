@@ -1,5 +1,6 @@
 #include "live/hooks/parameter_grads.h"
 
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
@@ -71,7 +72,9 @@ class ParameterGradRecorder : public torch::autograd::FunctionPostHook {
     return outputs;
   }
 
-  bool records_for(const Session* s) const { return session_.lock().get() == s; }
+  bool records(const Session* s, const std::string& module_key, const std::string& param) const {
+    return module_key_ == module_key && param_name_ == param && session_.lock().get() == s;
+  }
 
  private:
   std::weak_ptr<Session> session_;
@@ -80,10 +83,12 @@ class ParameterGradRecorder : public torch::autograd::FunctionPostHook {
   at::Tensor param_;
 };
 
-bool already_hooked(const torch::autograd::Node& node, const Session* s) {
+// A parameter shared by two modules (tied embeddings) is recorded under each of them.
+bool already_hooked(const torch::autograd::Node& node, const Session* s,
+                    const std::string& module_key, const std::string& param) {
   for (const auto& hook : node.post_hooks()) {
     const auto* mine = dynamic_cast<const ParameterGradRecorder*>(hook.get());
-    if (mine && mine->records_for(s)) return true;
+    if (mine && mine->records(s, module_key, param)) return true;
   }
   return false;
 }
@@ -110,7 +115,7 @@ void hook_parameter_grads(const std::shared_ptr<Session>& s, PyObject* module,
     // The node this forward's graph accumulates into; a new one after each backward freed the
     // last graph, so the hook is added again then.
     auto node = torch::autograd::impl::grad_accumulator(param);  // shared or intrusive, by torch
-    if (!node || already_hooked(*node, s.get())) return;
+    if (!node || already_hooked(*node, s.get(), module_key, name)) return;
     node->add_post_hook(std::make_unique<ParameterGradRecorder>(s, module_key, name, param));
   });
 }

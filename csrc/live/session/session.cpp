@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -152,10 +153,31 @@ bool Session::start(int rank, bool new_models) {
   if (capture_.saver()) capture_.file_names().set_dir(staging + "/" + kTensorFolder);
   const bool rank_ok =
       rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
-  const bool collect = rank_ok && config_.step.contains(step) && !past_last_step(config_, step);
+  const bool collect = rank_ok && config_.step.contains(step) &&
+                       !past_last_step(config_, step) &&
+                       (!config_watch_ || config_watch_->enabled());
   if (collect) state_.with_lock([](StepCalls& s) { s.collected = true; });
   gate_.open(collect);
   return first;
+}
+
+void Session::watch_config(const std::string& path, nlohmann::json overrides) {
+  config_watch_.emplace(path, std::move(overrides), config_.msprobe26.dump_enable.value_or(true));
+}
+
+void Session::poll_config() {
+  if (!config_watch_) return;
+  const double now = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now().time_since_epoch())
+                         .count();
+  const bool was = config_watch_->enabled();
+  const std::string said = config_watch_->poll(now);
+  if (!said.empty()) say_warning(said);
+  if (was && !config_watch_->enabled()) {
+    // 26.x flushes what the step collected so far when the dump turns off.
+    const bool collecting = state_.with_lock([](const StepCalls& s) { return s.began && !s.stopped; });
+    if (collecting) stop();
+  }
 }
 
 void Session::schedule_tokens(

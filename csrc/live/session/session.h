@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/config_watch.h"
 #include "core/guarded.h"
 #include "core/overflow_decisions.h"
 #include "core/report.h"
@@ -99,6 +100,12 @@ class Session {
   // with their token counts (nullopt: none given, or not a valid dict). Where the config's
   // request_id is among them, this step describes its rows only; where it is not, this step
   // is not dumped.
+  // msprobe 26.x's dump_enable: from now on config.json at `path` is looked at again by
+  // poll_config() (core/config_watch.h). GIL required.
+  void watch_config(const std::string& path, nlohmann::json overrides);
+  // At start() (before it), stop() and step() (after them): a changed dump_enable turns the dump
+  // on or off; off, the step being collected is written first. GIL required.
+  void poll_config();
   void schedule_tokens(const std::optional<std::vector<std::pair<std::string, int64_t>>>& tokens);
   int current_rank() const;  // -1: torch.distributed not initialized
   // A step started and collected on this rank: an optimizer's step in it is judged.
@@ -164,6 +171,7 @@ class Session {
   SaidOnce said_;
   BackwardScope backward_scope_;
   PeerStopFlag peer_stop_;
+  std::optional<ConfigWatch> config_watch_;  // dump_enable; the Python thread's
   HookContext hooks_{gate_, numbering_, selection_, capture_, backward_scope_, codes_};  // last
 };
 

@@ -54,6 +54,38 @@ std::vector<size_t> start_order(const std::vector<StoredCall>& calls) {
   return order;
 }
 
+// msprobe 26.x's construct.json order: at each call's end (an API's, forward or backward, or a
+// module's) it adds the API, then every module begun by then and not named yet, in the order
+// they began.
+std::vector<size_t> construct_order(const std::vector<StoredCall>& calls) {
+  const std::vector<size_t> starts = start_order(calls);
+  std::vector<size_t> position(calls.size(), 0);
+  for (size_t k = 0; k < starts.size(); ++k) position[starts[k]] = k;
+  std::vector<size_t> order;
+  order.reserve(calls.size());
+  std::vector<bool> named(calls.size(), false);
+  size_t next = 0, frontier = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].record.parameter_grads) continue;
+    if (!is_module_name(calls[i].record.name) && !named[i]) {
+      named[i] = true;
+      order.push_back(i);
+    }
+    frontier = std::max(frontier, position[i]);
+    for (; next < starts.size() && next <= frontier; ++next) {
+      const size_t m = starts[next];
+      if (is_module_name(calls[m].record.name) && !named[m]) {
+        named[m] = true;
+        order.push_back(m);
+      }
+    }
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (!named[i] && !calls[i].record.parameter_grads) order.push_back(i);
+  }
+  return order;
+}
+
 // msprobe 26.x's stack.json: the forward calls of one stack together, {"<n>": [[names], [frames]]}
 // in the order each stack first appears, as the calls began.
 std::string grouped_stacks_json(const FinishedStep& step, std::string buffer) {
@@ -129,6 +161,29 @@ void apply_stat_format(CallRecord& rec, const DumpFormat& format) {
   });
 }
 
+bool is_dtype_or_device(const Entry& e) {
+  return e.kind == Entry::Kind::Object && (e.type == "torch.dtype" || e.type == "torch.device");
+}
+
+// 26.x's {} for a torch.dtype or torch.device it was not told the meaning of by a keyword.
+void untype_objects(Entry& e) {
+  if (is_dtype_or_device(e)) {
+    e = Entry::map({}, {});
+    return;
+  }
+  for (Entry& item : e.items) untype_objects(item);
+}
+
+void untype_positional_objects(CallRecord& rec) {
+  for (Entry& e : rec.inputs) untype_objects(e);
+  for (Entry& e : rec.outputs) untype_objects(e);
+  for (auto& [key, e] : rec.kwargs) {
+    if (is_dtype_or_device(e) && (key == "dtype" || key == "output_dtype" || key == "device"))
+      continue;
+    untype_objects(e);
+  }
+}
+
 // A 26.x module backward record lists the gradients that exist only.
 void drop_null_grads(CallRecord& rec) {
   auto drop = [](std::vector<Entry>& entries) {
@@ -170,6 +225,7 @@ std::vector<const CallRecord*> dump_records(std::vector<StoredCall>& calls,
     CallRecord& rec = calls[i].record;
     if (calls[i].construct_only) continue;
     apply_stat_format(rec, format);
+    if (format.positional_objects_untyped) untype_positional_objects(rec);
     if (format.module_grads_without_nulls && is_module_name(rec.name) &&
         is_backward_name(rec.name))
       drop_null_grads(rec);
@@ -336,7 +392,14 @@ void StepWriter::write_construct(const FinishedStep& step) {
     // set both (backward_scope.h).
     std::unordered_map<std::string, const std::string*> forward_parents;
     std::unordered_set<std::string> regions;
-    for (const StoredCall& c : step.calls) {
+    std::vector<size_t> order;
+    if (format_.construct_in_start_order) {
+      order = construct_order(step.calls);
+    } else {
+      for (size_t i = 0; i < step.calls.size(); ++i) order.push_back(i);
+    }
+    for (const size_t i : order) {
+      const StoredCall& c = step.calls[i];
       const std::string& name = c.record.name;
       if (c.record.parameter_grads) continue;
       std::optional<std::string> parent = c.parent;
