@@ -273,7 +273,7 @@ TEST(ConfigTest, EveryErrorOfAFileIsToldAtOnce) {
   EXPECT_EQ(config_error(R"({"levle": "L1", "task": "nope", "dump_path": "", "step": "x"})"),
             "config.json: levle: unknown key; did you mean \"level\"?\n"
             "config.json: task: expected one of statistics, tensor, overflow_check, grad_probe, "
-            "free_benchmark, got \"nope\"\n"
+            "free_benchmark, structure, got \"nope\"\n"
             "config.json: dump_path: expected a non-empty string, got \"\"\n"
             "config.json: step: expected a list of integers >= 0 and \"a-b\" ranges, got \"x\"");
 }
@@ -293,7 +293,7 @@ TEST(ConfigTest, EveryErrorOfASectionIsToldAtOnce) {
   EXPECT_EQ(config_error(R"({"dump_path": "d", "statistics": {"scope": 3, "summary_mode": "x"},
       "tensor": {"list": [1], "online_run_ut": true}})"),
             "config.json: statistics.scope: expected [] or two call names, got 3\n"
-            "config.json: statistics.summary_mode: expected one of statistics, md5, got \"x\"\n"
+            "config.json: statistics.summary_mode: expected one of statistics, md5, xor, got \"x\"\n"
             "config.json: tensor.list[0]: expected a non-empty string, got 1\n"
             "config.json: tensor.online_run_ut: online run_ut is an msprobe feature that "
             "msprobe_cpp does not support; expected false, got true");
@@ -362,7 +362,7 @@ TEST(ConfigTest, UnsupportedMsprobeTasksAndLevels) {
   // run_ut is the one msprobe task refused: it compares against a benchmark run of its own.
   EXPECT_EQ(config_error(json{{"dump_path", "d"}, {"task", "run_ut"}}.dump()),
             "config.json: task: \"run_ut\" is an msprobe task that msprobe_cpp does not support; "
-            "supported: statistics, tensor, overflow_check, grad_probe, free_benchmark");
+            "supported: statistics, tensor, overflow_check, grad_probe, free_benchmark, structure");
   // msprobe 26.x's L2 dumps NPU kernels: refused with that reason (test_config_msprobe26.cpp).
   EXPECT_EQ(config_error(R"({"dump_path": "d", "level": "L2"})"),
             R"(config.json: level: "L2" is an msprobe 26.x value that msprobe_cpp refuses: )"
@@ -375,7 +375,7 @@ TEST(ConfigTest, UnsupportedMsprobeTasksAndLevels) {
 TEST(ConfigTest, OverrideErrors) {
   const std::string file = R"({"dump_path": "d"})";
   EXPECT_EQ(config_error(file, json{{"level", "L3"}}),
-            R"(PrecisionDebugger(level=...): expected one of L0, L1, mix, got "L3")");
+            R"(PrecisionDebugger(level=...): expected one of L0, L1, mix, debug, got "L3")");
   EXPECT_EQ(config_error(file, json{{"step", json::array({0, "5-2"})}}),
             R"(PrecisionDebugger(step=...)[1]: expected an integer >= 0 or a range "a-b" with )"
             R"(a <= b, got "5-2")");
@@ -387,7 +387,7 @@ TEST(ConfigTest, OverrideErrors) {
   EXPECT_EQ(
       config_error(file, json{{"task", "run_ut"}}),
       R"(PrecisionDebugger(task=...): "run_ut" is an msprobe task that msprobe_cpp does )"
-      "not support; supported: statistics, tensor, overflow_check, grad_probe, free_benchmark");
+      "not support; supported: statistics, tensor, overflow_check, grad_probe, free_benchmark, structure");
   const std::string allowed =
       "allowed: config_path, task, dump_path, level, step, rank, extra_apis, async_dump, model, "
       "on_overflow, "
@@ -492,14 +492,14 @@ TEST(ConfigTest, DeeplyNestedValueIsAMessageNotACrash) {
   text += "}";
   const std::string message = config_error(text);
   EXPECT_EQ(message.rfind("config.json: task: expected one of statistics, tensor, overflow_check, "
-                          "grad_probe, free_benchmark, "
+                          "grad_probe, free_benchmark, structure, "
                           "got [[[[[[[[[[[[[[[[[...]",
                           0),
             0u)
       << message;
   EXPECT_EQ(
       config_error(R"({"dump_path": "d", "task": [1, {"a": [2]}]})"),
-      R"(config.json: task: expected one of statistics, tensor, overflow_check, grad_probe, free_benchmark, got [1,{"a":[2]}])");
+      R"(config.json: task: expected one of statistics, tensor, overflow_check, grad_probe, free_benchmark, structure, got [1,{"a":[2]}])");
 }
 
 }  // namespace

@@ -42,13 +42,13 @@ INSTANTIATE_TEST_SUITE_P(
         // task
         InvalidCase{
             R"({"dump_path": "d", "task": 5})",
-            R"(config.json: task: expected one of statistics, tensor, overflow_check, grad_probe, free_benchmark, got 5)"},
+            R"(config.json: task: expected one of statistics, tensor, overflow_check, grad_probe, free_benchmark, structure, got 5)"},
         InvalidCase{
             R"({"dump_path": "d", "task": "stats"})",
-            R"(config.json: task: expected one of statistics, tensor, overflow_check, grad_probe, free_benchmark, got "stats")"},
+            R"(config.json: task: expected one of statistics, tensor, overflow_check, grad_probe, free_benchmark, structure, got "stats")"},
         InvalidCase{
             R"({"dump_path": "d", "task": null})",
-            R"(config.json: task: expected one of statistics, tensor, overflow_check, grad_probe, free_benchmark, got null)"},
+            R"(config.json: task: expected one of statistics, tensor, overflow_check, grad_probe, free_benchmark, structure, got null)"},
         // dump_path
         InvalidCase{
             R"({"task": "tensor"})",
@@ -89,11 +89,11 @@ INSTANTIATE_TEST_SUITE_P(
             R"(config.json: step[0]: expected an integer >= 0 or a range "a-b" with a <= b, got 18446744073709551615)"},
         // level
         InvalidCase{R"({"dump_path": "d", "level": "L3"})",
-                    R"(config.json: level: expected one of L0, L1, mix, got "L3")"},
+                    R"(config.json: level: expected one of L0, L1, mix, debug, got "L3")"},
         InvalidCase{R"({"dump_path": "d", "level": "l1"})",
-                    R"(config.json: level: expected one of L0, L1, mix, got "l1")"},
+                    R"(config.json: level: expected one of L0, L1, mix, debug, got "l1")"},
         InvalidCase{R"({"dump_path": "d", "level": null})",
-                    R"(config.json: level: expected one of L0, L1, mix, got null)"},
+                    R"(config.json: level: expected one of L0, L1, mix, debug, got null)"},
         // statistics and tensor sections
         InvalidCase{R"({"dump_path": "d", "statistics": []})",
                     R"(config.json: statistics: expected an object, got [])"},
@@ -130,7 +130,7 @@ INSTANTIATE_TEST_SUITE_P(
             R"(config.json: tensor.data_mode[0]: expected one of all, forward, backward, input, output, got "fwd")"},
         InvalidCase{
             R"({"dump_path": "d", "statistics": {"summary_mode": "crc"}})",
-            R"(config.json: statistics.summary_mode: expected one of statistics, md5, got "crc")"},
+            R"(config.json: statistics.summary_mode: expected one of statistics, md5, xor, got "crc")"},
         InvalidCase{R"({"dump_path": "d", "tensor": {"file_format": "pt"}})",
                     R"(config.json: tensor.file_format: expected one of npy, bin, got "pt")"},
         InvalidCase{R"({"dump_path": "d", "tensor": {"online_run_ut": "no"}})",

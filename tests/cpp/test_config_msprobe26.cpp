@@ -111,17 +111,47 @@ TEST(Msprobe26Config, TasksAndLevelsThatNeedAnotherDeviceAreRefusedWithWhy) {
   }
 }
 
-TEST(Msprobe26Config, SectionKeysAreTakenAtTheirDefaultOnly) {
-  EXPECT_EQ(parse(R"({"dump_path": "d", "statistics": {"tensor_list": [], "slice": [],
-                                                       "request_id": null}})")
-                .generation,
-            Generation::V26);
-  const std::string e = error(R"({"dump_path": "d", "statistics": {"tensor_list": ["linear"]}})");
-  EXPECT_EQ(e.find("config.json: statistics.tensor_list: [\"linear\"] is an msprobe 26.x value"),
-            0u)
-      << e;
-  EXPECT_NE(error(R"({"dump_path": "d", "dump_enable": true})").find("dump_enable"),
-            std::string::npos);
+TEST(Msprobe26Config, SectionKeysAreReadAndChecked) {
+  const Config c = parse(R"({"dump_path": "d", "statistics": {
+      "tensor_list": ["relu", "linear.0"], "request_id": "b", "summary_mode": "xor",
+      "slice": [{"dim": 1, "begin": -2, "size": 8}, {"end": 3}]}})");
+  EXPECT_EQ(c.generation, Generation::V26);
+  EXPECT_EQ(c.statistics.tensor_list, (std::vector<std::string>{"relu", "linear.0"}));
+  EXPECT_EQ(c.statistics.summary_mode, SummaryMode::Xor);
+  EXPECT_EQ(c.statistics.msprobe26.request_id, std::optional<std::string>("b"));
+  ASSERT_EQ(c.statistics.msprobe26.slice.size(), 2u);
+  EXPECT_EQ(c.statistics.msprobe26.slice[0].dim, 1);
+  EXPECT_EQ(c.statistics.msprobe26.slice[0].begin, -2);
+  EXPECT_EQ(c.statistics.msprobe26.slice[0].size, std::optional<int64_t>(8));
+  EXPECT_FALSE(c.statistics.msprobe26.slice[0].end.has_value());
+  EXPECT_EQ(c.statistics.msprobe26.slice[1].end, std::optional<int64_t>(3));
+  EXPECT_EQ(error(R"({"dump_path": "d", "statistics": {"slice": [{"dim": -1}]}})"),
+            "config.json: statistics.slice[0].dim: expected an integer >= 0, got -1");
+  EXPECT_EQ(error(R"({"dump_path": "d", "statistics": {"slice": [{"begin": "1"}]}})"),
+            R"(config.json: statistics.slice[0].begin: expected an integer, got "1")");
+  EXPECT_EQ(error(R"({"dump_path": "d", "statistics": {"request_id": 7}})"),
+            "config.json: statistics.request_id: expected a string, got 7");
+  EXPECT_EQ(error(R"({"dump_path": "d", "tensor": {"summary_mode": "md5"}})").find(
+                R"(config.json: tensor.summary_mode: "md5" is an msprobe 26.x value)"),
+            0u);
+  EXPECT_EQ(parse(R"({"dump_path": "d", "dump_enable": false})").msprobe26.dump_enable,
+            std::optional<bool>(false));
+  EXPECT_EQ(error(R"({"dump_path": "d", "dump_enable": 1})"),
+            "config.json: dump_enable: expected true or false, got 1");
+}
+
+TEST(Msprobe26Config, StructureAndDebugRunAndNameRegexIsTold) {
+  const Config structure = parse(R"({"dump_path": "d", "task": "structure"})");
+  EXPECT_EQ(structure.task, Task::Structure);
+  EXPECT_EQ(structure.level, Level::Mix);  // as 26.x takes L1 there
+  ASSERT_EQ(structure.warnings.size(), 1u);
+  EXPECT_EQ(parse(R"({"dump_path": "d", "level": "debug"})").level, Level::Debug);
+  EXPECT_EQ(parse(R"({"dump_path": "d", "level": "debug"})").generation, Generation::V26);
+  const Config regex =
+      parse(R"x({"dump_path": "d", "statistics": {"list": ["name-regex(lin.*)", "relu"]}})x");
+  ASSERT_EQ(regex.warnings.size(), 1u);
+  EXPECT_NE(regex.warnings[0].find("\"name-regex(lin.*)\" selects no call"), std::string::npos)
+      << regex.warnings[0];
 }
 
 TEST(DumpFormat, EachGenerationsFiles) {

@@ -312,7 +312,7 @@ def test_bad_config_installs_nothing(tmp_path):
     before = snapshot()
     with pytest.raises(msprobe_cpp.ConfigError) as err:
         msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), level="L3")
-    assert str(err.value) == 'PrecisionDebugger(level=...): expected one of L0, L1, mix, got "L3"'
+    assert str(err.value) == 'PrecisionDebugger(level=...): expected one of L0, L1, mix, debug, got "L3"'
     cfg = tmp_path / "config.json"
     cfg.write_text('{"dump_path": "x", "overflow_check": {"overflow_nums": 0}}')
     with pytest.raises(ValueError) as err:
