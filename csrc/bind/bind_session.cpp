@@ -37,10 +37,11 @@ std::shared_ptr<Session> make_session(const std::string& config_path,
   const std::string source = config_path.empty() ? "PrecisionDebugger" : config_path;
   Config config = config_path.empty() ? parse_config(nlohmann::json::object(), source, overrides)
                                       : load_config_file(config_path, overrides);
-  const bool watched = !config_path.empty() && config.msprobe26.dump_enable.has_value();
-  auto session = std::make_shared<Session>(std::move(config), package_dir, source, library_dir);
-  if (watched) session->watch_config(config_path, overrides);
-  return session;
+  std::optional<ConfigWatch> dump_enable;
+  if (!config_path.empty() && config.msprobe26.dump_enable)
+    dump_enable.emplace(config_path, overrides, *config.msprobe26.dump_enable);
+  return std::make_shared<Session>(std::move(config), package_dir, source, library_dir,
+                                   std::move(dump_enable));
 }
 
 // One call fills the whole PythonSide, by name (python_objects.h lists the names).
@@ -90,13 +91,32 @@ py::list headroom_sites(Session& s) {
   return out;
 }
 
+// msprobe 26.x's start(scheduled_tokens=...): a dict of str to int > 0; anything else is
+// ignored, as there.
+ScheduledTokens scheduled_tokens_of(py::handle tokens) {
+  if (!PyDict_Check(tokens.ptr())) return std::nullopt;
+  std::vector<std::pair<std::string, int64_t>> list;
+  for (auto kv : py::reinterpret_borrow<py::dict>(tokens)) {
+    if (!PyUnicode_Check(kv.first.ptr()) || !PyLong_CheckExact(kv.second.ptr()) ||
+        kv.second.cast<int64_t>() <= 0)
+      return std::nullopt;
+    list.emplace_back(kv.first.cast<std::string>(), kv.second.cast<int64_t>());
+  }
+  return list;
+}
+
 void bind_lifecycle(py::class_<Session, std::shared_ptr<Session>>& c) {
   c.def(py::init(&make_session), py::arg("config_path"), py::arg("overrides_json"),
         py::arg("package_dir"), py::arg("library_dir") = "",
         "Validates the config (ConfigError) and makes the engine; nothing is hooked yet.")
-      .def("start", &Session::start, py::arg("rank"), py::arg("new_models"),
-           "Begins or resumes collection of the current step (rank -1: not distributed); "
-           "whether it is the step's first start().")
+      .def(
+          "start",
+          [](Session& s, int rank, bool new_models, py::handle scheduled_tokens) {
+            return s.start(rank, new_models, scheduled_tokens_of(scheduled_tokens));
+          },
+          py::arg("rank"), py::arg("new_models"), py::arg("scheduled_tokens") = py::none(),
+          "Begins or resumes collection of the current step (rank -1: not distributed); "
+          "whether it is the step's first start().")
       .def("stop_at_exit", &Session::stop_at_exit,
            "At exit: writes the step started last if stop() was not called for it.")
       .def_property_readonly("judges_optimizer", &Session::judges_optimizer,
@@ -149,49 +169,8 @@ void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
           "watching", [](const Session& s) { return s.config().watching(); },
           "Task overflow_check.")
       .def_property_readonly(
-          "names_optimizer", [](const Session& s) { return s.format().optimizer_node; },
-          "construct.json names the optimizer's step as a node (msprobe 26.x, level mix).")
-      .def(
-          "optimizer_step_begins",
-          [](const Session& s) {
-            if (s.format().optimizer_node) enter_region("optimizer");
-          },
-          "Before an optimizer step, on its thread: its API calls are the optimizer node's.")
-      .def(
-          "optimizer_step_ends", [](const Session&) { leave_region(); },
-          "After an optimizer step, on its thread.")
-      .def("poll_config", &Session::poll_config,
-           "msprobe 26.x's dump_enable: at start() (before), stop() and step() (after).")
-      .def(
-          "schedule_tokens",
-          [](Session& s, py::handle tokens) {
-            // 26.x takes a dict of str to int > 0; anything else is ignored, as there.
-            std::optional<std::vector<std::pair<std::string, int64_t>>> list;
-            if (PyDict_Check(tokens.ptr())) {
-              list.emplace();
-              for (auto kv : py::reinterpret_borrow<py::dict>(tokens)) {
-                if (!PyUnicode_Check(kv.first.ptr()) || !PyLong_CheckExact(kv.second.ptr()) ||
-                    kv.second.cast<int64_t>() <= 0) {
-                  list.reset();
-                  break;
-                }
-                list->emplace_back(kv.first.cast<std::string>(), kv.second.cast<int64_t>());
-              }
-            }
-            s.schedule_tokens(list);
-          },
-          py::arg("tokens"), "After start(): msprobe 26.x's scheduled_tokens (session.h).")
-      .def(
-          "save",
-          [](const std::shared_ptr<Session>& s, py::handle variable, py::handle name,
-             py::handle save_backward, int rank) {
-            save_debug_value(s, variable, name, save_backward, rank);
-          },
-          py::arg("variable"), py::arg("name"), py::arg("save_backward"), py::arg("rank"),
-          "Level debug: PrecisionDebugger.save() (debug_save.h).")
-      .def_property_readonly(
           "wrap_list",
-          [](const Session& s) { return std::string(s.format().wrap_list); },
+          [](Session& s) { return std::string(s.hooks().format.wrap_list); },
           "The wrap list's file in the package's _rules folder: msprobe 1.1.1's or 26.2.0's.")
       .def(
           "api_call_name",
@@ -199,9 +178,37 @@ void bind_config(py::class_<Session, std::shared_ptr<Session>>& c) {
             return DumpFormat::of(s.config()).api_call_name(prefix, api);
           },
           py::arg("prefix"), py::arg("api"),
-          "The name an API's calls are recorded under: Torch.linalg.norm, or Torch.norm (26.x).")
-      .def_property_readonly(
-          "task", [](const Session& s) { return to_string(s.config().task); }, "The task.")
+          "The name an API's calls are recorded under: Torch.linalg.norm, or Torch.norm (26.x).");
+}
+
+// What msprobe 26.x added to a run: the optimizer node of construct.json, level debug's save().
+void bind_msprobe26(py::class_<Session, std::shared_ptr<Session>>& c) {
+  c.def_property_readonly(
+          "names_optimizer", [](Session& s) { return s.hooks().format.optimizer_node; },
+          "construct.json names the optimizer's step as a node (msprobe 26.x, level mix).")
+      .def(
+          "optimizer_step_begins",
+          [](Session& s) {
+            if (s.hooks().format.optimizer_node) enter_region("optimizer");
+          },
+          "Before an optimizer step, on its thread: its API calls are the optimizer node's.")
+      .def(
+          "optimizer_step_ends", [](const Session&) { leave_region(); },
+          "After an optimizer step, on its thread.")
+      .def(
+          "save",
+          [](const std::shared_ptr<Session>& s, py::handle variable, py::handle name,
+             py::handle save_backward, int rank) {
+            save_debug_value(s, variable, name, save_backward, rank);
+          },
+          py::arg("variable"), py::arg("name"), py::arg("save_backward"), py::arg("rank"),
+          "Level debug: PrecisionDebugger.save() (debug_save.h).");
+}
+
+// The task, what is said of it, and the statistics' counters.
+void bind_run_facts(py::class_<Session, std::shared_ptr<Session>>& c) {
+  c.def_property_readonly(
+       "task", [](const Session& s) { return to_string(s.config().task); }, "The task.")
       .def_property_readonly(
           "dumps_calls", [](const Session& s) { return s.config().dumps_calls(); },
           "The task hooks calls and writes dumps (not grad_probe).")
@@ -294,6 +301,8 @@ void bind_session(py::module_& m) {
       "One debugger's engine: the config, the step's records, the guard, the writer.");
   bind_lifecycle(c);
   bind_config(c);
+  bind_run_facts(c);
+  bind_msprobe26(c);
   bind_guard(c);
   bind_peer_stop(c);
 }

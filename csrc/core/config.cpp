@@ -404,6 +404,19 @@ Level parse_task_level(Task task, const json& v, const Loc& at) {
   return parse_level(v, at);
 }
 
+// 26.x's task structure: its scope, list and data_mode come from its own section, and it names
+// module calls: level L1 is taken as mix, as 26.x takes it.
+void read_structure_task(const json& doc, const Loc& root, Config& config,
+                         std::vector<std::string>& warnings) {
+  if (const json* v = find(doc, "structure"))
+    config.statistics = parse_collect(*v, root.child("structure"), true);
+  if (config.level == Level::L1) {
+    config.level = Level::Mix;
+    warnings.push_back(root.str() + ": task structure names module calls: level L1 is taken as "
+                                    "mix (as msprobe 26.x takes it)");
+  }
+}
+
 void read_task_sections(const json& doc, const Loc& root, Config& config) {
   ErrorList errors;
   errors.attempt([&] {
@@ -533,14 +546,7 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   read("tensor",
        [&](const json& v, const Loc& at) { config.tensor = parse_collect(v, at, false); });
   if (config.task == Task::Structure) {
-    // 26.x's structure task takes its scope, list and data_mode from its own section.
-    read("structure",
-         [&](const json& v, const Loc& at) { config.statistics = parse_collect(v, at, true); });
-    if (config.level == Level::L1) {
-      config.level = Level::Mix;
-      warnings.push_back(source + ": task structure names module calls: level L1 is taken as "
-                                  "mix (as msprobe 26.x takes it)");
-    }
+    errors.attempt([&] { read_structure_task(doc, root, config, warnings); });
   }
   errors.attempt([&] {
     const json* section = find(doc, "overflow_check");

@@ -234,7 +234,6 @@ class PrecisionDebugger:
         if self._patches.closed or self._session.finished:
             self._release()
             return
-        self._session.poll_config()  # msprobe 26.x's dump_enable
         models = self._models.given(model)
         if self._session.modules_hooked and not models and not self._models.live():
             raise ValueError(f"PrecisionDebugger.start: level {self._session.level} records modules, "
@@ -272,12 +271,11 @@ class PrecisionDebugger:
         if _rank() <= 0 and self._session.first_time("on line"):  # the same on every rank: rank 0 says it
             log.say(logging.INFO, self._session.on_line(self._patches.count("api"), self._models.hooked_modules))
         rank = _rank() if rank_id is None or _rank() >= 0 else rank_id
-        if self._session.start(rank, bool(new_models)):  # the step's first start()
+        if self._session.start(rank, bool(new_models), scheduled_tokens):  # the step's first start()
             self._overflow = None
             self._loss_scale.scaled_by = None
             for look in self._engine_looks:
                 look()
-        self._session.schedule_tokens(scheduled_tokens)
         if self._loss_scale.given is not None and self._loss_scale.scaled_by is None:
             self._note_scale(self._loss_scale.given)
 
@@ -299,7 +297,6 @@ class PrecisionDebugger:
         if self._peer:
             self._peer.check()
         self._session.stop()
-        self._session.poll_config()
 
     @_OnTheDebugger
     def step(self) -> None:
@@ -318,7 +315,6 @@ class PrecisionDebugger:
             self._session.judge_loss_scale(_C.call_unhooked(lambda: float(scaler.get_scale())),
                                            bool(skipped()) if callable(skipped) else False)
         self._session.step()
-        self._session.poll_config()
         if self._session.finished:
             self._release()
 

@@ -173,6 +173,10 @@ def main() -> None:
     if args.tool == "ours":
         debugger._release()
     (out / f"result_rank{rank}.json").write_text(json.dumps(result))
+    if args.dist:
+        # As a training script ends: CI once saw this process abort at exit ("terminate called
+        # without an active exception") with its gloo group left to the interpreter's teardown.
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -612,7 +612,7 @@ def test_run_ut_is_the_one_msprobe_task_refused(tmp_path):
     with pytest.raises(msprobe_cpp.ConfigError) as e:
         msprobe_cpp.PrecisionDebugger(config_path=str(path))
     assert str(e.value) == (f'{path}: task: "run_ut" is an msprobe task that msprobe_cpp does not support; '
-                            "supported: statistics, tensor, overflow_check, grad_probe, free_benchmark")
+                            "supported: statistics, tensor, overflow_check, grad_probe, free_benchmark, structure")
 
 
 def test_defaults_are_improve_precision_check_forward(tmp_path):

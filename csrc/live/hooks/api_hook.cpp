@@ -203,7 +203,7 @@ bool ApiHook::dropout_p_is_zero(PyObject* args, PyObject* kwargs) {
   if (!p || !(PyFloat_Check(p) || PyLong_Check(p))) return false;  // 0.5 by default
   const double value = PyFloat_AsDouble(p);
   if (value == -1.0 && PyErr_Occurred()) {
-    PyErr_Clear();
+    PythonCrossing::drop_error();
     return false;
   }
   return value == 0.0;
@@ -305,7 +305,7 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
   call.record.has_inputs = sel.inputs;
   call.record.has_outputs = sel.outputs;
   std::vector<const torch::autograd::Node*> grad_fns_before;
-  if (sel.backward && !session.format().backward_from_any_grad_fn) {
+  if (sel.backward && !session.hooks().format.backward_from_any_grad_fn) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
       collect_grad_fns(PyTuple_GET_ITEM(args, i), grad_fns_before, 0);
     }
@@ -330,7 +330,7 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
     result = call_original(args, kwargs, true);
   }
 
-  if (sel.backward && !(dropout_ && session.format().backward_from_any_grad_fn &&
+  if (sel.backward && !(dropout_ && session.hooks().format.backward_from_any_grad_fn &&
                         dropout_p_is_zero(args, kwargs))) {
     if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {
       add_backward_recorder(fn, owner, backward_name_of(name), call.stack, sel, call.parent, epoch);

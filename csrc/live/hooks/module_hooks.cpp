@@ -112,7 +112,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     if (open.backward) hook_backward(s, backward_key, base, open, output);
     // msprobe 26.x records the module's parameters and, unless data_mode is forward only, their
     // gradients.
-    const bool parameters = s->format().module_parameters;
+    const bool parameters = s->hooks().format.module_parameters;
     if (parameters && open.selected.any() && s->config().collect().data_mode.backward)
       hook_parameter_grads(s, module.ptr(), base);
     if (!open.selected.forward) return;

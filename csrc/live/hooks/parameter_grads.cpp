@@ -1,5 +1,6 @@
 #include "live/hooks/parameter_grads.h"
 
+#include <pybind11/pybind11.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -21,14 +22,15 @@ using torch::autograd::variable_list;
 // named_parameters(recurse=False) walks), skipping those set to None. GIL required.
 template <typename F>
 void for_each_parameter(PyObject* module, F&& f) {
-  PyObject* params = PyObject_GetAttrString(module, "_parameters");
+  const pybind11::object params =
+      pybind11::reinterpret_steal<pybind11::object>(PyObject_GetAttrString(module, "_parameters"));
   if (!params) {
     PythonCrossing::drop_error();  // not an nn.Module after all: it has none
     return;
   }
-  if (PyDict_Check(params)) {
+  if (PyDict_Check(params.ptr())) {
     PyObject *key = nullptr, *value = nullptr;
-    for (Py_ssize_t at = 0; PyDict_Next(params, &at, &key, &value);) {
+    for (Py_ssize_t at = 0; PyDict_Next(params.ptr(), &at, &key, &value);) {
       const char* name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
       if (!name) {
         PythonCrossing::drop_error();
@@ -37,7 +39,6 @@ void for_each_parameter(PyObject* module, F&& f) {
       if (is_tensor(value)) f(std::string(name), THPVariable_Unpack(value));
     }
   }
-  Py_DECREF(params);
 }
 
 // Runs after autograd accumulated the parameter's gradient: records `param.grad` as msprobe 26.x

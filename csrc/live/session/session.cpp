@@ -98,9 +98,8 @@ std::string section_name(const Config& c, const std::string& source) {
 }  // namespace
 
 Session::Session(Config config, std::string package_dir, const std::string& source,
-                 std::string library_dir)
+                 std::string library_dir, std::optional<ConfigWatch> dump_enable)
     : config_(std::move(config)),
-      format_(DumpFormat::of(config_)),
       paths_(session_paths(config_, std::move(package_dir), std::move(library_dir), source)),
       numbering_(++g_epochs),
       selection_(config_.collect(), config_.level, section_name(config_, source),
@@ -109,8 +108,9 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
       deferred_(config_.overflow_check, capture_.pending()),
       guard_(config_, paths_, codes_, source),
       writer_(config_.dump_path, paths_.dump_root, to_string(config_.task),
-              to_string(config_.level), format_, capture_.saver()) {
+              to_string(config_.level), DumpFormat::of(config_), capture_.saver()) {
   guard_.new_step(0, numbering_.epoch());
+  state_.with_lock([&](StepCalls& s) { s.dump_enable = std::move(dump_enable); });
 }
 
 Session::~Session() {
@@ -129,7 +129,8 @@ int Session::current_rank() const {
   return state_.with_lock([](const StepCalls& s) { return s.at.rank; });
 }
 
-bool Session::start(int rank, bool new_models) {
+bool Session::start(int rank, bool new_models, const ScheduledTokens& tokens) {
+  poll_dump_enable();
   deliver_said_lines();  // an earlier step's write thread's
   // A forward that an exception cut short (an overflow stop, a user's error) left its module
   // calls open on this thread.
@@ -153,35 +154,34 @@ bool Session::start(int rank, bool new_models) {
   if (capture_.saver()) capture_.file_names().set_dir(staging + "/" + kTensorFolder);
   const bool rank_ok =
       rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
-  const bool collect = rank_ok && config_.step.contains(step) &&
-                       !past_last_step(config_, step) &&
-                       (!config_watch_ || config_watch_->enabled());
-  if (collect) state_.with_lock([](StepCalls& s) { s.collected = true; });
+  const bool collect = state_.with_lock([&](StepCalls& s) {
+    const bool on = rank_ok && config_.step.contains(step) && !past_last_step(config_, step) &&
+                    (!s.dump_enable || s.dump_enable->enabled());
+    if (on) s.collected = true;
+    return on;
+  });
   gate_.open(collect);
+  take_scheduled_tokens(tokens);
   return first;
 }
 
-void Session::watch_config(const std::string& path, nlohmann::json overrides) {
-  config_watch_.emplace(path, std::move(overrides), config_.msprobe26.dump_enable.value_or(true));
-}
-
-void Session::poll_config() {
-  if (!config_watch_) return;
+void Session::poll_dump_enable() {
   const double now = std::chrono::duration<double>(
                          std::chrono::steady_clock::now().time_since_epoch())
                          .count();
-  const bool was = config_watch_->enabled();
-  const std::string said = config_watch_->poll(now);
+  std::string said;
+  const bool turned_off = state_.with_lock([&](StepCalls& s) {
+    if (!s.dump_enable) return false;
+    const bool was = s.dump_enable->enabled();
+    said = s.dump_enable->poll(now);
+    return was && !s.dump_enable->enabled() && s.began && !s.stopped;
+  });
   if (!said.empty()) say_warning(said);
-  if (was && !config_watch_->enabled()) {
-    // 26.x flushes what the step collected so far when the dump turns off.
-    const bool collecting = state_.with_lock([](const StepCalls& s) { return s.began && !s.stopped; });
-    if (collecting) stop();
-  }
+  // 26.x writes what the step collected so far when the dump turns off.
+  if (turned_off) stop();
 }
 
-void Session::schedule_tokens(
-    const std::optional<std::vector<std::pair<std::string, int64_t>>>& tokens) {
+void Session::take_scheduled_tokens(const ScheduledTokens& tokens) {
   capture_.slices().clear_request();
   const std::optional<std::string>& id = config_.collect().msprobe26.request_id;
   if (!id || !tokens || tokens->empty()) return;
@@ -195,9 +195,8 @@ void Session::schedule_tokens(
     }
     total += count;
   }
-  const int64_t step = current_step();
   if (!found) {
-    say_warning(*id + " not found in scheduled_tokens, step " + std::to_string(step) +
+    say_warning(*id + " not found in scheduled_tokens, step " + std::to_string(current_step()) +
                 " will not be dumped");
     gate_.open(false);
     return;
@@ -225,6 +224,7 @@ void Session::stop() {
   state_.with_lock([](StepCalls& s) { s.stopped = true; });
   gate_.close();
   write_step(/*at_stop=*/true, /*hand_over=*/config_.async_dump);
+  poll_dump_enable();
 }
 
 void Session::drain_writes() {
@@ -258,6 +258,7 @@ void Session::step() {
   write_step(/*at_stop=*/false, /*hand_over=*/config_.async_dump);
   if (collected) warn_unmatched_selection(step);
   advance();
+  poll_dump_enable();
 }
 
 std::string Session::end_step_for_raise() {

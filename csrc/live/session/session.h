@@ -72,24 +72,28 @@ struct HookContext {
   TensorCapture& capture;
   BackwardScope& backward_scope;  // autograd threads
   CodeRegistry& codes;            // GIL: codes.capture() is the calling thread's stack
+  const DumpFormat format;        // what the files look like (the generation the config speaks)
 };
 
 class Session {
  public:
   // `package_dir`: frames under it are left out of stack.json. `source` names the config in
   // errors about it (ConfigError).
+  // `dump_enable`: msprobe 26.x's, config.json looked at again as the run goes on
+  // (core/config_watch.h): at start() (before it), stop() and step() (after them).
   Session(Config config, std::string package_dir, const std::string& source,
-          std::string library_dir = "");
+          std::string library_dir = "", std::optional<ConfigWatch> dump_enable = std::nullopt);
   ~Session();
 
   const Config& config() const { return config_; }
-  // What the files look like (the msprobe generation the config speaks).
-  const DumpFormat& format() const { return format_; }
 
   // Lifecycle, called from Python with the GIL held.
   // rank -1: torch.distributed not initialized. `new_models`: start() was given a model it did
-  // not have. Returns whether this is the step's first start().
-  bool start(int rank, bool new_models);
+  // not have. `tokens`: msprobe 26.x's start(scheduled_tokens=...), the batch's requests in
+  // order with their token counts (nullopt: none given, or not a valid dict); where the config's
+  // request_id is among them, the step describes its rows only, and where it is not, the step is
+  // not dumped. Returns whether this is the step's first start().
+  bool start(int rank, bool new_models, const ScheduledTokens& tokens = std::nullopt);
   void stop();          // writes the step's files (everything collected in this step so far)
   void stop_at_exit();  // the step started last, when stop() was not called for it
   void drain_writes();  // async_dump: returns once every step handed over is written
@@ -100,13 +104,6 @@ class Session {
   // with their token counts (nullopt: none given, or not a valid dict). Where the config's
   // request_id is among them, this step describes its rows only; where it is not, this step
   // is not dumped.
-  // msprobe 26.x's dump_enable: from now on config.json at `path` is looked at again by
-  // poll_config() (core/config_watch.h). GIL required.
-  void watch_config(const std::string& path, nlohmann::json overrides);
-  // At start() (before it), stop() and step() (after them): a changed dump_enable turns the dump
-  // on or off; off, the step being collected is written first. GIL required.
-  void poll_config();
-  void schedule_tokens(const std::optional<std::vector<std::pair<std::string, int64_t>>>& tokens);
   int current_rank() const;  // -1: torch.distributed not initialized
   // A step started and collected on this rank: an optimizer's step in it is judged.
   bool judges_optimizer() const;
@@ -136,6 +133,10 @@ class Session {
 
  private:
   void advance();
+  // dump_enable: a changed file turns the dump on or off; off, the step being collected is
+  // written first.
+  void poll_dump_enable();
+  void take_scheduled_tokens(const ScheduledTokens& tokens);
   // The temporaries and unfinished folders a killed run of rank `rank` left (the first start()).
   void clean_earlier_run(int rank);
   void warn_unmatched_selection(int64_t step);  // once per entry and session
@@ -157,7 +158,6 @@ class Session {
   void keep_tensors(const KeptTensors& keep, const std::string& call, const LiveTensors& live);
 
   const Config config_;
-  const DumpFormat format_;
   const SessionPaths paths_;
   CollectionGate gate_;
   Guarded<StepCalls> state_;
@@ -171,8 +171,8 @@ class Session {
   SaidOnce said_;
   BackwardScope backward_scope_;
   PeerStopFlag peer_stop_;
-  std::optional<ConfigWatch> config_watch_;  // dump_enable; the Python thread's
-  HookContext hooks_{gate_, numbering_, selection_, capture_, backward_scope_, codes_};  // last
+  HookContext hooks_{gate_,           numbering_, selection_,           capture_,
+                     backward_scope_, codes_,     DumpFormat::of(config_)};  // last
 };
 
 std::shared_ptr<Session> current_session();

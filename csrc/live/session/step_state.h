@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/config_watch.h"
 #include "core/record.h"
 #include "core/report.h"
 #include "live/capture/call_stack.h"
@@ -66,8 +67,14 @@ struct SessionPaths {
   std::string dir_of(const StepPlace& at) const { return dump_root + "/" + folder_of(at); }
 };
 
+// msprobe 26.x's start(scheduled_tokens=...): the batch's requests in order, with their tokens.
+using ScheduledTokens = std::optional<std::vector<std::pair<std::string, int64_t>>>;
+
 struct StepCalls {
   StepPlace at;
+  // msprobe 26.x's dump_enable: config.json looked at again; its dump_enable turns collection
+  // on and off (core/config_watch.h).
+  std::optional<ConfigWatch> dump_enable;
   std::vector<StoredCall> calls;
   bool dirty = false;           // collected since the last write
   bool collected = false;       // collecting was on at some start() of the step
