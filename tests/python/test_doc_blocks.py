@@ -54,6 +54,7 @@ def plain_names(device: str) -> Dict[str, Any]:
 
 def transformers_names(tmp_path: pathlib.Path) -> Dict[str, Any]:
     transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")  # the Trainer needs it (a venv may have transformers alone)
     import real_models
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
