@@ -281,8 +281,14 @@ void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
 // torch.distributed: another rank's stop, as the watcher thread hands it over.
 void bind_peer_stop(py::class_<Session, std::shared_ptr<Session>>& c) {
   c.def(
-       "set_peer_stopped", [](Session& s) { s.peer_stop().set(); },
-       "Another rank stopped (the watcher thread): the hooks raise its stop.")
+       "set_peer_stopped",
+       [](Session& s, bool own) {
+         s.peer_stop().set();
+         if (own) s.peer_stop().mark_raised();
+       },
+       py::arg("own") = false,
+       "Another rank stopped (the watcher thread): the hooks raise its stop; `own`: this rank's "
+       "stop, which it raises itself.")
       .def(
           "stop_for_peer",
           [](Session& s, int rank, int64_t step, const std::string& call,

@@ -249,7 +249,7 @@ class PeerStop:
         if self._stopped_here is not None or self.peer is not None:
             return  # one stop per run; a rank stopped by a peer does not publish
         self._stopped_here = int(overflow.step)
-        self._session.set_peer_stopped()  # the hooks now ask check(): the run has ended
+        self._session.set_peer_stopped(own=True)  # the hooks now ask check(): the run has ended
         facts = {"rank": self._rank, "step": overflow.step, "call": overflow.call,
                  "origin": overflow.origin, "scene": overflow.scene, "level": overflow.level}
         try:

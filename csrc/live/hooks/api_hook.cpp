@@ -211,6 +211,12 @@ bool ApiHook::dropout_p_is_zero(PyObject* args, PyObject* kwargs) {
 
 py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   std::shared_ptr<Session> session = current_session();
+  // A peer's stop not raised here yet: the watcher thread may have ended this rank's step (the
+  // gate closed) while a forward runs, and the rest of that forward must not use what the peer
+  // sent (a sync-BN's NaN sums written into the running statistics).
+  if (session && session->peer_stop().unraised() && !ReentryGuard::inside() &&
+      !called_by_compiled_region())
+    raise_peer_stop(*session);
   if (!session || !session->hooks().gate.forward() || ReentryGuard::inside() ||
       called_by_compiled_region()) {
     // A call the tool makes, or one inside a hooked call, is not the program's own: what it

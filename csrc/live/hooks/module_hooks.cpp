@@ -79,6 +79,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
   };
   auto pre = [forward_key, record, on](py::handle module, py::handle inputs, py::handle kwargs) {
     std::shared_ptr<Session> s = current_session();
+    if (s && s->peer_stop().unraised()) raise_peer_stop(*s);  // as ApiHook::call
     if (!s || !on(*s)) return;
     if (s->peer_stop().stopped()) raise_peer_stop(*s);
     Selection& selection = s->hooks().selection;

@@ -183,7 +183,13 @@ std::optional<int> anomalous_collective_input_rank(Session& session, const std::
 
 void raise_peer_stop(Session& session) {
   PythonSide* side = session.guard().python_side();
-  if (side && side->raise_peer_stop && !side->raise_peer_stop.is_none()) side->raise_peer_stop();
+  if (!side || !side->raise_peer_stop || side->raise_peer_stop.is_none()) return;
+  try {
+    side->raise_peer_stop();  // raises, or returns where this rank is to finish its step first
+  } catch (...) {
+    session.peer_stop().mark_raised();
+    throw;
+  }
 }
 
 void queue_backward_flush(Session& session) {

@@ -44,9 +44,14 @@ class PeerStopFlag {
  public:
   void set() { stopped_.store(true, std::memory_order_release); }
   bool stopped() const { return stopped_.load(std::memory_order_acquire); }
+  // The hooks raised it on this rank (raise_peer_stop): until then every hooked call raises it,
+  // also once the watcher thread has ended the step (its evidence written, the gate closed).
+  void mark_raised() { raised_.store(true, std::memory_order_release); }
+  bool unraised() const { return stopped() && !raised_.load(std::memory_order_acquire); }
 
  private:
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> raised_{false};
 };
 
 // Messages said once per session. Thread-safe.
