@@ -287,8 +287,8 @@ void bind_peer_stop(py::class_<Session, std::shared_ptr<Session>>& c) {
          if (own) s.peer_stop().mark_raised();
        },
        py::arg("own") = false,
-       "Another rank stopped (the watcher thread): the hooks raise its stop; `own`: this rank's "
-       "stop, which it raises itself.")
+       "Another rank stopped (the watcher thread): the hooks raise its stop; `own`: a stop this "
+       "rank raises itself (its own, or the peer's raised by PeerStop.raise_now).")
       .def(
           "stop_for_peer",
           [](Session& s, int rank, int64_t step, const std::string& call,

@@ -405,6 +405,7 @@ class PeerStop:
         dump_dir = self._write_evidence()
         step = self._evidence_step
         self._raised_peer = True
+        self._session.set_peer_stopped(own=True)  # raised here: the hooks no longer raise it
         facts = _C.peer_overflow_fields(peer, step, self._rank, dump_dir or "", list(gradients or []))
         raise OverflowError(facts["message"], Overflow(**facts))
 
