@@ -14,21 +14,23 @@ case "${1:-}" in
     exit 2
     ;;
 esac
+# Each phase's line says when it began, for the suite's time (issue 52: under 35 minutes fresh).
+phase() { echo "== $* (at $((SECONDS / 60)) min $((SECONDS % 60)) s)"; }
 install_packages
 # pytest-xdist workers, each given whole files (tests/python/conftest.py puts the long ones first);
 # MSPROBE_TEST_WORKERS=0 runs the suite in one process.
 workers=(-n "${MSPROBE_TEST_WORKERS:-2}" --dist loadfile)
 [ "${MSPROBE_TEST_WORKERS:-2}" = 0 ] && workers=()
-echo "== include graph, class and function sizes, crossings and ownership"
+phase "include graph, class and function sizes, crossings and ownership"
 "$PYTHON" "$ROOT/tools/include_graph.py" --quiet
 "$PYTHON" "$ROOT/tools/class_sizes.py" --quiet
 "$PYTHON" "$ROOT/tools/function_sizes.py" --quiet
 "$PYTHON" "$ROOT/tools/architecture_checks.py" --quiet
 # A new compiler warning fails the suite (MSPROBE_WERROR=OFF lets it through, for a local run).
 MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" build
-echo "== ctest"
+phase "ctest"
 ctest --test-dir "$BUILD" --output-on-failure -j"$(nproc)"
-echo "== pytest${tier:+ (the fast tier)}"
+phase "pytest${tier:+ (the fast tier)}"
 cd "$ROOT"
 # MSPROBE_TEST_INSTALL=1: also pip-install a fresh copy into a venv (tests/python/test_install.py).
 # The torch 2 run's install test installs into Debian's torch as well, so this run leaves it to that
@@ -36,7 +38,7 @@ cd "$ROOT"
 skip_torch2="${MSPROBE_SKIP_TORCH2:-0}"
 PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
   MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-$skip_torch2}" \
-  "$PYTHON" -m pytest tests/python -q -p no:cacheprovider --durations=15 "${workers[@]}" "${tier[@]}"
+  "$PYTHON" -m pytest tests/python -q -p no:cacheprovider --durations="${MSPROBE_TEST_DURATIONS:-15}" "${workers[@]}" "${tier[@]}"
 
 # The same suite on the newest PyTorch 2.x, and the fast tier on 2.13 (MSPROBE_SKIP_TORCH2=1 leaves
 # both out, for a quick local run).
@@ -46,18 +48,20 @@ torch_pytest() {
   local dir="$1" version
   shift
   version="$("$dir/venv/bin/python" -c 'import torch; print(torch.__version__)')"
-  echo "== pytest $* on torch $version"
+  phase "pytest $* on torch $version"
   # Inductor's kernel cache is keyed by the kernel's source, not the torch that built it: a kernel
   # another torch left in the shared /tmp/torchinductor_$USER, or in this folder before its venv
   # was made again with another torch, fails to load (undefined Sleef_*). One folder per torch.
   TORCHINDUCTOR_CACHE_DIR="$dir/inductor-cache-$version" \
     MSPROBE_CPP_PACKAGE_ROOT="$dir/pkg" PYTHONPATH="$dir/pkg" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
     MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-1}" \
-    "$dir/venv/bin/python" -m pytest tests/python -q -p no:cacheprovider --durations=15 "${workers[@]}" "$@"
+    "$dir/venv/bin/python" -m pytest tests/python -q -p no:cacheprovider --durations="${MSPROBE_TEST_DURATIONS:-15}" "${workers[@]}" "$@"
 }
+phase "the torch 2 venv and build"
 torch2_env
 MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" torch2_build
 torch_pytest "$TORCH2_DIR" "${tier[@]}"
+phase "the torch 2.13 venv and build"
 torch_venv "$TORCH213_DIR" "$ROOT/requirements-torch213.txt"
 MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" torch_venv_build "$TORCH213_DIR"
 # 2.13's venv holds msprobe 26.2.0, the second msprobe peer: its tests run there too (not --fast).
@@ -66,3 +70,4 @@ if [ ${#tier[@]} -eq 0 ]; then
 else
   torch_pytest "$TORCH213_DIR" -m "not slow"
 fi
+phase "done"
