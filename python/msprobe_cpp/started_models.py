@@ -2,6 +2,7 @@
 cell must not keep every earlier one alive. Each keeps its prefix's number (`model1.`) and the ids
 of its hooked modules, dropped when it goes (ids are reused). What the engine knows of them (their
 tensors, by name) is the engine's (_C.Session.add_model_tensor, parameter_names)."""
+import gc
 import weakref
 from typing import Any, List, Set
 
@@ -55,7 +56,13 @@ class StartedModels:
     def add(self, model: torch.nn.Module) -> str:
         """Starts `model`; returns its names' prefix: "" for the first, "model1." for a second, so
         that its names can't be taken for the first one's."""
-        self.live()
+        if self.live():
+            # A model the program let go of but that a reference cycle keeps (a module holding
+            # itself, an optimizer's closure) is gone only at the next collection: without one,
+            # the new model would be named model1.* after a model that no longer exists. Once
+            # per new model, not per step.
+            gc.collect()
+            self.live()
         taken = {started.number for started in self._started}
         number = next(n for n in range(len(taken) + 1) if n not in taken)
         self._started.append(_StartedModel(weakref.ref(model), number))

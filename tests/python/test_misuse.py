@@ -102,6 +102,27 @@ def test_a_second_model_is_hooked_in_addition_with_its_own_names(tmp_path):
         assert "Module.model1.2.Linear.backward.0" in recorded
 
 
+def test_a_model_let_go_of_through_a_cycle_leaves_its_names_to_the_next(tmp_path):
+    """Issue 54: a model the program dropped, but that a reference cycle kept until the next
+    collection, named the next model's modules and parameters model1.*."""
+    dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "d", level="L1")
+    first = nn.Sequential(nn.Linear(3, 3))
+    first.cycle = [first]  # freed by the collector only
+    dbg.start(first)
+    first(torch.randn(2, 3)).sum().backward()
+    dbg.stop()
+    dbg.step()
+    del first
+    second = nn.Sequential(nn.Linear(3, 3))
+    with torch.no_grad():
+        second[0].weight[0, 0] = float("nan")
+    dbg.start(second)
+    with pytest.raises(msprobe_cpp.OverflowError) as stop:
+        second(torch.randn(2, 3)).sum().backward()
+    assert stop.value.origin == "parameter"
+    assert "parameter 0.weight" in str(stop.value) and "model1" not in str(stop.value), str(stop.value)
+
+
 def test_msprobe_keyword_forms_work(tmp_path):
     model = make_model("mlp")
     dbg = msprobe_cpp.PrecisionDebugger(dump_path=tmp_path / "kw", level="mix", model=model, step=range(1, 3),
