@@ -154,6 +154,106 @@ def test_nan_in_the_batch_stops_at_the_first_conv_with_origin_input(tmp_path, na
         assert e.module is not None and e.module.startswith(f"Module.{first}."), str(e)
 
 
+# --- 1b. NaN in the batch that reaches the first module through code between the modules ---------
+# Issue 54: at L0 the first hooked module was given a tensor that the started model's own code made
+# from the batch (a view, a normalizing transform), and the stop said "op".
+
+def frcnn() -> Tuple[nn.Module, Callable[[int], Tuple[Any, ...]], str]:
+    """torchvision's Faster R-CNN, tiny images: its transform (normalize, batch) runs before the
+    backbone's first conv."""
+    tv = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = tv.models.detection.fasterrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=3,
+                                                        min_size=64, max_size=64)
+    g = torch.Generator().manual_seed(1)
+    data = [[torch.rand(3, 64, 64, generator=g) for _ in range(2)] for _ in range(K + 1)]
+    targets = [{"boxes": torch.tensor([[4.0, 4.0, 30.0, 30.0]]), "labels": torch.tensor([1])} for _ in range(2)]
+
+    def args(i: int) -> Tuple[Any, ...]:
+        return data[i], targets
+    return model, args, "backbone.body.conv1"
+
+
+def wav2vec2() -> Tuple[nn.Module, Callable[[int], Tuple[Any, ...]], str]:
+    """transformers' Wav2Vec2ForCTC: its feature encoder takes input_values[:, None] to its first
+    conv."""
+    hf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = hf.Wav2Vec2Config(vocab_size=12, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
+                               num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, pad_token_id=0,
+                               ctc_loss_reduction="mean", mask_time_prob=0.0)
+    model = hf.Wav2Vec2ForCTC(config)
+    g = torch.Generator().manual_seed(1)
+    data = [torch.randn(2, 400, generator=g) for _ in range(K + 1)]
+    labels = torch.randint(1, 12, (2, 3), generator=g)
+
+    def args(i: int) -> Tuple[Any, ...]:
+        return (data[i],)
+    return model, args, "wav2vec2.feature_extractor.conv_layers.0.conv"
+
+
+def _sum_of_losses(out: Any) -> torch.Tensor:
+    if isinstance(out, dict):
+        return sum(out.values())
+    return out.logits.float().square().mean()
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("make", [frcnn, wav2vec2], ids=["fasterrcnn", "hf_wav2vec2"])
+def test_nan_in_the_batch_carried_to_the_first_module_by_the_models_code_is_input(tmp_path, make, level):
+    model, args, first_conv = make()
+    model.train()
+    first = args(K)[0]
+    (first[0] if isinstance(first, list) else first).view(-1)[7] = NAN  # the data pipeline's fault
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    dbg = guard(tmp_path, level)
+    reached = Reached()
+
+    def run() -> None:
+        for i in range(K + 1):
+            dbg.start(model)
+            reached(i)
+            _sum_of_losses(model(*args(i))).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            dbg.stop()
+            dbg.step()
+    e = stop_of(run, dbg, tmp_path)
+    assert_stopped_in(e, K, reached, tmp_path)
+    assert (e.origin, e.parameter) == ("input", None), str(e)
+    if level == "L0":
+        assert e.call.startswith(f"Module.{first_conv}."), str(e)
+        assert "own arguments (the batch) held NaN" in e.note, str(e)
+    else:
+        assert e.call == ("Functional.conv2d.0.forward" if make is frcnn else "Functional.conv1d.0.forward"), str(e)
+
+
+class MaskedNet(nn.Module):
+    """Given -inf in its mask on purpose; its own code (mask * 0) makes NaN from it between its
+    modules: that is its op, not the batch's NaN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+        self.outer = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.outer(self.inner(x) + mask * 0)
+
+
+def test_nan_the_models_code_makes_from_a_masks_inf_is_still_its_op(tmp_path):
+    torch.manual_seed(0)
+    model = MaskedNet()
+    mask = torch.zeros(2, 4)
+    mask[0, 1] = -INF
+    dbg = guard(tmp_path, "L0")
+    dbg.start(model)
+    e = stop_of(lambda: model(torch.randn(2, 4), mask), dbg, tmp_path)
+    assert e.origin == "op" and e.call.startswith("Module.outer."), str(e)
+    assert "made by the code of the started model MaskedNet's own forward" in e.note, str(e)
+
+
 # --- 2. resnet18 with SGD lr=1e6: a running_var becomes +inf --------------------------------------
 
 HUGE_LR_STEPS = 4

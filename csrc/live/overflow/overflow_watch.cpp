@@ -161,7 +161,7 @@ void OverflowWatch::trace_tensor(const Entry& e, const at::Tensor& t, const Live
     return;
   }
   out.explained = false;
-  if (!out.origin) trace_unmade(t, live, out);
+  if (!out.origin) trace_unmade(e, t, live, out);
 }
 
 // A tensor an earlier call of this step made: explained by it, or downstream of its anomaly.
@@ -236,9 +236,30 @@ bool OverflowWatch::trace_gradient(const at::Tensor& t, Traced& out) const {
   return true;
 }
 
+namespace {
+
+// Whether the tensors hold a kind of non-finite value that `kinds` holds (NaN where it holds NaN,
+// an infinity where it holds one). Scanned only here, while an anomaly is traced: never per step.
+bool hold_a_kind_of(const std::vector<at::Tensor>& tensors, const KindCounts& kinds) {
+  for (const at::Tensor& a : tensors) {
+    if (!a.defined() || a.layout() != at::kStrided || a.is_meta() ||
+        !(a.is_floating_point() || a.is_complex())) {
+      continue;
+    }
+    if ((kinds.n[0] && at::isnan(a).any().item<bool>()) ||
+        ((kinds.n[1] || kinds.n[2]) && at::isinf(a).any().item<bool>())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 // What no recorded call of this step made: a compiled region's output, another module's
 // parameter, the enclosing code's work at L0, or else what came in (the batch).
-void OverflowWatch::trace_unmade(const at::Tensor& t, const LiveTensors& live, Traced& out) const {
+void OverflowWatch::trace_unmade(const Entry& e, const at::Tensor& t, const LiveTensors& live,
+                                 Traced& out) const {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (auto it = compiled_outputs_.find(impl);
       it != compiled_outputs_.end() && it->second.lock().get() == impl) {
@@ -256,6 +277,16 @@ void OverflowWatch::trace_unmade(const at::Tensor& t, const LiveTensors& live, T
   // At L0 (and at a started model's output): what no recorded call made and the enclosing code
   // was not given, that code made while it ran.
   if (const LiveTensors::Enclosing* maker = live.maker_of(t)) {
+    // The started model's own arguments held it: the code between the modules (a view such as
+    // wav2vec2's input_values[:, None], a detector's normalizing transform) only carried the
+    // batch's NaN/inf to the first module.
+    const LiveTensors::Enclosing& model = live.enclosing.back();
+    if (model.started_model && hold_a_kind_of(model.args, kinds_of(e))) {
+      out.origin = Origin::Input;
+      out.note = model.maker + "'s own arguments (the batch) held " + kinds_text(kinds_of(e)) +
+                 "; its code between the modules carried it to this call";
+      return;
+    }
     out.origin = Origin::Op;
     out.note = "made by the code of " + maker->maker +
                (maker->started_model ? "'s own forward" : "") +

@@ -98,7 +98,8 @@ class OverflowWatch {
   bool trace_known(const Entry& e, const at::Tensor& t, Traced& out) const;
   bool trace_model_tensor(const Entry& e, const at::Tensor& t, Traced& out) const;
   bool trace_gradient(const at::Tensor& t, Traced& out) const;
-  void trace_unmade(const at::Tensor& t, const LiveTensors& live, Traced& out) const;
+  void trace_unmade(const Entry& e, const at::Tensor& t, const LiveTensors& live,
+                    Traced& out) const;
   bool backward_explained(const CallRecord& rec, const Finding& f) const;
   // `held`: set to the hold id when the unexplained outputs are all held NaN/inf.
   std::optional<bool> judged_inside(const CallRecord& rec, const Finding& f,
