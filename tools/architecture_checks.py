@@ -5,7 +5,9 @@ check line by line:
 - crossing: the GIL is taken or released, a Python reference counted by hand, or a Python error
   cleared, fetched or restored outside the crossing class (csrc/live/crossing/);
 - ownership: a class holds a reference to a Guarded<...>: guarded state is reached only by the
-  class that owns it.
+  class that owns it;
+- gil: a function whose comment says "GIL required" has no PythonCrossing::assert_gil() in its
+  definition (the claim is checked in debug builds, as pybind11's gil.h checks its own).
 
     python3 tools/architecture_checks.py [--quiet] [--root DIR]
 """
@@ -28,7 +30,64 @@ def code_lines(path: Path):
         yield number, code
 
 
+GIL_CLAIM = "GIL required"
+DECLARED_NAME = re.compile(r"(~?\w+)\s*\($")
+
+
+def gil_claims(path: Path):
+    """The functions whose comment (the lines just above the declaration, or on its line) says
+    "GIL required": (name, line)."""
+    lines = path.read_text().split("\n")
+    claimed = False
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if stripped.startswith("//"):
+            claimed = claimed or GIL_CLAIM in stripped
+            continue
+        code = re.sub(r"//.*", "", stripped)
+        if (claimed or GIL_CLAIM in line) and "(" in code:
+            name = DECLARED_NAME.search(code[:code.index("(") + 1])
+            if name:
+                yield name.group(1), number
+        claimed = False
+
+
+def definitions(csrc: Path, name: str):
+    """Each definition of `name` (a free function or a member): its file, line and body."""
+    head = re.compile(r"^[^\s/#].*\b(?:\w+::)?" + re.escape(name) + r"\s*\(")
+    for path in sorted(csrc.rglob("*")):
+        if path.suffix not in (".cpp", ".h"):
+            continue
+        text = path.read_text()
+        lines = text.split("\n")
+        for number, line in enumerate(lines, 1):
+            if not head.search(line) or line.rstrip().endswith(";"):
+                continue
+            rest = "\n".join(lines[number - 1:])
+            brace, semi = rest.find("{"), rest.find(";")
+            if brace < 0 or (0 <= semi < brace):
+                continue  # a declaration or a call
+            depth, end = 0, brace
+            for end in range(brace, len(rest)):
+                depth += {"{": 1, "}": -1}.get(rest[end], 0)
+                if depth == 0:
+                    break
+            yield path, number, rest[brace:end + 1]
+
+
+def gil_violations(csrc: Path):
+    for path in sorted(csrc.rglob("*")):
+        if path.suffix not in (".cpp", ".h") or path.relative_to(csrc).as_posix().startswith(CROSSING_HOME):
+            continue
+        for name, number in gil_claims(path):
+            for where, line, body in definitions(csrc, name):
+                if "assert_gil()" not in body:
+                    yield ("gil", f"csrc/{where.relative_to(csrc).as_posix()}:{line}",
+                           f"{name}: claimed at csrc/{path.relative_to(csrc).as_posix()}:{number}")
+
+
 def violations(csrc: Path):
+    yield from gil_violations(csrc)
     for path in sorted(csrc.rglob("*")):
         if path.suffix not in (".cpp", ".h"):
             continue
@@ -46,11 +105,12 @@ def main() -> int:
     root = Path(args[args.index("--root") + 1]) if "--root" in args else Path(__file__).resolve().parent.parent
     found = list(violations(root / "csrc"))
     for rule, where, code in found:
-        hint = ("go through PythonCrossing (csrc/live/crossing/python_crossing.h)" if rule == "crossing"
-                else "only the owner reaches its Guarded state: pass values, not the state")
+        hint = {"crossing": "go through PythonCrossing (csrc/live/crossing/python_crossing.h)",
+                "ownership": "only the owner reaches its Guarded state: pass values, not the state",
+                "gil": "its comment says GIL required: begin it with PythonCrossing::assert_gil()"}[rule]
         print(f"{where}: {rule}: {code}  -- {hint}")
     if not found and "--quiet" not in args:
-        print("architecture checks: the crossing and ownership rules hold in csrc/")
+        print("architecture checks: the crossing, ownership and GIL rules hold in csrc/")
     return 1 if found else 0
 
 

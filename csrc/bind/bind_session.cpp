@@ -17,6 +17,7 @@
 #include "live/overflow/python_objects.h"
 #include "live/overflow/python_side.h"
 #include "live/session/session.h"
+#include "live/crossing/python_crossing.h"
 
 namespace py = pybind11;
 
@@ -46,6 +47,7 @@ std::shared_ptr<Session> make_session(const std::string& config_path,
 
 // One call fills the whole PythonSide, by name (python_objects.h lists the names).
 void set_python_side(Session& s, py::kwargs given) {
+  PythonCrossing::assert_gil();
   auto side = std::make_unique<PythonSide>();
   size_t taken = 0;
   side->each([&](const char* name, py::object& member) {

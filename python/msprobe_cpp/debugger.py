@@ -25,18 +25,11 @@ from . import peer_stop
 from .peer_stop import PeerStop
 from .replay import live_replay
 from .started_models import StartedModels
+from .ranks import current_rank
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Frames under here are torch's, not the user's line an overflow stop names.
 TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
-
-
-def _rank() -> int:
-    """torch.distributed rank, or -1 when it is not initialized (folder `rank`)."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank()
-    return -1
 
 
 def _register_pre_hook(module: torch.nn.Module, hook: Any) -> Any:
@@ -264,13 +257,13 @@ class PrecisionDebugger:
             self._add_model(m)
         if self._patches.installed("module"):
             keep_copies_plain(self._patches, ("module", "dump"))
-        if self._peer is None and self._session.watching and _rank() >= 0:
+        if self._peer is None and self._session.watching and current_rank() >= 0:
             self._peer = peer_stop.create(self._session, self._patches) or False
         if self._peer:
             self._peer.check()
-        if _rank() <= 0 and self._session.first_time("on line"):  # the same on every rank: rank 0 says it
+        if current_rank() <= 0 and self._session.first_time("on line"):  # the same on every rank: rank 0 says it
             log.say(logging.INFO, self._session.on_line(self._patches.count("api"), self._models.hooked_modules))
-        rank = _rank() if rank_id is None or _rank() >= 0 else rank_id
+        rank = current_rank() if rank_id is None or current_rank() >= 0 else rank_id
         if self._session.start(rank, bool(new_models), scheduled_tokens):  # the step's first start()
             self._overflow = None
             self._loss_scale.scaled_by = None
@@ -287,7 +280,7 @@ class PrecisionDebugger:
         nothing at other levels."""
         if self._patches.closed:
             return
-        self._session.save(variable, name, save_backward, _rank())
+        self._session.save(variable, name, save_backward, current_rank())
 
     @_OnTheDebugger
     def stop(self) -> None:

@@ -12,13 +12,7 @@ from . import deepspeed_engine
 from . import log
 from .gradient_guard import install_gradient_guard
 from .patches import Patches
-
-
-def _rank() -> int:
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank()
-    return -1
+from .ranks import current_rank
 
 
 def _writes_gradients(optimizer: Any) -> bool:
@@ -41,7 +35,7 @@ class GradProbe:
         from its next optimizer step on. A rank the config's rank list leaves out watches none."""
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"PrecisionDebugger.monitor: model must be a torch.nn.Module, got {type(model).__name__}")
-        if not self._monitor.writes_rank(_rank()):
+        if not self._monitor.writes_rank(current_rank()):
             return
         named = list(model.named_parameters())
         if deepspeed_engine.is_engine(model):
@@ -63,7 +57,7 @@ class GradProbe:
     def _before_step(self, optimizer: Any, args: Any, kwargs: Dict[str, Any]) -> None:
         if self._patches.closed or not self._monitor.next_step():
             return
-        self._monitor.summarize(_rank(), [self._readable(name, p) for name, p in self._params],
+        self._monitor.summarize(current_rank(), [self._readable(name, p) for name, p in self._params],
                                 _writes_gradients(optimizer))
 
     def _monitor_step_done(self, optimizer: Any) -> None:

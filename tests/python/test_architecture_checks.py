@@ -52,3 +52,39 @@ def test_a_comment_or_string_is_not_code(tmp_path):
     target = tmp_path / "csrc" / "live" / "hooks" / "planted.cpp"
     target.write_text('// Py_INCREF(o) is not called here\nconst char* s = "PyErr_Clear();";\n')
     assert run_checks(tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("claimed_in", ["definition", "header"])
+def test_a_gil_claim_without_assert_gil_fails(tmp_path, claimed_in):
+    """Issue 54: "GIL required" in a function's comment is a claim the debug build checks: its
+    definition begins with PythonCrossing::assert_gil()."""
+    shutil.copytree(ROOT / "csrc", tmp_path / "csrc")
+    hooks = tmp_path / "csrc" / "live" / "hooks"
+    body = "void reads_a_dict(PyObject* d) {\n  (void)d;\n}\n"
+    if claimed_in == "header":
+        (hooks / "planted.h").write_text("// Reads the dict. GIL required.\nvoid reads_a_dict(PyObject* d);\n")
+        (hooks / "planted.cpp").write_text('#include "live/hooks/planted.h"\n' + body)
+        where = "csrc/live/hooks/planted.cpp:2: gil: reads_a_dict: claimed at csrc/live/hooks/planted.h:2"
+    else:
+        (hooks / "planted.cpp").write_text("// Reads the dict. GIL required.\n" + body)
+        where = "csrc/live/hooks/planted.cpp:2: gil: reads_a_dict: claimed at csrc/live/hooks/planted.cpp:2"
+    result = run_checks(tmp_path)
+    assert result.returncode == 1 and where in result.stdout, result.stdout
+    # Kept, the claim passes.
+    planted = hooks / "planted.cpp"
+    planted.write_text(planted.read_text().replace("{\n", "{\n  PythonCrossing::assert_gil();\n", 1))
+    assert run_checks(tmp_path).returncode == 0, run_checks(tmp_path).stdout
+
+
+def test_the_debugger_keeps_the_attributes_the_docs_count(tmp_path):
+    """Issue 54: docs/architecture.md said eight attributes where the code kept ten."""
+    import msprobe_cpp
+    for task in ("overflow_check", "grad_probe", "free_benchmark"):
+        dbg = msprobe_cpp.PrecisionDebugger(task=task, dump_path=str(tmp_path / task))
+        kept = set(vars(dbg)) - {"__doc__"}
+        assert kept == {"_session", "_patches", "_models", "_loss_scale", "_peer", "_on_overflow", "_overflow",
+                        "_extra_apis", "_task", "_engine_looks", "_stepping"}, sorted(kept)
+        dbg._release()
+        msprobe_cpp.PrecisionDebugger._instance = None
+    docs = (ROOT / "docs" / "architecture.md").read_text()
+    assert "`PrecisionDebugger` keeps eleven attributes" in docs

@@ -234,3 +234,22 @@ def test_bad_rules_file_in_config_is_an_error_before_hooks(tmp_path):
     with pytest.raises(ValueError, match=r"r.yaml:3:1: invalid YAML"):
         debugger(tmp_path, rules=[str(rules)])
     assert torch.matmul is original
+
+
+def test_a_flagged_calls_tensors_are_copied_once(tmp_path):
+    """Issue 54: the evidence of a flagged call was cloned when the call was flagged and again when
+    the step was written. The copies counted by torch's profiler: one per file written."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 4)
+    dbg = debugger(tmp_path, level="L1", action="continue")
+    x = torch.randn(3, 4)
+    x[0, 0] = math.nan
+    with torch.autograd.profiler.profile() as prof:
+        dbg.start(model)
+        model(x)
+        dbg.stop()
+        dbg.step()
+    files = sorted(p.name for p in (tmp_path / "dump" / "step0" / "rank" / "dump_tensor_data").iterdir())
+    assert files == [f"Functional.linear.0.forward.{side}.pt" for side in ("input.0", "input.1", "input.2", "output.0")]
+    clones = sum(e.count for e in prof.key_averages() if e.key == "aten::clone")
+    assert clones == len(files), clones

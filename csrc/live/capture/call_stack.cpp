@@ -26,6 +26,7 @@ namespace py = pybind11;
 // The lines Python's linecache holds for `file`: code compiled from a string that the compiler
 // registered there (an IPython or Jupyter cell), which is on no disk. GIL required.
 std::vector<std::string> linecache_lines(const std::string& file) {
+  PythonCrossing::assert_gil();
   std::vector<std::string> out;
   try {
     const py::list lines = py::module_::import("linecache").attr("getlines")(file);
@@ -39,6 +40,7 @@ std::vector<std::string> linecache_lines(const std::string& file) {
 // "In [7]" where `file` is an IPython cell (its compiler maps cell files to execution counts),
 // else "". IPython is asked only where the program imported it. GIL required.
 std::string notebook_cell(const std::string& file) {
+  PythonCrossing::assert_gil();
   try {
     const py::dict modules = py::module_::import("sys").attr("modules");
     if (!modules.contains("IPython")) return "";
@@ -153,6 +155,7 @@ const std::string& CodeRegistry::source_line(const std::string& file, int line) 
 
 std::vector<std::string> CodeRegistry::format(const CallStack& stack,
                                               const std::string& skip_prefix) {
+  PythonCrossing::assert_gil();
   std::vector<std::string> out;
   for (const Frame& f : stack) {
     const CodeInfo& ci = info(f.code);

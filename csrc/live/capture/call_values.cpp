@@ -326,6 +326,7 @@ std::vector<LiveArg> live_args_of(PyObject* seq) {
 }
 
 void set_process_group_facts(PyObject* type, PyObject* facts) {
+  PythonCrossing::assert_gil();
   g_process_group = ProcessGroupSide{PythonCrossing::keep(type), PythonCrossing::keep(facts)};
 }
 

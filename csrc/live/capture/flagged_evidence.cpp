@@ -21,7 +21,10 @@ std::vector<std::pair<at::Tensor, std::string>> FlaggedEvidence::copies(const Ev
                                                                         const LiveTensors& live) {
   std::vector<std::pair<at::Tensor, std::string>> out;
   out.reserve(names.size());
-  for (const auto& [pos, name] : names) out.emplace_back(live.tensor(pos)->detach().clone(), name);
+  // The one copy of the evidence: compact, as the saver writes it (TensorSaver::save_copy).
+  for (const auto& [pos, name] : names) {
+    out.emplace_back(live.tensor(pos)->detach().clone(at::MemoryFormat::Contiguous), name);
+  }
   return out;
 }
 

@@ -44,6 +44,7 @@ py::object flattened_inner(PyObject* obj) {
 }  // namespace
 
 py::object held_tensor_object(PyObject* obj) {
+  PythonCrossing::assert_gil();
   if (!is_tensor(obj)) return py::object();
   PyObject* at = obj;
   py::object keep;

@@ -23,7 +23,15 @@ bool TensorSaver::save(const at::Tensor& t, std::string path) {
   if (stopped_) return false;
   // A compact copy on the tensor's own device: cheap next to the training step, and the only
   // work done on the calling thread.
-  at::Tensor snapshot = t.detach().clone(at::MemoryFormat::Contiguous);
+  return enqueue(t.detach().clone(at::MemoryFormat::Contiguous), std::move(path));
+}
+
+bool TensorSaver::save_copy(at::Tensor copy, std::string path) {
+  if (stopped_) return false;
+  return enqueue(copy.is_contiguous() ? std::move(copy) : copy.contiguous(), std::move(path));
+}
+
+bool TensorSaver::enqueue(at::Tensor snapshot, std::string path) {
   const size_t bytes = snapshot.numel() * snapshot.element_size();
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait(

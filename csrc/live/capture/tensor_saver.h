@@ -25,6 +25,9 @@ class TensorSaver {
   // Snapshots `t` now (so a later in-place change does not reach the file) and queues it. Once a
   // write has failed (a full disk, most likely) saving stops: false, and nothing is queued.
   bool save(const at::Tensor& t, std::string path);
+  // Queues `copy`, a private copy nobody else writes (a flagged call's evidence, copied when the
+  // call was flagged): not copied again.
+  bool save_copy(at::Tensor copy, std::string path);
   bool stopped() const { return stopped_; }
   // Blocks until every queued tensor is on disk; returns the first error since the last flush
   // ("" when none), so it can be reported once without stopping the training.
@@ -37,6 +40,7 @@ class TensorSaver {
     size_t bytes;
   };
   void run();
+  bool enqueue(at::Tensor snapshot, std::string path);
 
   const std::string root_;
   const size_t max_pending_bytes_;

@@ -1,6 +1,6 @@
 // The one way C++ crosses into Python (docs/architecture.md, "Crossings"). Every file of csrc/
 // takes the GIL, holds or lets go of a Python reference and drops a Python error through this
-// class alone; tools/crossing_check.py fails the build's checks on any other site.
+// class alone; tools/architecture_checks.py fails the suite on any other site.
 //
 // - The GIL: one style, pybind11's gil_scoped_acquire (Gil), which also serves a thread Python
 //   does not know (the autograd engine's). Code that needs the GIL held says so with

@@ -38,6 +38,7 @@ bool names_compiled_runtime(std::string_view file) {
 }  // namespace
 
 void watch_compiled_runtime(std::vector<std::string> prefixes, std::vector<std::string> fragments) {
+  PythonCrossing::assert_gil();
   runtime_prefixes() = std::move(prefixes);
   runtime_fragments() = std::move(fragments);
   watching.store(true, std::memory_order_relaxed);
@@ -48,6 +49,7 @@ bool compiled_runtime_file(const std::string& file) {
 }
 
 void watch_compiling_flag(PyObject* globals, PyObject* name) {
+  PythonCrossing::assert_gil();
   PyObject* const before[] = {compiler_globals, compiling_flag};
   compiler_globals = PythonCrossing::keep(globals);
   compiling_flag = PythonCrossing::keep(name);

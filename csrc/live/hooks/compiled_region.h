@@ -13,7 +13,7 @@
 namespace msprobe {
 
 // From now on, a caller whose file starts with one of `prefixes` or contains one of `fragments`
-// is a compiled region's run time. Called with the GIL held (it is what guards the lists).
+// is a compiled region's run time. GIL required (it is what guards the lists).
 void watch_compiled_runtime(std::vector<std::string> prefixes, std::vector<std::string> fragments);
 
 // Whether code of `file` is a compiled region's run time (once watch_compiled_runtime was
@@ -22,7 +22,7 @@ bool compiled_runtime_file(const std::string& file);
 
 // torch.compile is at work (torch 2.x): torch.compiler's `_is_compiling_flag`, which it holds
 // True while it traces and compiles, when eager code it runs (fake-tensor propagation, AOTAutograd)
-// calls torch. `globals`: that module's dict, kept for good. Called with the GIL held.
+// calls torch. `globals`: that module's dict, kept for good. GIL required.
 void watch_compiling_flag(PyObject* globals, PyObject* name);
 
 // Whether the current hooked call belongs to torch.compile: made while it compiles, or by a

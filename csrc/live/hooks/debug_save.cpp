@@ -10,6 +10,7 @@
 #include "live/capture/tensor_entry.h"
 #include "live/hooks/submit.h"
 #include "live/log/tool_log.h"
+#include "live/crossing/python_crossing.h"
 
 namespace py = pybind11;
 
@@ -108,6 +109,7 @@ std::string leaf_stem(const EntryOptions& options, std::string stem,
 
 void save_debug_value(const std::shared_ptr<Session>& session, py::handle variable,
                       py::handle name, py::handle save_backward, int rank) {
+  PythonCrossing::assert_gil();
   Session& s = *session;
   const Config& c = s.config();
   if (c.level != Level::Debug || (c.task != Task::Statistics && c.task != Task::Tensor)) return;

@@ -48,6 +48,7 @@ void push_module_call(OpenModuleCall&& call) {
 }
 
 bool pop_module_call(PyObject* module, OpenModuleCall& out) {
+  PythonCrossing::assert_gil();
   auto& calls = open_module_calls();
   auto mine = std::find_if(calls.rbegin(), calls.rend(),
                            [&](const OpenModuleCall& c) { return c.module == module; });
@@ -61,6 +62,7 @@ bool pop_module_call(PyObject* module, OpenModuleCall& out) {
 }
 
 void clear_module_calls() {
+  PythonCrossing::assert_gil();
   auto& calls = open_module_calls();
   while (!calls.empty()) drop_last(calls);
   leave_region();

@@ -352,6 +352,7 @@ std::vector<std::pair<NodePtr, std::vector<InputHook::Use>>> input_feeders(
 void attach_module_backward(const std::shared_ptr<Session>& session,
                             const std::string& backward_key, const std::string& base,
                             const ModuleBackwardStart& start, PyObject* output, StackPtr stack) {
+  PythonCrossing::assert_gil();
   const ModuleSpan span{start, at::sequence_number::peek()};
   const std::vector<PyObject*> items = output_items(output);
   OutputNodes out = output_nodes(span, items);

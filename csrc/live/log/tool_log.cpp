@@ -67,12 +67,14 @@ void say_warning(std::string text) {
 }
 
 void deliver_said_lines() {
+  PythonCrossing::assert_gil();
   if (said().empty()) return;
   if (!g_sink.load()) return said().deliver(to_stderr);
   deliver_to_python();
 }
 
 void set_log_sink(PyObject* sink) {
+  PythonCrossing::assert_gil();
   if (!sink) deliver_said_lines();  // the lines said so far still reach the logger
   PythonCrossing::let_go(g_sink.exchange(PythonCrossing::keep(sink)));
 }

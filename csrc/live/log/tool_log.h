@@ -18,7 +18,7 @@ namespace msprobe {
 void say(LogLevel level, std::string text);
 void say_warning(std::string text);  // "msprobe_cpp: warning: " + text
 
-// The lines queued by threads that may not take the GIL. Call with the GIL held.
+// The lines queued by threads that may not take the GIL. GIL required.
 void deliver_said_lines();
 
 // While one lives, this thread's lines are queued, never delivered by it.
@@ -31,7 +31,7 @@ class QueuedLinesOnly {
 };
 
 // `sink(level, text)` delivers a line (a new reference is kept); nullptr takes it back, and the
-// lines go to stderr from then on, as at exit. Call with the GIL held.
+// lines go to stderr from then on, as at exit. GIL required.
 void set_log_sink(PyObject* sink);
 
 }  // namespace msprobe

@@ -99,6 +99,7 @@ class HeldArguments {
 // The held arguments of the deferred call whose stop is being raised on this thread (set by the
 // batch's judging, taken by the replay). GIL required.
 inline std::shared_ptr<HeldArguments>& raising_call_arguments() {
+  PythonCrossing::assert_gil();
   thread_local std::shared_ptr<HeldArguments> held;
   return held;
 }

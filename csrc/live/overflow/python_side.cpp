@@ -167,6 +167,7 @@ void judge_look(Session& session, OverflowGuard::OptimizerLook look) {
 }  // namespace
 
 void mark_anomalous_collective_input(Session& session, const std::string& call) {
+  PythonCrossing::assert_gil();
   PythonSide* side = session.guard().python_side();
   if (side && side->mark_collective_input && !side->mark_collective_input.is_none()) {
     side->mark_collective_input(call);
@@ -182,6 +183,7 @@ std::optional<int> anomalous_collective_input_rank(Session& session, const std::
 }
 
 void raise_peer_stop(Session& session) {
+  PythonCrossing::assert_gil();
   PythonSide* side = session.guard().python_side();
   if (!side || !side->raise_peer_stop || side->raise_peer_stop.is_none()) return;
   try {
@@ -193,6 +195,7 @@ void raise_peer_stop(Session& session) {
 }
 
 void queue_backward_flush(Session& session) {
+  PythonCrossing::assert_gil();
   PythonSide* side = session.guard().python_side();
   if (!side || !side->queue_callback) return;
   std::weak_ptr<Session> weak = current_session();
@@ -202,16 +205,19 @@ void queue_backward_flush(Session& session) {
 }
 
 py::dict overflow_fields(const OverflowFacts& facts) {
+  PythonCrossing::assert_gil();
   py::dict kw = attr_dict(fields_of(facts));
   kw["message"] = facts.message();
   return kw;
 }
 
 py::object overflow_object(const PythonSide& side, const OverflowFacts& facts) {
+  PythonCrossing::assert_gil();
   return side.overflow_type(**overflow_fields(facts));
 }
 
 void flush_deferred(Session& session) {
+  PythonCrossing::assert_gil();
   // The raising call's kept arguments are for its replay alone: released here whatever happens.
   struct Release {
     ~Release() { raising_call_arguments().reset(); }
@@ -349,6 +355,7 @@ void mark_compiled_outputs(Session& session, pybind11::handle output) {
 }
 
 std::string stop_for_peer(Session& session, const PeerOverflow& peer) {
+  PythonCrossing::assert_gil();
   resolve_deferred(session);
   raising_call_arguments().reset();  // kept for a replay that is not made here
   return session.stop_for_peer(peer);

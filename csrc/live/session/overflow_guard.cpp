@@ -39,6 +39,7 @@ OverflowGuard::~OverflowGuard() {
 }
 
 void OverflowGuard::set_python_side(std::unique_ptr<PythonSide> side) {
+  PythonCrossing::assert_gil();
   py_ = std::move(side);
 }
 

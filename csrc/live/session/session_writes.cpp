@@ -134,6 +134,7 @@ void Session::take_back_calls(FinishedStep& done) {
 // A peer rank stopped: this rank's records of the step are written as a flagged step whose report
 // names the peer, and the step ends.
 std::string Session::stop_for_peer(const PeerOverflow& peer) {
+  PythonCrossing::assert_gil();
   if (!config_.watching()) return "";
   const std::string dir = state_.with_lock([&](StepCalls& s) {
     s.peer_stop = peer;

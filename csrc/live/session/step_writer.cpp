@@ -310,7 +310,9 @@ std::string StepWriter::write(FinishedStep& step) {
 void StepWriter::save_tensors(FinishedStep& step, const std::string& tensor_dir,
                               DumpHeader& header) {
   for (StoredCall& c : step.calls) {
-    for (auto& [tensor, name] : c.tensors) saver_->save(tensor, tensor_dir + "/" + name);
+    for (auto& [tensor, name] : c.tensors) {
+      saver_->save_copy(std::move(tensor), tensor_dir + "/" + name);
+    }
     c.tensors.clear();
   }
   const std::string error = saver_->flush();
