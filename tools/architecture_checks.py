@@ -3,7 +3,7 @@
 check line by line:
 
 - crossing: the GIL is taken or released, a Python reference counted by hand, or a Python error
-  cleared, fetched or restored outside the crossing class (csrc/live/crossing/);
+  set, tested, cleared, fetched or restored outside the crossing class (csrc/live/crossing/);
 - ownership: a class holds a reference to a Guarded<...>: guarded state is reached only by the
   class that owns it;
 - gil: a function whose comment says "GIL required" has no PythonCrossing::assert_gil() in its
@@ -18,8 +18,8 @@ from pathlib import Path
 CROSSING_HOME = "live/crossing/"
 CROSSING = re.compile(
     r"\b(Py_X?INCREF|Py_X?DECREF|Py_CLEAR|Py_SETREF|PyGILState_Ensure|PyGILState_Release|"
-    r"PyErr_Clear|PyErr_Fetch|PyErr_Restore|gil_scoped_acquire|gil_scoped_release)\b"
-    r"|\.(inc_ref|dec_ref)\(\)")
+    r"PyErr_\w+|python_error|gil_scoped_acquire|gil_scoped_release)\b"
+    r"|\.(inc_ref|dec_ref|restore)\(\)")
 # A reference to guarded state kept as a member, a constructor parameter or a local alias.
 GUARDED_REFERENCE = re.compile(r"\bGuarded<[^;(){}]*>\s*&")
 

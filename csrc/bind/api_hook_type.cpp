@@ -35,16 +35,17 @@ PyObject* raise_current_exception() {
   try {
     throw;
   } catch (py::error_already_set& e) {
-    e.restore();
+    return PythonCrossing::fail(e);
   } catch (...) {
     if (!py::detail::apply_exception_translators(
             py::detail::get_local_internals().registered_exception_translators) &&
         !py::detail::apply_exception_translators(
             py::detail::get_internals().registered_exception_translators)) {
-      PyErr_SetString(PyExc_SystemError, "msprobe_cpp: an unknown C++ exception escaped a hook");
+      return PythonCrossing::fail(PyExc_SystemError,
+                                  "msprobe_cpp: an unknown C++ exception escaped a hook");
     }
   }
-  return nullptr;
+  return nullptr;  // a translator set the error
 }
 
 PyObject* hook_call(PyObject* self, PyObject* args, PyObject* kwargs) {
@@ -106,8 +107,7 @@ PyObject* hook_function(PyObject* self, PyObject* args) {
   if (!PyArg_ParseTuple(args, "szO:function", &name, &doc, &module)) return nullptr;
   auto* obj = reinterpret_cast<ApiHookObject*>(self);
   if (obj->function) {
-    PyErr_SetString(PyExc_RuntimeError, "ApiHook.function(): made already");
-    return nullptr;
+    return PythonCrossing::fail(PyExc_RuntimeError, "ApiHook.function(): made already");
   }
   obj->function = new HookFunctionDef{name, doc ? doc : "", {}};
   PyMethodDef& def = obj->function->def;

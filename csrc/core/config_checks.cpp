@@ -187,6 +187,7 @@ std::vector<std::string> parse_api_names(const json& value, const Loc& at) {
         std::find(kPrefixes.begin(), kPrefixes.end(), n.substr(0, dot)) != kPrefixes.end();
     const std::string api = prefixed ? n.substr(dot + 1) : "";
     const bool plain = !api.empty() && api.front() != '.' && api.back() != '.' &&
+                       api.find("..") == std::string::npos &&
                        std::all_of(api.begin(), api.end(), [](char c) {
                          return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
                        });

@@ -162,7 +162,7 @@ class RecordParser {
         e.finite.min = numeric_string(scalar_field(field, "Min_except_inf_nan"));
       } else if (key == "requires_grad"sv) {
         e.requires_grad = scalar_field(field, "requires_grad");
-      } else if (key == "value"sv) {
+      } else if (key == "value"sv || key == "format"sv) {  // "format": a memory_format's value
         const char c = cur_.peek();
         e.value = (c == '[' || c == '{') ? Scalar::of_raw(std::string(cur_.raw_value()))
                                          : cur_.read_scalar();

@@ -35,7 +35,8 @@ struct ArgFacts {
   std::optional<double> value;  // a scalar's value
 
   bool is_tensor() const { return type == "torch.Tensor"; }
-  // "output[0]: torch.float16 [8, 4]: 0 NaN, 12 +inf, 0 -inf" or "input_args[2]: float -inf".
+  // "output[0]: torch.float16 [8, 4]: 0 NaN, 12 +inf, 0 -inf" or
+  // "input_args[2]: float -Infinity".
   std::string text() const;
 };
 

@@ -28,6 +28,9 @@ def test_the_tree_passes():
     ("void f() { PyErr_Clear(); }", "crossing"),
     ("void f() { pybind11::gil_scoped_acquire gil; }", "crossing"),
     ("void f() { auto g = PyGILState_Ensure(); PyGILState_Release(g); }", "crossing"),
+    ("PyObject* f() { PyErr_SetString(PyExc_RuntimeError, \"no\"); return nullptr; }", "crossing"),
+    ("bool f(long r) { return r == -1 && PyErr_Occurred(); }", "crossing"),
+    ("void f(pybind11::error_already_set& e) { e.restore(); }", "crossing"),
     ("class Reacher { Guarded<StepCalls>& state_; };", "ownership"),
     ("Reacher::Reacher(Guarded<GuardState>& state) {}", "ownership"),
 ])

@@ -60,10 +60,9 @@ Scalar py_scalar(PyObject* v) {
     const long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (overflow == 0) return Scalar::of_int(i);
     const double d = PyLong_AsDouble(v);
-    if (d == -1.0 && PyErr_Occurred()) {
+    if (d == -1.0 && PythonCrossing::drop_error_if_set()) {
       // Beyond a double's range: recorded as the infinity of its sign, and no Python error left
       // set for whatever C-API call comes next.
-      PythonCrossing::drop_error();
       return Scalar::of_float(overflow > 0 ? std::numeric_limits<double>::infinity()
                                            : -std::numeric_limits<double>::infinity());
     }

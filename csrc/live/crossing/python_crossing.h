@@ -16,6 +16,7 @@
 #pragma once
 
 #include <pybind11/pybind11.h>
+#include <torch/csrc/Exceptions.h>
 
 #include <cassert>
 
@@ -63,6 +64,33 @@ class PythonCrossing {
   }
 
   static void drop_error() { PyErr_Clear(); }
+  // After a C-API call whose failure value is also a valid one (PyLong_AsLong's -1): true, and
+  // cleared, when it failed.
+  static bool drop_error_if_set() {
+    if (!PyErr_Occurred()) return false;
+    PyErr_Clear();
+    return true;
+  }
+  // Whether the error set now is a `type` (the error stays set).
+  static bool error_is(PyObject* type) { return PyErr_ExceptionMatches(type); }
+
+  // A C-API function's failure: sets the error and gives its null to return.
+  static PyObject* fail(PyObject* type, const char* message) {
+    PyErr_SetString(type, message);
+    return nullptr;
+  }
+  static PyObject* fail(pybind11::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  }
+  // A hook's Python error on the autograd engine's thread: thrown as torch's python_error, which
+  // the engine carries to the thread that called backward() and raises there.
+  [[noreturn]] static void rethrow_to_autograd(pybind11::error_already_set& e) {
+    e.restore();
+    python_error err;
+    err.persist();
+    throw err;
+  }
 
   // Raises `error` (an instance of `type`) in Python, with `cause` (may be null) as its
   // __cause__: the error_already_set thrown carries it back through the binding.

@@ -128,7 +128,7 @@ py::object ApiHook::call_original(PyObject* args, PyObject* kwargs, bool program
     // a peer stopped and left: that stop is the reason, raised as such (peer_stop.py's check
     // raises it, or DistributedStopError after this rank's own stop). Anything else goes through.
     // A stop that a nested hook raised already (a collective's Work.wait) goes through as it is.
-    if (PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+    if (PythonCrossing::error_is(PyExc_RuntimeError)) {
       std::shared_ptr<Session> session = current_session();
       py::error_already_set original;  // fetched: the check runs with no error set
       if (session && session->peer_stop().stopped() && !is_own_error(original))
@@ -202,10 +202,7 @@ bool ApiHook::dropout_p_is_zero(PyObject* args, PyObject* kwargs) {
                                              : nullptr;
   if (!p || !(PyFloat_Check(p) || PyLong_Check(p))) return false;  // 0.5 by default
   const double value = PyFloat_AsDouble(p);
-  if (value == -1.0 && PyErr_Occurred()) {
-    PythonCrossing::drop_error();
-    return false;
-  }
+  if (value == -1.0 && PythonCrossing::drop_error_if_set()) return false;
   return value == 0.0;
 }
 

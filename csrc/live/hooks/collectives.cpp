@@ -50,10 +50,7 @@ namespace {
 std::string rank_text(PyObject* rank) {
   if (!rank || !PyLong_Check(rank)) return "";
   const long r = PyLong_AsLong(rank);
-  if (r == -1 && PyErr_Occurred()) {
-    PythonCrossing::drop_error();
-    return "";
-  }
+  if (r == -1 && PythonCrossing::drop_error_if_set()) return "";
   return std::to_string(r);
 }
 

@@ -1,7 +1,5 @@
 #include "live/hooks/submit.h"
 
-#include <torch/csrc/Exceptions.h>
-
 #include "live/capture/call_values.h"
 #include "live/capture/live_tensors.h"
 #include "live/capture/tensor_entry.h"
@@ -61,10 +59,7 @@ void submit(Session& session, StoredCall&& call, LiveTensors&& live, Caller call
   try {
     act();
   } catch (pybind11::error_already_set& e) {
-    e.restore();
-    python_error err;
-    err.persist();
-    throw err;
+    PythonCrossing::rethrow_to_autograd(e);
   }
 }
 
