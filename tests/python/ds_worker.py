@@ -23,6 +23,7 @@ import os
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import argparse  # noqa: E402
+import importlib  # noqa: E402
 import json  # noqa: E402
 import pathlib  # noqa: E402
 import time  # noqa: E402
@@ -217,6 +218,12 @@ def run_rank(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     os.environ.setdefault("LOCAL_RANK", str(rank))  # DeepSpeed reads the launcher's variables from it
     import deepspeed
+    # DeepSpeed's CPU accelerator compiles its shared-memory inference all-reduce (the
+    # deepspeed_shm_comm op, a minute of the suite's two cores, again for each venv path) when
+    # it starts its torch backend. Training never calls it (TorchBackend.inference_all_reduce
+    # alone does): these ranks go without it, through gloo as a machine without a compiler does.
+    # (deepspeed.comm's own `import torch` hides the submodule's attribute: taken by its name.)
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
     deepspeed.init_distributed(dist_backend="gloo")
     if args.with_bare:  # one start of torch and DeepSpeed for both runs: a clean test's pair
         bare = pathlib.Path(out, "bare")
