@@ -59,12 +59,13 @@ void bind_tasks(py::module_& m) {
 
   py::class_<FreeBenchmark, std::shared_ptr<FreeBenchmark>>(
       m, "FreeBenchmark", "Task free_benchmark: each selected API call run again and compared.")
+      // Registered in the session's hooks as they are made: the session owns it from then on.
       .def(py::init([](const std::shared_ptr<Session>& s) {
-             return std::make_shared<FreeBenchmark>(s->config(), s);
+             auto checker = std::make_shared<FreeBenchmark>(s->config(), s);
+             s->hooks().call_checker = checker;
+             return checker;
            }),
            py::arg("session"));
-  m.def("set_current_free_benchmark", &set_current_free_benchmark, py::arg("checker"),
-        "The checker the API hooks use (None: none).");
 }
 
 }  // namespace msprobe

@@ -10,6 +10,9 @@
 
 namespace msprobe {
 
+// The file, directly under dump_path, that msprobe 1.1.1 appends the inconsistent calls to.
+inline constexpr char kFreeBenchmarkCsv[] = "free_benchmark.csv";
+
 enum class PertMode { ImprovePrecision, AddNoise, BitNoise, ChangeValue, NoChange, ToCpu };
 enum class FuzzStage { Forward, Backward };
 enum class HandlerType { Check, Fix };

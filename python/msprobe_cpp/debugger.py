@@ -40,20 +40,32 @@ def _register_pre_hook(module: torch.nn.Module, hook: Any) -> Any:
         return module.register_forward_pre_hook(hook)
 
 
-def _keyword_value(name: str, value: Any) -> Any:
-    """A keyword argument as the JSON the engine validates: paths as strings, ranges and other
-    iterables of ints as lists. What cannot be JSON at all is a ConfigError here."""
+def _json_like(value: Any) -> Any:
+    """A keyword's value as JSON holds it: a path as a string, an integer-like (numpy's) as an int,
+    a range, tuple, set or other iterable (not a string or a dict) as a list of such values. Which
+    key takes which is the engine's to check (config.cpp), not this function's."""
     if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    elif name in ("step", "rank", "stop_on", "rules") and not isinstance(value, (str, bytes, dict)):
+        return os.fspath(value)
+    if value is None or isinstance(value, (str, bytes, bool, float, dict)):
+        return value
+    if hasattr(value, "__index__"):
         try:
-            value = [operator.index(v) if not isinstance(v, (str, bool)) and hasattr(v, "__index__") else v
-                     for v in value]
-        except TypeError:
-            pass  # not iterable: the engine names what is expected
-        if name == "rules":
-            value = [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value]
+            return operator.index(value)
+        except TypeError:  # an array of several, or of floats: a list below, or named by the check
+            pass
+    if hasattr(value, "__iter__"):
+        try:
+            return [_json_like(v) for v in value]
+        except TypeError:  # a 0-d array: iterable in name only
+            pass
+    return value
+
+
+def _keyword_value(name: str, value: Any) -> Any:
+    """A keyword argument as the JSON the engine validates. What cannot be JSON at all is a
+    ConfigError here."""
     try:
+        value = _json_like(value)
         # No NaN or infinity, no lone surrogate, nothing nested past what a config can mean.
         json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError, RecursionError, UnicodeError):
@@ -186,7 +198,6 @@ class PrecisionDebugger:
             previous._release()
         PrecisionDebugger._instance = self
         _C.set_current_session(self._session)
-        _C.set_current_free_benchmark(self._task if self._session.task == "free_benchmark" else None)
 
     @property
     def dump_path(self) -> str:
@@ -499,7 +510,6 @@ class PrecisionDebugger:
             self._peer.close()
         if PrecisionDebugger._instance is self:
             _C.set_current_session(None)
-            _C.set_current_free_benchmark(None)
 
 
 @atexit.register
@@ -541,4 +551,3 @@ def write_at_exit() -> None:
         debugger._write_at_exit()
         debugger._let_go_of_models()
     _C.set_current_session(None)
-    _C.set_current_free_benchmark(None)

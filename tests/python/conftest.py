@@ -22,7 +22,8 @@ def pytest_configure(config):
 # workers, each given whole files in the order collected: these go first, so that the suite does
 # not end with one of them running alone.
 LONG_FILES = ["test_large_scale.py", "test_deepspeed.py", "test_install.py", "test_free_benchmark.py",
-              "test_ddp.py", "test_kill.py", "test_grad_probe.py", "test_msprobe_block.py"]
+              "test_ddp.py", "test_msprobe26_peer.py", "test_msprobe26_features.py", "test_kill.py",
+              "test_grad_probe.py", "test_msprobe_block.py"]
 
 
 def pytest_collection_modifyitems(config, items):

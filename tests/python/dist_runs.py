@@ -32,7 +32,9 @@ WORKER = TESTS / "rank_worker.py"
 # test_peer_stop.py's and bench/peer_stop_overhead.py's run: the small model with its gradients
 # averaged by hand, plain SGD, every flagged step written.
 PEER_RUN = ["--model", "small", "--wrap", "all_reduce", "--momentum", "0", "--overflow-nums", "-1", "--no-save"]
-PORT_TAKEN = "Address already in use"
+# The store's port taken between our probe and its bind: torch 1.13 says "Address already in use",
+# torch 2.x "address already in use" (EADDRINUSE); compared in lower case.
+PORT_TAKEN = "address already in use"
 # torchrun's rendezvous unless told otherwise (torchrun_args): one node, a port of its own choosing.
 # Options are spelled with underscores: torch 1.13's torchrun knows no other spelling.
 TORCHRUN_STANDALONE = ("--standalone",)
@@ -234,7 +236,7 @@ def run_ranks(out: pathlib.Path, world: int, args: Sequence[str], *, timeout: fl
         # The free port can be taken between our probe and the master binding it: only then is
         # another try worth it (torchrun --standalone picks its own).
         failed = any(p.returncode != 0 for p in launch.procs)
-        if torchrun or not (failed and any(PORT_TAKEN in text for text in logs)):
+        if torchrun or not (failed and any(PORT_TAKEN in text.lower() for text in logs)):
             break
     # Nothing of the run may outlive it (torchrun's workers, a worker's leftover children).
     leftovers = [pid for pid in launch.worker_pids() if _alive(pid)]

@@ -175,6 +175,23 @@ def test_rows_are_appended_step_after_step_and_run_after_run(tmp_path):
     assert csv_rows(tmp_path / "dump") == [row.format(s) for s in (0, 1, 2, 0)]
 
 
+def test_the_checker_is_the_sessions_and_goes_with_it(tmp_path):
+    """Issue 54: the checker lived in a global slot of its own, beside the session, set and cleared
+    by Python. It is the session's now: a debugger of another task that replaces it records the
+    calls, and no row is written after that."""
+    (tmp_path / "fb").mkdir()
+    checking = debugger(tmp_path / "fb", "change_value")
+    run_steps(checking, lambda i: known_calls())
+    rows = csv_rows(tmp_path / "fb" / "dump")
+    assert rows, "the free_benchmark debugger checked nothing"
+    recording = msprobe_cpp.PrecisionDebugger(task="statistics", dump_path=str(tmp_path / "stats"), level="L1")
+    run_steps(recording, lambda i: known_calls())
+    recording._release()
+    assert csv_rows(tmp_path / "fb" / "dump") == rows
+    data = json.loads((tmp_path / "stats" / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert "Torch.mul.0.forward" in data
+
+
 def test_the_step_list_and_the_window_choose_the_calls(tmp_path):
     dbg = debugger(tmp_path, "change_value", top={"step": [1, 3]})
 

@@ -137,6 +137,28 @@ def test_msprobe_keyword_forms_work(tmp_path):
     assert "Module.fc1.Linear.forward.0" in names(tmp_path / "kw", 1)
 
 
+def test_keyword_values_are_taken_as_json_whatever_iterable_holds_them(tmp_path):
+    """Issue 54: which keywords take lists was written twice, in the engine and in Python; now
+    Python turns any iterable (a range, a tuple, numpy's array, a generator) into a list and any
+    path into a string, and the engine checks the keys."""
+    import numpy as np
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("ignore_nan_inf:\n  - api_name: \"torch.empty\"\n    output_ignore:\n      - index: 0\n")
+    model = make_model("mlp")
+    dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path / "d", step=np.arange(1, 3),
+                                        rank=(np.int64(0),), stop_on=(o for o in ("op", "input")),
+                                        rules=(rules,), level="L1")
+    opt = make_optimizer(model)
+    for x, y in make_batches(model, 4):
+        dbg.start(model)
+        train_step(model, opt, x, y)
+        dbg.stop()
+        dbg.step()
+    assert dbg._session.watching
+    with pytest.raises(msprobe_cpp.ConfigError, match=r"PrecisionDebugger\(step=\.\.\.\): expected a JSON-like"):
+        msprobe_cpp.PrecisionDebugger(dump_path=tmp_path, step=(1.5, float("nan")))
+
+
 def test_overflow_check_options_as_keywords(tmp_path):
     dbg = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=tmp_path, stop_on=("op",),
                                         action="continue", stop_level="high", overflow_nums=-1,

@@ -17,16 +17,12 @@
 #include "live/log/tool_log.h"
 #include "live/session/session.h"
 #include "live/stats/tensor_stats.h"
+#include "live/crossing/python_crossing.h"
 
 namespace py = pybind11;
 
 namespace msprobe {
 namespace {
-
-std::shared_ptr<FreeBenchmark>& current_slot() {
-  static std::shared_ptr<FreeBenchmark> current;  // GIL
-  return current;
-}
 
 // The call writes into its first argument: a Tensor method ending in "_", an augmented
 // assignment, item assignment, or inplace=True.
@@ -73,17 +69,9 @@ py::tuple rerun_inputs(const CheckedCall& call, const py::object& written_copy) 
 
 }  // namespace
 
-std::shared_ptr<FreeBenchmark> current_free_benchmark() {
-  return current_slot();
-}
-
-void set_current_free_benchmark(std::shared_ptr<FreeBenchmark> checker) {
-  current_slot() = std::move(checker);
-}
-
 FreeBenchmark::FreeBenchmark(const Config& config, std::weak_ptr<Session> session)
     : section_(config.free_benchmark),
-      csv_path_((std::filesystem::path(config.dump_path) / "free_benchmark.csv").string()),
+      csv_path_((std::filesystem::path(config.dump_path) / kFreeBenchmarkCsv).string()),
       session_(std::move(session)) {
   if (section_.preheat)
     preheat_ = std::make_unique<PreheatCounter>(section_.preheat_step, section_.max_sample,
@@ -100,6 +88,7 @@ std::string FreeBenchmark::skip_reason_of(const CheckedCall& call) const {
 }
 
 py::object FreeBenchmark::call(const CheckedCall& call) {
+  PythonCrossing::assert_gil();
   if (section_.stage == FuzzStage::Backward) return call_backward(call);
   // improve_precision runs again only what it can upcast: a float32 call costs a look.
   const bool selected = section_.selects(call.name) &&

@@ -17,33 +17,23 @@
 
 #include "core/config.h"
 #include "core/function_ref.h"
+#include "live/session/call_checker.h"
 
 namespace msprobe {
 
 class Session;
 class PreheatCounter;
 
-// A call on its way through the checker: what the hook knows of it.
-struct CheckedCall {
-  const std::string& api;            // "Torch.add"
-  const std::string& name;           // "Torch.add.0.forward"
-  const pybind11::object& original;  // the API itself
-  // Calls it as the hook calls it (a peer's stop explains a collective's failure).
-  FunctionRef<pybind11::object(PyObject*, PyObject*)> call_original;
-  pybind11::tuple args;
-  pybind11::dict kwargs;
-};
-
 struct BackwardCall;
 
-class FreeBenchmark : public std::enable_shared_from_this<FreeBenchmark> {
+class FreeBenchmark final : public CallChecker, public std::enable_shared_from_this<FreeBenchmark> {
  public:
   FreeBenchmark(const Config& config, std::weak_ptr<Session> session);
   ~FreeBenchmark();
 
   // Calls the original and checks it (GIL held, the hook's reentry guard on): returns what the
   // program gets.
-  pybind11::object call(const CheckedCall& call);
+  pybind11::object call(const CheckedCall& call) override;
 
  private:
   // Why the call is not run again, or "".
@@ -70,9 +60,5 @@ class FreeBenchmark : public std::enable_shared_from_this<FreeBenchmark> {
   std::mutex said_mu_;
   std::set<std::string> said_;
 };
-
-// The checker the API hooks use while a debugger of task free_benchmark is live.
-std::shared_ptr<FreeBenchmark> current_free_benchmark();
-void set_current_free_benchmark(std::shared_ptr<FreeBenchmark> checker);
 
 }  // namespace msprobe

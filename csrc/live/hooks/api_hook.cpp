@@ -1,7 +1,5 @@
 #include "live/hooks/api_hook.h"
 
-#include "live/free_benchmark/free_benchmark.h"
-
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cmath>
@@ -16,7 +14,6 @@
 #include "live/capture/live_tensors.h"
 #include "live/capture/unwritten_memory.h"
 #include "live/crossing/python_crossing.h"
-#include "live/free_benchmark/free_benchmark.h"
 #include "live/hooks/backward_recorder.h"
 #include "live/hooks/compiled_region.h"
 #include "live/hooks/hook_scope.h"
@@ -207,6 +204,7 @@ bool ApiHook::dropout_p_is_zero(PyObject* args, PyObject* kwargs) {
 }
 
 py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
+  PythonCrossing::assert_gil();
   std::shared_ptr<Session> session = current_session();
   // A peer's stop not raised here yet: the watcher thread may have ended this rank's step (the
   // gate closed) while a forward runs, and the rest of that forward must not use what the peer
@@ -232,7 +230,7 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   name.reserve(api_.size() + index.size() + 10);
   name.append(api_).append(1, '.').append(index).append(".forward");
   if (!session->config().records_calls()) {  // task free_benchmark: checked, not recorded
-    if (auto checker = current_free_benchmark()) {
+    if (const std::shared_ptr<CallChecker> checker = session->hooks().call_checker) {
       auto run = [this](PyObject* a, PyObject* k) { return call_original(a, k, false); };
       return checker->call({api_, name, original_, run, py::reinterpret_borrow<py::tuple>(args),
                             kwargs ? py::reinterpret_borrow<py::dict>(kwargs) : py::dict()});
