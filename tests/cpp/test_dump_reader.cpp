@@ -37,15 +37,7 @@ void expect_streaming_agrees(const std::string& text) {
       [&](const CallSink& sink) { return read_dump(std::string_view(text), "dump.json", sink); });
   for (size_t chunk : {size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{4096}}) {
     const std::string streamed = outcome([&](const CallSink& sink) {
-      size_t at = 0;
-      JsonCursor cur(
-          [&](char* buf, size_t n) {
-            const size_t take = std::min(n, text.size() - at);
-            std::copy_n(text.data() + at, take, buf);
-            at += take;
-            return take;
-          },
-          chunk);
+      JsonCursor cur = msprobe::testing::chunked_cursor(text, chunk);
       return read_dump(cur, "dump.json", sink);
     });
     ASSERT_EQ(streamed, whole) << "chunk " << chunk << " of: " << text.substr(0, 200);

@@ -67,15 +67,7 @@ std::string both(const std::string& text, Call call) {
   JsonCursor whole(text);
   const std::string expected = outcome(whole, call);
   for (size_t chunk : {size_t{1}, size_t{2}, size_t{5}}) {
-    size_t at = 0;
-    JsonCursor streamed(
-        [&](char* buf, size_t n) {
-          const size_t take = std::min(n, text.size() - at);
-          std::copy_n(text.data() + at, take, buf);
-          at += take;
-          return take;
-        },
-        chunk);
+    JsonCursor streamed = testing::chunked_cursor(text, chunk);
     EXPECT_EQ(outcome(streamed, call), expected) << "chunk " << chunk << " of " << text;
   }
   return expected;

@@ -4,10 +4,12 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -15,9 +17,24 @@
 #include <vector>
 
 #include "core/dump_reader.h"
+#include "core/json_cursor.h"
 #include "core/record.h"
 
 namespace msprobe::testing {
+
+// A cursor that reads `text` at most `chunk` bytes at a time, as a file is read: the streamed
+// side of a reader's test against the whole text. `text` must outlive the cursor.
+inline JsonCursor chunked_cursor(const std::string& text, size_t chunk) {
+  auto at = std::make_shared<size_t>(0);
+  return JsonCursor(
+      [&text, at](char* buf, size_t n) {
+        const size_t take = std::min(n, text.size() - *at);
+        std::copy_n(text.data() + *at, take, buf);
+        *at += take;
+        return take;
+      },
+      chunk);
+}
 
 // What error_of returns when nothing was thrown: a missing rejection then shows in the
 // EXPECT_EQ's diff next to the message that was expected, not as a bare "no exception".
