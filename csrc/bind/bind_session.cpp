@@ -9,6 +9,7 @@
 #include "bind/bindings.h"
 #include "core/config.h"
 #include "core/dump_format.h"
+#include "core/step_rank_gate.h"
 #include "live/capture/call_values.h"
 #include "live/capture/held_data.h"
 #include "live/capture/is_tensor.h"
@@ -41,8 +42,10 @@ std::shared_ptr<Session> make_session(const std::string& config_path,
   std::optional<ConfigWatch> dump_enable;
   if (!config_path.empty() && config.msprobe26.dump_enable)
     dump_enable.emplace(config_path, overrides, *config.msprobe26.dump_enable);
-  return std::make_shared<Session>(std::move(config), package_dir, source, library_dir,
-                                   std::move(dump_enable));
+  auto session = std::make_shared<Session>(std::move(config), package_dir, source, library_dir,
+                                           std::move(dump_enable));
+  install_task_processor(session);
+  return session;
 }
 
 // One call fills the whole PythonSide, by name (python_objects.h lists the names).
@@ -137,7 +140,13 @@ void bind_lifecycle(py::class_<Session, std::shared_ptr<Session>>& c) {
           "set_module_dump", [](Session& s, bool on) { s.hooks().gate.set_module_dump(on); },
           py::arg("on"), "module_dump(): only the dumped module's own hooks record.")
       .def_property_readonly(
-          "finished", [](const Session& s) { return past_last_step(s.config(), s.current_step()); },
+          "task_processor", [](Session& s) { return s.hooks().processor; },
+          "The processor of the task (GradMonitor, FreeBenchmark); None for the recording tasks.")
+      .def_property_readonly(
+          "finished",
+          [](const Session& s) {
+            return StepRankGate::of(s.config()).past_last_step(s.current_step());
+          },
           "Past the last step the config lists.")
       .def_property_readonly(
           "collecting", [](Session& s) { return s.hooks().gate.forward(); },

@@ -18,10 +18,12 @@ namespace py = pybind11;
 namespace msprobe {
 
 void bind_tasks(py::module_& m) {
-  py::class_<GradMonitor>(m, "GradMonitor",
-                          "Task grad_probe: the summary of each optimizer step's gradients.")
-      .def(py::init([](const Session& s) { return std::make_unique<GradMonitor>(s.config()); }),
-           py::arg("session"))
+  // Made by the session (task_registry.cpp) and reached as Session.task_processor, as the
+  // class of its task.
+  py::class_<TaskProcessor, std::shared_ptr<TaskProcessor>>(
+      m, "TaskProcessor", "The processor of a task with work of its own (grad_probe, free_benchmark).");
+  py::class_<GradMonitor, TaskProcessor, std::shared_ptr<GradMonitor>>(
+      m, "GradMonitor", "Task grad_probe: the summary of each optimizer step's gradients.")
       .def("watches", &GradMonitor::watches, py::arg("name"), "grad_probe.param_list names it.")
       .def("writes_rank", &GradMonitor::writes_rank, py::arg("rank"),
            "The config's rank list names this rank (-1: not distributed).")
@@ -57,15 +59,8 @@ void bind_tasks(py::module_& m) {
           "The optimizer step is over: returns once its gradients are read.")
       .def("drain", &GradMonitor::drain, "Returns once every summary handed over is on disk.");
 
-  py::class_<FreeBenchmark, std::shared_ptr<FreeBenchmark>>(
-      m, "FreeBenchmark", "Task free_benchmark: each selected API call run again and compared.")
-      // Registered in the session's hooks as they are made: the session owns it from then on.
-      .def(py::init([](const std::shared_ptr<Session>& s) {
-             auto checker = std::make_shared<FreeBenchmark>(s->config(), s);
-             s->hooks().call_checker = checker;
-             return checker;
-           }),
-           py::arg("session"));
+  py::class_<FreeBenchmark, TaskProcessor, std::shared_ptr<FreeBenchmark>>(
+      m, "FreeBenchmark", "Task free_benchmark: each selected API call run again and compared.");
 }
 
 }  // namespace msprobe

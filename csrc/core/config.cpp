@@ -570,7 +570,7 @@ std::string on_line(const Config& c, size_t apis, size_t modules) {
   const std::string dump = std::filesystem::absolute(c.dump_path).lexically_normal().string();
   const std::string where =
       c.task == Task::FreeBenchmark
-          ? "inconsistent calls are written to " + dump + "/" + kFreeBenchmarkCsv
+          ? "inconsistent calls are written to " + free_benchmark_csv(dump)
           : (c.watching() ? "flagged steps are dumped under " : "steps are dumped under ") + dump;
   return "msprobe_cpp: on: task " + std::string(to_string(c.task)) + ", level " +
          to_string(c.level) + "; " + (hooked.empty() ? "nothing" : hooked) + " hooked; " + where;

@@ -114,11 +114,6 @@ struct Config {
   bool records_calls() const { return task != Task::GradProbe && task != Task::FreeBenchmark; }
 };
 
-// Past the last step the config's `step` list names: collection is over for good.
-inline bool past_last_step(const Config& c, int64_t step) {
-  return !c.step.all() && step > c.step.last();
-}
-
 // The line said at the first start() (issue 44): what the tool does to this run: the task, the
 // level, `apis` torch APIs and `modules` modules hooked, and where the dumps go.
 std::string on_line(const Config& c, size_t apis, size_t modules);

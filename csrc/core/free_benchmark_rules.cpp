@@ -7,17 +7,6 @@
 
 namespace msprobe {
 
-bool FreeBenchmarkSection::selects(const std::string& call_name) const {
-  if (!scope.empty() && std::find(scope.begin(), scope.end(), call_name) == scope.end())
-    return false;
-  if (!list.empty()) {
-    return std::any_of(list.begin(), list.end(), [&](const std::string& part) {
-      return call_name.find(part) != std::string::npos;
-    });
-  }
-  return true;
-}
-
 const char* to_string(PertMode m) {
   switch (m) {
     case PertMode::ImprovePrecision:

@@ -11,7 +11,9 @@
 namespace msprobe {
 
 // The file, directly under dump_path, that msprobe 1.1.1 appends the inconsistent calls to.
-inline constexpr char kFreeBenchmarkCsv[] = "free_benchmark.csv";
+inline std::string free_benchmark_csv(const std::string& dump_path) {
+  return dump_path + "/free_benchmark.csv";
+}
 
 enum class PertMode { ImprovePrecision, AddNoise, BitNoise, ChangeValue, NoChange, ToCpu };
 enum class FuzzStage { Forward, Backward };
@@ -26,12 +28,10 @@ struct FreeBenchmarkSection {
   bool preheat = false;  // if_preheat
   int64_t preheat_step = 15;
   int64_t max_sample = 15;         // msprobe 1.1.1's default (it reads the preheat_step default)
-  std::vector<std::string> scope;  // exact call names
-  std::vector<std::string> list;   // parts of call names
-
-  // scope/list as msprobe's free_benchmark applies them: a scope name exactly, a list item as a
-  // part of the name; both empty: every call.
-  bool selects(const std::string& call_name) const;
+  // As msprobe's free_benchmark applies them: a scope name exactly, a list item as a part of the
+  // name; both empty: every call. The session's Selection applies them (ScopeForm::Names).
+  std::vector<std::string> scope;
+  std::vector<std::string> list;
 };
 
 const char* to_string(PertMode m);

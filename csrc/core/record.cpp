@@ -44,8 +44,12 @@ std::string rank_folder(int rank) {
   return rank < 0 ? std::string("rank") : "rank" + std::to_string(rank);
 }
 
+std::string step_part(int64_t step) {
+  return "step" + std::to_string(step);
+}
+
 std::string step_folder(int64_t step, int rank) {
-  return "step" + std::to_string(step) + "/" + rank_folder(rank);
+  return step_part(step) + "/" + rank_folder(rank);
 }
 
 bool is_backward_name(const std::string& call_name) {

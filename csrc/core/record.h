@@ -317,8 +317,10 @@ inline constexpr const char kTensorFolder[] = "dump_tensor_data";
 std::string rank_label(int rank);
 
 // A step's folder below the dump root: "step<S>/rank<R>", "step<S>/rank" outside
-// torch.distributed (rank < 0). rank_folder() is its last part.
+// torch.distributed (rank < 0). step_part() is its first part ("step<S>"), rank_folder() its last
+// (grad_probe's folders nest the other way round: rank<R>/step<S>).
 std::string rank_folder(int rank);
+std::string step_part(int64_t step);
 std::string step_folder(int64_t step, int rank);
 
 // dump.json's members besides "data".

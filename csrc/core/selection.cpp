@@ -1,13 +1,16 @@
 #include "core/selection.h"
 
+#include <algorithm>
+
 #include "core/record.h"
 #include "core/risk_levels.h"
 
 namespace msprobe {
 
 Selection::Selection(const CollectSection& section, Level level, const std::string& section_name,
-                     RiskLevel risk, bool names_only)
+                     RiskLevel risk, bool names_only, ScopeForm scope_form)
     : scope_(section.scope),
+      scope_form_(scope_form),
       list_(section.list),
       mode_(section.data_mode),
       risk_(risk),
@@ -54,7 +57,9 @@ Selected Selection::begin(const std::string& name, const std::string& backward_n
   const bool forward_ok = !any_direction_word_ || mode_.forward;
   const bool backward_ok = !any_direction_word_ || mode_.backward;
   bool in_scope = true;
-  if (!scope_.empty()) {
+  if (!scope_.empty() && scope_form_ == ScopeForm::Names) {
+    in_scope = std::find(scope_.begin(), scope_.end(), name) != scope_.end();
+  } else if (!scope_.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     if (window_ == Window::Before && name == scope_[0]) {
       window_ = Window::Inside;
@@ -85,7 +90,7 @@ Selected Selection::begin(const std::string& name, const std::string& backward_n
 }
 
 void Selection::end(const std::string& name) {
-  if (scope_.empty()) return;
+  if (scope_.empty() || scope_form_ == ScopeForm::Names) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (window_ == Window::Inside && name == scope_.back()) {
     window_ = Window::After;
@@ -117,7 +122,7 @@ void Selection::new_step() {
 std::vector<std::string> Selection::unmatched() const {
   std::vector<std::string> out;
   // The window's end is only looked for once it opened: an unmatched start says it all.
-  for (size_t i = 0; i < scope_.size() && i < 2; ++i) {
+  for (size_t i = 0; scope_form_ == ScopeForm::Window && i < scope_.size() && i < 2; ++i) {
     if (!scope_seen_[i]) {
       out.push_back("scope[" + std::to_string(i) + "] \"" + scope_[i] + "\"");
       break;

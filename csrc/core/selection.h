@@ -24,6 +24,10 @@ struct Selected {
   bool any() const { return forward || backward; }
 };
 
+// What a `scope` list means: the dump's is a window, from the call its first item names to the
+// one its last names; free_benchmark's is the exact names of the calls checked.
+enum class ScopeForm { Window, Names };
+
 // Thread-safe: its own mutex guards the scope window and the selected modules.
 class Selection {
  public:
@@ -32,7 +36,8 @@ class Selection {
   // `risk`: with neither scope nor list, the API calls kept (core/risk_levels.h). `names_only`:
   // no call's values are recorded (26.x's task structure).
   Selection(const CollectSection& section, Level level, const std::string& section_name,
-            RiskLevel risk = RiskLevel::All, bool names_only = false);
+            RiskLevel risk = RiskLevel::All, bool names_only = false,
+            ScopeForm scope_form = ScopeForm::Window);
 
   // A forward call (API or module) begins. `backward_name` is the name its backward record
   // would have. `inside_listed_module` is true at mix while a module named in `list` runs.
@@ -62,6 +67,7 @@ class Selection {
   Selected parts() const;  // the sides data_mode keeps, no call chosen yet
 
   std::vector<std::string> scope_;
+  ScopeForm scope_form_;
   std::vector<std::string> list_;
   DataMode mode_;
   RiskLevel risk_;

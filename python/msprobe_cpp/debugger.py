@@ -187,7 +187,7 @@ class PrecisionDebugger:
         if self._session.task == "grad_probe":
             self._task = GradProbe(self._session, self._patches)
         elif self._session.task == "free_benchmark":
-            self._task = _C.FreeBenchmark(self._session)
+            self._task = self._session.task_processor
 
         for warning in self._session.config_warnings:
             log.warn(warning)

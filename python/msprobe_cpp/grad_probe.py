@@ -1,13 +1,13 @@
 """Task grad_probe (msprobe 1.1.1's GradientMonitor): before each optimizer step, a summary of
-every watched parameter's gradient, written by the engine (_C.GradMonitor). Here: which
-parameters (debugger.monitor(model)), the optimizer hook, and each gradient as it can be read."""
+every watched parameter's gradient, written by the engine (the session's task processor, a
+_C.GradMonitor). Here: which parameters (debugger.monitor(model)), the optimizer hook, and each
+gradient as it can be read."""
 import logging
 import weakref
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 
-from . import _C
 from . import deepspeed_engine
 from . import log
 from .gradient_guard import install_gradient_guard
@@ -24,7 +24,7 @@ def _writes_gradients(optimizer: Any) -> bool:
 
 class GradProbe:
     def __init__(self, session: Any, patches: Patches) -> None:
-        self._monitor = _C.GradMonitor(session)
+        self._monitor = session.task_processor
         self._patches = patches
         self._params: List[Tuple[str, torch.nn.Parameter]] = []
         self._seen: Set[int] = set()

@@ -111,19 +111,6 @@ TEST(FreeBenchmarkRules, RowsAsMsprobe) {
   EXPECT_EQ(free_benchmark_row(cpu), "3,to_cpu,forward,2,Torch.var_mean.0.forward,,,,\r\n");
 }
 
-TEST(FreeBenchmarkRules, SelectsAsMsprobesListScope) {
-  FreeBenchmarkSection s;
-  EXPECT_TRUE(s.selects("Torch.add.0.forward"));
-  s.list = {"add"};
-  EXPECT_TRUE(s.selects("Torch.addmm.0.forward"));
-  EXPECT_TRUE(s.selects("Tensor.__add__.3.forward"));
-  EXPECT_FALSE(s.selects("Torch.mul.0.forward"));
-  s.list.clear();
-  s.scope = {"Torch.add.0.forward"};
-  EXPECT_TRUE(s.selects("Torch.add.0.forward"));
-  EXPECT_FALSE(s.selects("Torch.add.1.forward"));
-}
-
 TEST(FreeBenchmarkConfig, DefaultsAsMsprobe) {
   const Config c = fb_config(json::object());
   EXPECT_EQ(c.task, Task::FreeBenchmark);

@@ -157,3 +157,23 @@ TEST(Selection, UnmatchedEntriesAreNamedPerStep) {
   EXPECT_EQ(good.unmatched(),
             (std::vector<std::string>{R"(scope[1] "Torch.b.0.forward")", R"(list[0] "relu")"}));
 }
+
+// free_benchmark's scope names the calls checked, one by one; its list as the dump's.
+TEST(Selection, ScopeOfNamesTakesEachNamedCallOnly) {
+  Selection all(section({}, {}), Level::L1, "free_benchmark", RiskLevel::All, false,
+                ScopeForm::Names);
+  EXPECT_TRUE(all.begin("Torch.add.0.forward", "", false).forward);
+  Selection listed(section({}, {"add"}), Level::L1, "free_benchmark", RiskLevel::All, false,
+                   ScopeForm::Names);
+  EXPECT_TRUE(listed.begin("Torch.addmm.0.forward", "", false).forward);
+  EXPECT_TRUE(listed.begin("Tensor.__add__.3.forward", "", false).forward);
+  EXPECT_FALSE(listed.begin("Torch.mul.0.forward", "", false).forward);
+  Selection named(section({"Torch.add.0.forward", "Torch.mul.2.forward"}, {}), Level::L1,
+                  "free_benchmark", RiskLevel::All, false, ScopeForm::Names);
+  EXPECT_TRUE(named.begin("Torch.add.0.forward", "", false).forward);
+  EXPECT_FALSE(named.begin("Torch.add.1.forward", "", false).forward);
+  EXPECT_FALSE(named.begin("Torch.relu.0.forward", "", false).forward);  // no window opened
+  named.end("Torch.add.0.forward");
+  EXPECT_TRUE(named.begin("Torch.mul.2.forward", "", false).forward);
+  EXPECT_TRUE(named.unmatched().empty());  // names, not a window: none is left open
+}

@@ -192,6 +192,34 @@ def test_the_checker_is_the_sessions_and_goes_with_it(tmp_path):
     assert "Torch.mul.0.forward" in data
 
 
+def test_each_task_registers_one_processor_that_the_session_makes(tmp_path):
+    """Issue 54: free_benchmark and grad_probe are processors the session makes from one table of
+    registrations (task_registry.cpp), not objects Python makes beside it; a recording task has
+    none, and no processor can be made from Python."""
+    from msprobe_cpp import _C
+    kinds = {}
+    for task in ("free_benchmark", "grad_probe", "statistics", "overflow_check"):
+        dbg = msprobe_cpp.PrecisionDebugger(task=task, dump_path=str(tmp_path / task), level="L1")
+        kinds[task] = type(dbg._session.task_processor).__name__
+        dbg._release()
+    assert kinds == {"free_benchmark": "FreeBenchmark", "grad_probe": "GradMonitor",
+                     "statistics": "NoneType", "overflow_check": "NoneType"}
+    with pytest.raises(TypeError):
+        _C.FreeBenchmark()
+    assert not hasattr(_C, "set_current_free_benchmark")
+
+
+def test_a_list_entry_that_matched_no_call_is_said_as_free_benchmarks(tmp_path, capfd):
+    """The session's selection is free_benchmark's: what it says of an entry that chose nothing
+    names the free_benchmark section."""
+    dbg = debugger(tmp_path, "change_value", list=["mul", "no_such_api"])
+    run_steps(dbg, lambda i: known_calls())
+    dbg._release()
+    said = [line for line in capfd.readouterr().err.splitlines() if "matched no call" in line]
+    assert len(said) == 1 and 'free_benchmark.list[1] "no_such_api" matched no call' in said[0], said
+    assert csv_rows(tmp_path / "dump")
+
+
 def test_the_step_list_and_the_window_choose_the_calls(tmp_path):
     dbg = debugger(tmp_path, "change_value", top={"step": [1, 3]})
 

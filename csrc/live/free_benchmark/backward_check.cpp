@@ -4,7 +4,7 @@
 
 #include "live/crossing/python_crossing.h"
 #include "live/free_benchmark/perturbation.h"
-#include "live/free_benchmark/tensor_objects.h"
+#include "live/capture/is_tensor.h"
 
 namespace py = pybind11;
 
@@ -18,7 +18,7 @@ bool low_precision(const at::Tensor& t) {
 // The output the hook watched, in a run's result.
 at::Tensor hooked_output(const py::object& result, const std::optional<size_t>& at) {
   const py::handle out = at ? py::handle(result[py::int_(*at)]) : py::handle(result);
-  if (!is_torch_tensor(out)) throw std::runtime_error("the second run's output is not a tensor");
+  if (!is_tensor(out)) throw std::runtime_error("the second run's output is not a tensor");
   return tensor_of(out);
 }
 

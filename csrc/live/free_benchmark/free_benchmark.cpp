@@ -13,7 +13,7 @@
 #include "live/free_benchmark/generator_states.h"
 #include "live/free_benchmark/output_compare.h"
 #include "live/free_benchmark/perturbation.h"
-#include "live/free_benchmark/tensor_objects.h"
+#include "live/capture/is_tensor.h"
 #include "live/log/tool_log.h"
 #include "live/session/session.h"
 #include "live/stats/tensor_stats.h"
@@ -69,16 +69,21 @@ py::tuple rerun_inputs(const CheckedCall& call, const py::object& written_copy) 
 
 }  // namespace
 
-FreeBenchmark::FreeBenchmark(const Config& config, std::weak_ptr<Session> session)
-    : section_(config.free_benchmark),
-      csv_path_((std::filesystem::path(config.dump_path) / kFreeBenchmarkCsv).string()),
-      session_(std::move(session)) {
+FreeBenchmark::FreeBenchmark(const TaskParts& parts)
+    : section_(parts.config.free_benchmark),
+      csv_path_(free_benchmark_csv(parts.config.dump_path)),
+      session_(parts.session) {
   if (section_.preheat)
     preheat_ = std::make_unique<PreheatCounter>(section_.preheat_step, section_.max_sample,
                                                 section_.pert_mode);
 }
 
 FreeBenchmark::~FreeBenchmark() = default;
+
+bool FreeBenchmark::selects(const std::string& name) const {
+  const std::shared_ptr<Session> session = session_.lock();
+  return session && session->hooks().selection.begin(name, "", false).forward;
+}
 
 std::string FreeBenchmark::skip_reason_of(const CheckedCall& call) const {
   std::string why =
@@ -91,7 +96,7 @@ py::object FreeBenchmark::call(const CheckedCall& call) {
   PythonCrossing::assert_gil();
   if (section_.stage == FuzzStage::Backward) return call_backward(call);
   // improve_precision runs again only what it can upcast: a float32 call costs a look.
-  const bool selected = section_.selects(call.name) &&
+  const bool selected = selects(call.name) &&
                         (section_.pert_mode != PertMode::ImprovePrecision ||
                          holds_low_precision(call.args) || holds_low_precision(call.kwargs));
   if (!selected) return call.call_original(call.args.ptr(), call.kwargs.ptr());
@@ -150,10 +155,8 @@ py::object FreeBenchmark::rerun(const CheckedCall& call, const py::tuple& args, 
 }
 
 void FreeBenchmark::say_once(const std::string& key, const std::string& text, bool warning) {
-  {
-    std::lock_guard<std::mutex> lock(said_mu_);
-    if (!said_.insert(key).second) return;
-  }
+  const std::shared_ptr<Session> session = session_.lock();
+  if (!session || !session->said().first("free_benchmark " + key)) return;
   if (warning)
     say_warning(text);
   else

@@ -11,13 +11,12 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <string>
 
 #include "core/config.h"
 #include "core/function_ref.h"
 #include "live/session/call_checker.h"
+#include "live/session/task_processor.h"
 
 namespace msprobe {
 
@@ -26,16 +25,25 @@ class PreheatCounter;
 
 struct BackwardCall;
 
-class FreeBenchmark final : public CallChecker, public std::enable_shared_from_this<FreeBenchmark> {
+// The task's processor (registered in task_registry.cpp): its checker is itself. Which calls it
+// checks is the session's Selection (free_benchmark's scope and list: exact names, parts of
+// names), and its lines said once are the session's.
+class FreeBenchmark final : public TaskProcessor,
+                            public CallChecker,
+                            public std::enable_shared_from_this<FreeBenchmark> {
  public:
-  FreeBenchmark(const Config& config, std::weak_ptr<Session> session);
+  explicit FreeBenchmark(const TaskParts& parts);
   ~FreeBenchmark();
+
+  CallChecker* call_checker() override { return this; }
 
   // Calls the original and checks it (GIL held, the hook's reentry guard on): returns what the
   // program gets.
   pybind11::object call(const CheckedCall& call) override;
 
  private:
+  // The session's selection checks the call (scope: exact names; list: parts of names).
+  bool selects(const std::string& name) const;
   // Why the call is not run again, or "".
   std::string skip_reason_of(const CheckedCall& call) const;
   // fuzz_stage backward: keeps what the check needs and hooks the output's gradient.
@@ -57,8 +65,6 @@ class FreeBenchmark final : public CallChecker, public std::enable_shared_from_t
   const std::string csv_path_;
   std::weak_ptr<Session> session_;
   std::unique_ptr<PreheatCounter> preheat_;
-  std::mutex said_mu_;
-  std::set<std::string> said_;
 };
 
 }  // namespace msprobe

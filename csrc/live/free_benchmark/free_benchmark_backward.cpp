@@ -12,7 +12,7 @@
 #include "live/free_benchmark/generator_states.h"
 #include "live/free_benchmark/output_compare.h"
 #include "live/free_benchmark/perturbation.h"
-#include "live/free_benchmark/tensor_objects.h"
+#include "live/capture/is_tensor.h"
 #include "live/hooks/hook_scope.h"
 #include "live/session/session.h"
 #include "live/stats/tensor_stats.h"
@@ -24,14 +24,14 @@ namespace {
 
 // The first output that carries a gradient: the output itself, or an element of a tuple.
 std::optional<std::optional<size_t>> gradient_output(const py::object& result) {
-  if (is_torch_tensor(result)) {
+  if (is_tensor(result)) {
     if (tensor_of(result).requires_grad()) return std::optional<size_t>();
     return std::nullopt;
   }
   if (!is_py_sequence(result)) return std::nullopt;
   for (size_t i = 0; i < py::len(result); ++i) {
     const py::handle item = result[py::int_(i)];
-    if (is_torch_tensor(item) && tensor_of(item).requires_grad()) return std::optional<size_t>(i);
+    if (is_tensor(item) && tensor_of(item).requires_grad()) return std::optional<size_t>(i);
   }
   return std::nullopt;
 }
@@ -41,12 +41,12 @@ std::optional<std::optional<size_t>> gradient_output(const py::object& result) {
 py::object FreeBenchmark::call_backward(const CheckedCall& call) {
   auto original = [&] { return call.call_original(call.args.ptr(), call.kwargs.ptr()); };
   const std::string name = backward_name_of(call.name);
-  if (!section_.selects(name) || !at::GradMode::is_enabled()) return original();
+  if (!selects(name) || !at::GradMode::is_enabled()) return original();
   auto keep = std::make_shared<BackwardCall>();
   py::list args(call.args);
   for (size_t i = 0; i < call.args.size(); ++i) {
     const py::handle a = call.args[i];
-    if (!is_torch_tensor(a) || !tensor_of(a).requires_grad()) continue;
+    if (!is_tensor(a) || !tensor_of(a).requires_grad()) continue;
     keep->positions.push_back(i);
     keep->inputs.push_back(tensor_of(a).detach().clone());
     args[i] = py::none();

@@ -12,7 +12,7 @@
 #include "live/free_benchmark/free_benchmark.h"
 #include "live/free_benchmark/output_compare.h"
 #include "live/free_benchmark/perturbation.h"
-#include "live/free_benchmark/tensor_objects.h"
+#include "live/capture/is_tensor.h"
 #include "live/log/tool_log.h"
 #include "live/session/session.h"
 #include "live/stats/tensor_stats.h"
@@ -25,17 +25,17 @@ namespace {
 // msprobe compares an output that is a floating tensor, or a list or tuple holding one.
 bool comparable(const py::handle& out) {
   if (py::isinstance<py::bool_>(out)) return false;
-  if (is_torch_tensor(out)) return tensor_of(out).is_floating_point();
+  if (is_tensor(out)) return tensor_of(out).is_floating_point();
   if (!is_py_sequence(out)) return false;
   for (const py::handle item : out)
-    if (is_torch_tensor(item) && tensor_of(item).is_floating_point()) return true;
+    if (is_tensor(item) && tensor_of(item).is_floating_point()) return true;
   return false;
 }
 
 // SingleCompare's compare_seq: dispatched on `golden`; inside a sequence the two change places,
 // as in msprobe.
 bool agrees(const py::handle& actual, const py::handle& golden) {
-  if (is_torch_tensor(golden)) return single_compare(tensor_of(actual), tensor_of(golden));
+  if (is_tensor(golden)) return single_compare(tensor_of(actual), tensor_of(golden));
   if (is_py_sequence(golden)) {
     if (py::len(actual) != py::len(golden)) return false;
     for (size_t i = 0; i < py::len(golden); ++i)
@@ -50,15 +50,15 @@ bool agrees(const py::handle& actual, const py::handle& golden) {
 }
 
 std::string first_dtype(const py::handle& out) {
-  if (is_torch_tensor(out)) return dtype_name(tensor_of(out).scalar_type());
+  if (is_tensor(out)) return dtype_name(tensor_of(out).scalar_type());
   if (is_py_sequence(out))
     for (const py::handle item : out)
-      if (is_torch_tensor(item)) return dtype_name(tensor_of(item).scalar_type());
+      if (is_tensor(item)) return dtype_name(tensor_of(item).scalar_type());
   return "";
 }
 
 void describe(UnequalRow& row, const py::handle& original) {
-  if (!is_torch_tensor(original)) return;
+  if (!is_tensor(original)) return;
   const at::Tensor& t = tensor_of(original);
   row.dtype = dtype_name(t.scalar_type());
   row.shape.assign(t.sizes().begin(), t.sizes().end());
@@ -97,8 +97,8 @@ void FreeBenchmark::compare(const CheckedCall& call, const py::object& original,
       if (b == 0) a += 1e-8, b += 1e-8;
       row.ratio = a / b;
       ok = std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b));
-    } else if (is_torch_tensor(p)) {
-      if (!is_torch_tensor(o))
+    } else if (is_tensor(p)) {
+      if (!is_tensor(o))
         throw std::runtime_error("an output that is a tensor in one run only");
       const at::Tensor& t = tensor_of(o);
       const std::string dtype = dtype_name(t.scalar_type());
@@ -112,7 +112,7 @@ void FreeBenchmark::compare(const CheckedCall& call, const py::object& original,
     }
     if (!ok) write_row(row);
   };
-  if (is_torch_tensor(original)) {
+  if (is_tensor(original)) {
     one(original, perturbed, std::nullopt);
   } else if (is_py_sequence(original)) {
     for (size_t i = 0; i < py::len(original); ++i)
@@ -132,11 +132,11 @@ void FreeBenchmark::compare(const CheckedCall& call, const py::object& original,
 py::object FreeBenchmark::fix(const CheckedCall& call, const py::object& original,
                               const py::object& perturbed) {
   auto replace = [](const py::handle& o, const py::handle& p) {
-    if (!is_torch_tensor(o) || !is_torch_tensor(p)) return;
+    if (!is_tensor(o) || !is_tensor(p)) return;
     const at::Tensor& t = tensor_of(o);
     t.set_data(tensor_of(p).to(t.scalar_type()).to(t.device()));
   };
-  if (is_torch_tensor(original) && is_torch_tensor(perturbed)) {
+  if (is_tensor(original) && is_tensor(perturbed)) {
     replace(original, perturbed);
   } else if (is_py_sequence(original) && is_py_sequence(perturbed) &&
              py::len(original) == py::len(perturbed)) {

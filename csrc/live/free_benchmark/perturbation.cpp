@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "live/crossing/python_crossing.h"
-#include "live/free_benchmark/tensor_objects.h"
+#include "live/capture/is_tensor.h"
 
 namespace py = pybind11;
 
@@ -22,7 +22,7 @@ py::object wrap(const at::Tensor& t) {
 py::object map_tensors(
     const py::handle& obj,
     const std::function<py::object(const at::Tensor&, const py::handle&)>& change) {
-  if (is_torch_tensor(obj)) return change(tensor_of(obj), obj);
+  if (is_tensor(obj)) return change(tensor_of(obj), obj);
   if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
     py::list items;
     for (const py::handle item : obj) items.append(map_tensors(item, change));
@@ -118,7 +118,7 @@ FloatKind float_kind(at::ScalarType t) {
 std::optional<size_t> fuzzed_argument(const py::tuple& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const py::handle a = args[i];
-    if (is_torch_tensor(a)) {
+    if (is_tensor(a)) {
       const at::Tensor& t = tensor_of(a);
       if (!t.is_meta() && t.is_floating_point()) return i;
     } else if (py::isinstance<py::list>(a) || py::isinstance<py::tuple>(a) ||
@@ -195,7 +195,7 @@ RerunArgs rerun_args(PertMode mode, const py::tuple& args, const py::dict& kwarg
 }
 
 bool holds_low_precision(const py::handle& obj) {
-  if (is_torch_tensor(obj)) {
+  if (is_tensor(obj)) {
     const at::ScalarType t = tensor_of(obj).scalar_type();
     return t == at::kHalf || t == at::kBFloat16;
   }

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -10,6 +11,7 @@
 #include "core/md5.h"
 #include "core/npy_file.h"
 #include "core/output_files.h"
+#include "core/record.h"
 #include "live/log/tool_log.h"
 
 namespace msprobe {
@@ -74,7 +76,7 @@ struct StepFiles {
 void write_step_files(const StepFiles& files) {
   make_dirs(files.folder);
   if (!files.directions.empty()) {
-    const std::string step_folder = files.folder + "/step" + std::to_string(files.step);
+    const std::string step_folder = files.folder + "/" + step_part(files.step);
     make_dirs(step_folder);
     for (const auto& [name, bytes] : files.directions)
       write_file_atomic(step_folder + "/" + name, bytes);
@@ -196,11 +198,10 @@ StepFiles summary_files(const GradProbeSection& section, const std::vector<Named
 
 }  // namespace
 
-GradMonitor::GradMonitor(const Config& config)
-    : section_(config.grad_probe),
-      dump_path_(config.dump_path),
-      steps_(config.step),
-      ranks_(config.rank) {}
+GradMonitor::GradMonitor(const TaskParts& parts)
+    : section_(parts.config.grad_probe),
+      dump_path_(parts.config.dump_path),
+      steps_ranks_(parts.steps_ranks) {}
 
 GradMonitor::~GradMonitor() {
   reads_.drain();
@@ -208,14 +209,14 @@ GradMonitor::~GradMonitor() {
 }
 
 bool GradMonitor::writes_rank(int rank) const {
-  return rank < 0 || ranks_.all() || ranks_.contains(rank);
+  return steps_ranks_.rank_in(rank);
 }
 
 bool GradMonitor::next_step() {
   say_failures();
   ++step_;
   say(LogLevel::Debug, "msprobe_cpp: grad_probe: optimizer step " + std::to_string(step_));
-  return steps_.all() || steps_.contains(step_);
+  return steps_ranks_.step_in(step_);
 }
 
 void GradMonitor::summarize(int rank, const std::vector<NamedGrad>& grads, bool optimizer_writes) {
@@ -236,7 +237,8 @@ void GradMonitor::summarize(int rank, const std::vector<NamedGrad>& grads, bool 
       versions_.push_back(static_cast<int64_t>(g.grad._version()));
     }
   }
-  const std::string folder = dump_path_ + "/rank" + std::to_string(rank < 0 ? 0 : rank);
+  // Outside torch.distributed, msprobe's grad_probe writes rank0 (not the dump's bare "rank").
+  const std::string folder = dump_path_ + "/" + rank_folder(std::max(rank, 0));
   reads_.post([this, read = std::move(read), folder, step = step_] {
     try {
       auto files = std::make_shared<StepFiles>(summary_files(section_, read, folder, step));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "live/session/task_processor.h"
 #include "live/session/write_thread.h"
 
 namespace msprobe {
@@ -28,9 +29,11 @@ struct NamedGrad {
   std::string placements;  // "" for a whole gradient
 };
 
-class GradMonitor {
+// The task's processor (registered in task_registry.cpp); its step and rank rule is the one every
+// task's is (core/step_rank_gate.h).
+class GradMonitor final : public TaskProcessor {
  public:
-  explicit GradMonitor(const Config& config);
+  explicit GradMonitor(const TaskParts& parts);
   ~GradMonitor();  // every step handed over is written first
 
   // grad_probe.param_list.
@@ -57,7 +60,7 @@ class GradMonitor {
 
   const GradProbeSection section_;
   const std::string dump_path_;
-  const RangeList steps_, ranks_;
+  const StepRankGate steps_ranks_;
   int64_t step_ = -1;
   std::mutex failed_mu_;
   std::vector<std::string> failed_;  // the threads' errors, said by the training thread

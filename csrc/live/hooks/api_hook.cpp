@@ -230,7 +230,7 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   name.reserve(api_.size() + index.size() + 10);
   name.append(api_).append(1, '.').append(index).append(".forward");
   if (!session->config().records_calls()) {  // task free_benchmark: checked, not recorded
-    if (const std::shared_ptr<CallChecker> checker = session->hooks().call_checker) {
+    if (CallChecker* checker = session->hooks().call_checker) {
       auto run = [this](PyObject* a, PyObject* k) { return call_original(a, k, false); };
       return checker->call({api_, name, original_, run, py::reinterpret_borrow<py::tuple>(args),
                             kwargs ? py::reinterpret_borrow<py::dict>(kwargs) : py::dict()});

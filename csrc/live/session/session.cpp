@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "core/risk_levels.h"
+#include "core/step_rank_gate.h"
 #include "live/capture/flagged_evidence.h"
 #include "live/crossing/python_crossing.h"
 #include "live/hooks/hook_scope.h"
@@ -90,9 +91,21 @@ SessionPaths session_paths(const Config& config, std::string package_dir, std::s
                       DumpFormat::of(config).unranked_folder()};
 }
 
-std::string section_name(const Config& c, const std::string& source) {
-  const bool own = c.task == Task::Tensor || c.task == Task::Structure;  // collect()'s section
-  return source + ": " + to_string(own ? c.task : Task::Statistics);
+// The section scope and list come from: the task's own (tensor, structure, free_benchmark), or
+// statistics (statistics, overflow_check).
+Task selecting_task(const Config& c) {
+  const bool own = c.task == Task::Tensor || c.task == Task::Structure ||
+                   c.task == Task::FreeBenchmark;
+  return own ? c.task : Task::Statistics;
+}
+
+// free_benchmark's scope and list are exact names and parts of names, checked at L1.
+CollectSection selecting_section(const Config& c) {
+  if (c.task != Task::FreeBenchmark) return c.collect();
+  CollectSection s;
+  s.scope = c.free_benchmark.scope;
+  s.list = c.free_benchmark.list;
+  return s;
 }
 
 }  // namespace
@@ -102,8 +115,10 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
     : config_(std::move(config)),
       paths_(session_paths(config_, std::move(package_dir), std::move(library_dir), source)),
       numbering_(++g_epochs),
-      selection_(config_.collect(), config_.level, section_name(config_, source),
-                 effective_risk_level(config_), config_.task == Task::Structure),
+      selection_(selecting_section(config_), config_.level,
+                 source + ": " + to_string(selecting_task(config_)), effective_risk_level(config_),
+                 config_.task == Task::Structure,
+                 config_.task == Task::FreeBenchmark ? ScopeForm::Names : ScopeForm::Window),
       capture_(config_, paths_.dump_root),
       deferred_(config_.overflow_check, capture_.pending()),
       guard_(config_, paths_, codes_, source),
@@ -152,11 +167,9 @@ bool Session::start(int rank, bool new_models, const ScheduledTokens& tokens) {
   guard_.begin_step(rank, first);
   // Task tensor saves as the calls happen: into the folder being built.
   if (capture_.saver()) capture_.file_names().set_dir(staging + "/" + kTensorFolder);
-  const bool rank_ok =
-      rank < 0 ? config_.rank.all() || config_.rank.contains(0) : config_.rank.contains(rank);
+  const StepRankGate steps_ranks = StepRankGate::of(config_);
   const bool collect = state_.with_lock([&](StepCalls& s) {
-    const bool on = rank_ok && config_.step.contains(step) && !past_last_step(config_, step) &&
-                    (!s.dump_enable || s.dump_enable->enabled());
+    const bool on = steps_ranks.admits(step, rank) && (!s.dump_enable || s.dump_enable->enabled());
     if (on) s.collected = true;
     return on;
   });
@@ -210,7 +223,7 @@ bool Session::judges_optimizer() const {
 
 void Session::warn_unmatched_selection(int64_t step) {
   if (!selection_.filters()) return;
-  const std::string section = config_.task == Task::Tensor ? "tensor" : "statistics";
+  const std::string section = to_string(selecting_task(config_));
   for (const std::string& entry : selection_.unmatched()) {
     if (!said_.first("unmatched " + entry)) continue;
     say_warning(section + "." + entry + " matched no call in step " + std::to_string(step) +

@@ -29,6 +29,7 @@
 #include "live/capture/tensor_capture.h"
 #include "live/session/backward_scope.h"
 #include "live/session/call_checker.h"
+#include "live/session/task_processor.h"
 #include "live/session/call_numbering.h"
 #include "live/session/collection_gate.h"
 #include "live/session/deferred_calls.h"
@@ -79,9 +80,11 @@ struct HookContext {
   BackwardScope& backward_scope;  // autograd threads
   CodeRegistry& codes;            // GIL: codes.capture() is the calling thread's stack
   const DumpFormat format;        // what the files look like (the generation the config speaks)
-  // The task that runs the calls instead of recording them (free_benchmark), registered by it
-  // when it is made; null for the recording tasks. GIL.
-  std::shared_ptr<CallChecker> call_checker = nullptr;
+  // The processor of a task with work of its own (task_processor.h; null for the recording
+  // tasks), and its checker where it runs the API calls itself (free_benchmark). Set once, as
+  // the session is made (install_task_processor).
+  std::shared_ptr<TaskProcessor> processor = nullptr;
+  CallChecker* call_checker = nullptr;
 };
 
 class Session {
