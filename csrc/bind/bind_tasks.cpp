@@ -21,7 +21,7 @@ void bind_tasks(py::module_& m) {
   // Made by the session (task_registry.cpp) and reached as Session.task_processor, as the
   // class of its task.
   py::class_<TaskProcessor, std::shared_ptr<TaskProcessor>>(
-      m, "TaskProcessor", "The processor of a task with work of its own (grad_probe, free_benchmark).");
+      m, "TaskProcessor", "The processor of a task with work of its own (grad_probe, ...).");
   py::class_<GradMonitor, TaskProcessor, std::shared_ptr<GradMonitor>>(
       m, "GradMonitor", "Task grad_probe: the summary of each optimizer step's gradients.")
       .def("watches", &GradMonitor::watches, py::arg("name"), "grad_probe.param_list names it.")

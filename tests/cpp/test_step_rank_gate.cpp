@@ -9,6 +9,8 @@ using namespace msprobe;
 
 namespace {
 
+const nlohmann::json kAll = nlohmann::json::array();  // an empty list: every step, every rank
+
 Config config_of(const std::string& task, const nlohmann::json& step,
                  const nlohmann::json& rank) {
   return parse_config(
@@ -18,7 +20,7 @@ Config config_of(const std::string& task, const nlohmann::json& step,
 }  // namespace
 
 TEST(StepRankGate, EmptyListsAdmitEverything) {
-  const StepRankGate gate = StepRankGate::of(config_of("statistics", {}, {}));
+  const StepRankGate gate = StepRankGate::of(config_of("statistics", kAll, kAll));
   EXPECT_TRUE(gate.admits(0, -1));
   EXPECT_TRUE(gate.admits(12345, 63));
   EXPECT_FALSE(gate.past_last_step(1 << 30));
@@ -37,9 +39,9 @@ TEST(StepRankGate, ListsAreInclusiveRanges) {
 // msprobe's dump counts a process outside torch.distributed as rank 0 for the rank list; its
 // grad_probe does not apply the list there at all. One gate, one named difference.
 TEST(StepRankGate, OutsideTorchDistributedFollowsTheTask) {
-  const StepRankGate dump0 = StepRankGate::of(config_of("statistics", {}, {0}));
-  const StepRankGate dump1 = StepRankGate::of(config_of("overflow_check", {}, {1}));
-  const StepRankGate grads1 = StepRankGate::of(config_of("grad_probe", {}, {1}));
+  const StepRankGate dump0 = StepRankGate::of(config_of("statistics", kAll, {0}));
+  const StepRankGate dump1 = StepRankGate::of(config_of("overflow_check", kAll, {1}));
+  const StepRankGate grads1 = StepRankGate::of(config_of("grad_probe", kAll, {1}));
   EXPECT_TRUE(dump0.rank_in(-1));
   EXPECT_FALSE(dump1.rank_in(-1));
   EXPECT_TRUE(grads1.rank_in(-1));

@@ -46,7 +46,7 @@ class CallNumbering {
     // module -> (k, the parameter whose gradient came first)
     std::unordered_map<std::string, std::pair<int64_t, std::string>> grads;
   };
-  Guarded<Counters> counters_;
+  Guarded<Counters> counters_{LockLevel::Numbering};
   std::atomic<uint64_t> epoch_;
 };
 

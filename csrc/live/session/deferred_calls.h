@@ -39,7 +39,7 @@ class DeferredCalls {
   const SyncMode sync_;
   const int64_t batch_calls_;
   const PendingStats* const pending_;
-  Guarded<Queue> queue_;
+  Guarded<Queue> queue_{LockLevel::DeferredQueue};
   std::atomic<size_t> count_{0};  // the queue's length, read without its lock
 };
 

@@ -5,10 +5,11 @@
 // started model's output, the gradients at the end of a backward pass and before an optimizer
 // step, the loss scale), and says what the step's files need of it (end_step).
 //
-// Threading: the guard's lock is taken after the session's step lock where both are held (the
-// session's write of a step), never before it, and never held while waiting for the GIL or a
-// device. Everything marked "GIL required" runs on a Python thread with the GIL; the rest may run
-// on the autograd engine's threads too.
+// Threading: the guard's lock is of LockLevel::Guard (core/guarded.h): taken after the session's
+// step lock where both are held (the session's write of a step), never before it (debug builds
+// refuse it), and never held while waiting for the GIL or a device. Everything marked "GIL
+// required" runs on a Python thread with the GIL; the rest may run on the autograd engine's
+// threads too.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -164,7 +165,7 @@ class OverflowGuard {
   const Config& config_;
   const SessionPaths& paths_;
   CodeRegistry& codes_;  // GIL
-  Guarded<GuardState> state_;
+  Guarded<GuardState> state_{LockLevel::Guard};
   std::unique_ptr<PythonSide> py_;  // GIL
 };
 

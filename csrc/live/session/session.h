@@ -172,7 +172,7 @@ class Session {
   const Config config_;
   const SessionPaths paths_;
   CollectionGate gate_;
-  Guarded<StepCalls> state_;
+  Guarded<StepCalls> state_{LockLevel::Step};
   CallNumbering numbering_;
   CodeRegistry codes_;  // GIL
   Selection selection_;
