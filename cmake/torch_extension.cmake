@@ -11,51 +11,77 @@ foreach(name c10 torch torch_cpu torch_python)
   list(APPEND torch_libraries ${TORCH_LIB_${name}})
 endforeach()
 
-file(GLOB EXTENSION_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/csrc/live/*/*.cpp
+# The engine (csrc/live and csrc/bind, all but the module's entry point) is compiled once, as
+# objects linked into msprobe_cpp._C and into the test extension msprobe_cpp_units (tests/ext),
+# which drives the live parts on their own, as pybind11's tests are a module of their own: the
+# test hooks never ship in the package.
+file(GLOB ENGINE_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/csrc/live/*/*.cpp
      ${CMAKE_SOURCE_DIR}/csrc/bind/*.cpp)
-add_library(msprobe_extension MODULE ${EXTENSION_SOURCES})
-set_target_properties(msprobe_extension PROPERTIES
-  OUTPUT_NAME _C PREFIX "" SUFFIX "${PYTHON_EXT_SUFFIX}"
-  CXX_VISIBILITY_PRESET hidden
-  LIBRARY_OUTPUT_DIRECTORY "${MSPROBE_EXTENSION_OUTPUT_DIR}"
-  BUILD_RPATH "${TORCH_LIBRARY_DIRS}" INSTALL_RPATH "${TORCH_LIBRARY_DIRS}")
-# torch's headers as system headers: -Wall -Wextra are for our code, not theirs.
-target_include_directories(msprobe_extension SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS}
-                           ${Python3_INCLUDE_DIRS})
-target_compile_definitions(msprobe_extension PRIVATE
-  TORCH_EXTENSION_NAME=_C TORCH_API_INCLUDE_EXTENSION_H
-  _GLIBCXX_USE_CXX11_ABI=${TORCH_CXX11_ABI}
-  MSPROBE_VERSION="${PROJECT_VERSION}"
-  MSPROBE_TORCH_VERSION="${TORCH_VERSION}" MSPROBE_TORCH_INIT_FILE="${TORCH_INIT_FILE}")
-# pybind11 keeps its type registry under a key made of its internals version and the platform's
-# ABI; _C must use torch's key, or torch's tensors and types are foreign to it. Set as torch's own
-# cpp_extension does: a part torch states (torch._C._PYBIND11_*, up to 2.13) is passed; a part it
-# no longer states (2.14 on, with pybind11 3's headers) is left to those headers, which derive it
-# from the compiler as they did for torch. An empty value would make another key
-# (tests/python/test_pybind11_key.py compares the two).
-foreach(part COMPILER_TYPE STDLIB BUILD_ABI)
-  if(NOT TORCH_PYBIND11_${part} STREQUAL "")
-    target_compile_definitions(msprobe_extension PRIVATE
-                               PYBIND11_${part}="${TORCH_PYBIND11_${part}}")
-  endif()
-endforeach()
+list(REMOVE_ITEM ENGINE_SOURCES ${CMAKE_SOURCE_DIR}/csrc/bind/module.cpp)
+add_library(msprobe_engine OBJECT ${ENGINE_SOURCES})
+set_target_properties(msprobe_engine PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_link_libraries(msprobe_engine PUBLIC msprobe_cli ${torch_libraries})
+
+# What every file that includes torch's headers is compiled with.
+function(msprobe_torch_target target)
+  set_target_properties(${target} PROPERTIES CXX_VISIBILITY_PRESET hidden)
+  # torch's headers as system headers: -Wall -Wextra are for our code, not theirs.
+  target_include_directories(${target} SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS} ${Python3_INCLUDE_DIRS})
+  target_compile_definitions(${target} PRIVATE
+    TORCH_EXTENSION_NAME=_C TORCH_API_INCLUDE_EXTENSION_H
+    _GLIBCXX_USE_CXX11_ABI=${TORCH_CXX11_ABI}
+    MSPROBE_VERSION="${PROJECT_VERSION}"
+    MSPROBE_TORCH_VERSION="${TORCH_VERSION}" MSPROBE_TORCH_INIT_FILE="${TORCH_INIT_FILE}")
+  # pybind11 keeps its type registry under a key made of its internals version and the
+  # platform's ABI; _C must use torch's key, or torch's tensors and types are foreign to it. Set
+  # as torch's own cpp_extension does: a part torch states (torch._C._PYBIND11_*, up to 2.13) is
+  # passed; a part it no longer states (2.14 on, with pybind11 3's headers) is left to those
+  # headers, which derive it from the compiler as they did for torch. An empty value would make
+  # another key (tests/python/test_pybind11_key.py compares the two).
+  foreach(part COMPILER_TYPE STDLIB BUILD_ABI)
+    if(NOT TORCH_PYBIND11_${part} STREQUAL "")
+      target_compile_definitions(${target} PRIVATE PYBIND11_${part}="${TORCH_PYBIND11_${part}}")
+    endif()
+  endforeach()
+endfunction()
+
+# A Python extension module of the engine, written to `output_dir` as `name`.
+function(msprobe_module target name output_dir)
+  msprobe_torch_target(${target})
+  set_target_properties(${target} PROPERTIES
+    OUTPUT_NAME ${name} PREFIX "" SUFFIX "${PYTHON_EXT_SUFFIX}"
+    LIBRARY_OUTPUT_DIRECTORY "${output_dir}"
+    BUILD_RPATH "${TORCH_LIBRARY_DIRS}" INSTALL_RPATH "${TORCH_LIBRARY_DIRS}")
+  target_link_libraries(${target} PRIVATE msprobe_engine)
+endfunction()
+
+msprobe_torch_target(msprobe_engine)
+add_library(msprobe_extension MODULE ${CMAKE_SOURCE_DIR}/csrc/bind/module.cpp)
+msprobe_module(msprobe_extension _C "${MSPROBE_EXTENSION_OUTPUT_DIR}")
+option(MSPROBE_BUILD_TEST_EXTENSION
+       "Build msprobe_cpp_units (tests/ext), the live parts' test hooks, beside the package" ON)
+if(MSPROBE_BUILD_TEST_EXTENSION)
+  add_library(msprobe_units MODULE ${CMAKE_SOURCE_DIR}/tests/ext/live_units.cpp)
+  get_filename_component(units_dir "${MSPROBE_EXTENSION_OUTPUT_DIR}" DIRECTORY)
+  msprobe_module(msprobe_units msprobe_cpp_units "${units_dir}")
+endif()
+
 # torch's headers cost 6-8 s of parsing in every translation unit that includes them, most of the
-# build: the files are compiled in unity batches. A developer's build keeps batches of five, so an
-# edit recompiles five files; a one-shot build (setup.py: pip install) asks for as many batches as
-# it runs jobs (MSPROBE_UNITY_BATCHES), which parses the headers once per core: 98 s -> 61 s on two
-# cores (bench/README.md). A precompiled header was measured too: its 350 MB image costs about as
-# much to load as the parse it saves.
+# build: the engine's files are compiled in unity batches. A developer's build keeps batches of
+# five, so an edit recompiles five files; a one-shot build (setup.py: pip install) asks for as
+# many batches as it runs jobs (MSPROBE_UNITY_BATCHES), which parses the headers once per core:
+# 98 s -> 61 s on two cores (bench/README.md). A precompiled header was measured too: its 350 MB
+# image costs about as much to load as the parse it saves.
 set(MSPROBE_UNITY_BATCHES 0 CACHE STRING
-    "Translation units for the extension's files (0: batches of five files)")
+    "Translation units for the engine's files (0: batches of five files)")
 set(unity_batch_size 5)
 if(MSPROBE_UNITY_BATCHES GREATER 0)
-  list(LENGTH EXTENSION_SOURCES source_count)
+  list(LENGTH ENGINE_SOURCES source_count)
   math(EXPR unity_batch_size
        "(${source_count} + ${MSPROBE_UNITY_BATCHES} - 1) / ${MSPROBE_UNITY_BATCHES}")
 endif()
-set_target_properties(msprobe_extension PROPERTIES UNITY_BUILD ON
+set_target_properties(msprobe_engine PROPERTIES UNITY_BUILD ON
                       UNITY_BUILD_BATCH_SIZE ${unity_batch_size})
-target_link_libraries(msprobe_extension PRIVATE msprobe_cli ${torch_libraries})
 
 # The package finds its wrap list where an installed one has it: the one copy of the rules file,
 # made here for the source tree's package and for setup.py's build alike. (The ignore rules are

@@ -117,7 +117,8 @@ torch_venv_build() {
     cat "$dir/configure.log" >&2
     return 1
   }
-  cmake --build "$dir/cmake" --parallel "$(nproc)" --target msprobe_extension
+  # _C, and the test extension msprobe_cpp_units beside the package (tests/ext).
+  cmake --build "$dir/cmake" --parallel "$(nproc)" --target msprobe_extension --target msprobe_units
   # The package's Python files beside that extension (copies: the source tree's own _C is 1.13's).
   rm -f "$pkg/msprobe_cpp/_built_for.py"  # what builds before issue 44 wrote
   cp -u "$ROOT"/python/msprobe_cpp/*.py "$pkg/msprobe_cpp/"

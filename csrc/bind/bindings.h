@@ -11,7 +11,6 @@ void bind_session(pybind11::module_& m);  // _C.Session: one debugger's engine
 void bind_hooks(pybind11::module_& m);    // the API and module hooks, and what Python asks of them
 void bind_tools(pybind11::module_& m);    // the logger's sink, the command line, the wrap list
 void bind_for_tests(pybind11::module_& m);  // tests' and benches' hooks (a leading underscore)
-void bind_units(pybind11::module_& m);      // _C._units: the live parts driven on their own
 void bind_tasks(pybind11::module_& m);      // grad_probe (and free_benchmark)
 
 }  // namespace msprobe

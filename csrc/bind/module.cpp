@@ -28,6 +28,5 @@ PYBIND11_MODULE(_C, m) {
   bind_hooks(m);
   bind_tools(m);
   bind_for_tests(m);
-  bind_units(m);
   bind_tasks(m);
 }

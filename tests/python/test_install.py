@@ -61,6 +61,10 @@ import json, pathlib, sys
 import torch
 import msprobe_cpp
 assert "site-packages" in msprobe_cpp.__file__, msprobe_cpp.__file__
+# The test hooks are an extension of their own (tests/ext), never installed (issue 54).
+import importlib.util
+assert importlib.util.find_spec("msprobe_cpp_units") is None
+assert not hasattr(msprobe_cpp._C, "_units")
 model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 debugger = msprobe_cpp.PrecisionDebugger(dump_path="dump", level="mix")

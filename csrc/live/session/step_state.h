@@ -61,7 +61,7 @@ struct SessionPaths {
   std::string rank_folder_of(int rank) const { return rank < 0 ? unranked : rank_folder(rank); }
   // step<S>/rank<R>
   std::string folder_of(const StepPlace& at) const {
-    return "step" + std::to_string(at.step) + "/" + rank_folder_of(at.rank);
+    return step_part(at.step) + "/" + rank_folder_of(at.rank);
   }
   // <dump_root>/step<S>/rank<R>
   std::string dir_of(const StepPlace& at) const { return dump_root + "/" + folder_of(at); }

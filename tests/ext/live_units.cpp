@@ -1,13 +1,14 @@
-// _C._units: test hooks that drive the live parts on their own, with no session and no training
+// msprobe_cpp_units: the test extension (built beside the package, never in it: pip builds _C
+// alone). Test hooks that drive the live parts on their own, with no session and no training
 // loop (tests/python/test_live_units.py): OverflowWatch judging calls made of real tensors,
-// StepWriter writing a finished step, DeferredCalls queueing and handing back calls.
+// StepWriter writing a finished step, DeferredCalls queueing and handing back calls. It links the
+// same engine objects as _C (cmake/torch_extension.cmake); import torch first.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <nlohmann/json.hpp>
 
-#include "bind/bindings.h"
 #include "core/config.h"
 #include "core/step_folders.h"
 #include "live/capture/call_values.h"
@@ -15,7 +16,9 @@
 #include "live/log/tool_log.h"
 #include "live/overflow/model_tensors.h"
 #include "live/overflow/overflow_watch.h"
+#include "live/stats/stats_cache.h"
 #include "live/session/deferred_calls.h"
+#include "live/session/overflow_guard.h"
 #include "live/session/step_writer.h"
 
 namespace py = pybind11;
@@ -74,6 +77,89 @@ class WatchUnderTest {
   OverflowWatch watch_;
 };
 
+// What the guard's decisions say, as a dict; None for no event.
+py::object event_dict(const std::optional<OverflowEvent>& e) {
+  if (!e) return py::none();
+  py::dict out;
+  out["notify"] = e->notify;
+  out["raise"] = e->raise;
+  out["call"] = e->facts.finding.call;
+  out["origin"] = e->facts.origin ? py::object(py::str(to_string(*e->facts.origin))) : py::none();
+  return out;
+}
+
+// An OverflowGuard as the session holds it, with the paths and code registry it reads; calls
+// judged as the session hands them over (numbered by the guard's epoch unless told otherwise).
+class GuardUnderTest {
+ public:
+  explicit GuardUnderTest(const std::string& overrides_json)
+      : config_(config_of(overrides_json)), guard_(config_, paths_, codes_, "_units") {
+    new_step(0);
+  }
+  void new_step(int64_t step) {
+    epoch_ = static_cast<uint64_t>(step) + 1;
+    guard_.new_step(step, epoch_);
+    guard_.begin_step(-1, true);
+  }
+  void add_model_tensor(const std::string& name, const at::Tensor& t) {
+    guard_.add_model_tensor(name, t, false);
+  }
+  // `stale`: numbered by the step before (a call still running when its step ended).
+  py::dict judge(const std::string& name, py::handle inputs, py::handle outputs, bool stale) {
+    LiveTensors live;
+    StoredCall call;
+    call.record = record_of(name, inputs, outputs, live);
+    call.epoch = stale ? epoch_ - 1 : epoch_;
+    const CallVerdict v = guard_.judge_call(call, live);
+    py::dict out;
+    out["dropped"] = v.dropped;
+    out["keep_tensors"] = v.keep_tensors;
+    out["event"] = event_dict(v.event);
+    return out;
+  }
+  py::dict end_step(bool calls_due, bool at_stop) {
+    GuardStepEnd end = guard_.end_step(calls_due, at_stop, std::nullopt);
+    py::dict out;
+    out["closed"] = end.closed;
+    out["write"] = end.write;
+    out["said"] = end.said;
+    out["judgements"] = end.judgements.size();
+    return out;
+  }
+  void set_loss_scaled(double before) { guard_.set_loss_scaled(before); }
+  py::object judge_loss_scale(double after, bool skipped) {
+    return event_dict(guard_.judge_loss_scale(after, skipped));
+  }
+  bool step_flagged() const { return guard_.step_flagged(); }
+
+ private:
+  Config config_;
+  SessionPaths paths_{"", "", "/nonexistent/_units", "rank"};  // nothing is written here
+  CodeRegistry codes_;
+  OverflowGuard guard_;
+  uint64_t epoch_ = 1;
+};
+
+// The statistics cache, a tensor's cached statistics told apart by their md5 field.
+class CacheUnderTest {
+ public:
+  static bool cacheable(const at::Tensor& t) { return StatsCache::cacheable(t); }
+  void put(const at::Tensor& t, const std::string& tag) {
+    DataStats s;
+    s.md5 = tag;
+    cache_.put(t, s);
+  }
+  std::optional<std::string> find(const at::Tensor& t) {
+    const std::optional<DataStats> s = cache_.find(t);
+    return s ? std::optional<std::string>(s->md5) : std::nullopt;
+  }
+  void clear() { cache_.clear(); }
+  std::pair<int64_t, int64_t> hits_misses() const { return {cache_.hits(), cache_.misses()}; }
+
+ private:
+  StatsCache cache_;
+};
+
 StoredCall named_call(const std::string& name) {
   StoredCall c;
   c.record.name = name;
@@ -120,8 +206,7 @@ std::pair<std::vector<bool>, std::vector<std::string>> defer_calls(
 
 }  // namespace
 
-void bind_units(py::module_& m) {
-  py::module_ units = m.def_submodule("_units", "Test hooks: the live parts driven on their own.");
+void bind_units(py::module_& units) {
   py::class_<WatchUnderTest>(units, "Watch", "An OverflowWatch with its own started-model tensors.")
       .def(py::init<const std::string&>(), py::arg("overrides_json"))
       .def("add_model_tensor", &WatchUnderTest::add_model_tensor, py::arg("name"),
@@ -129,9 +214,33 @@ void bind_units(py::module_& m) {
       .def("new_step", &WatchUnderTest::new_step)
       .def("judge", &WatchUnderTest::judge, py::arg("name"), py::arg("inputs"), py::arg("outputs"))
       .def_property_readonly("step_flagged", &WatchUnderTest::step_flagged);
+  py::class_<GuardUnderTest>(units, "Guard", "An OverflowGuard judging calls as a session would.")
+      .def(py::init<const std::string&>(), py::arg("overrides_json"))
+      .def("new_step", &GuardUnderTest::new_step, py::arg("step"))
+      .def("add_model_tensor", &GuardUnderTest::add_model_tensor, py::arg("name"),
+           py::arg("tensor"))
+      .def("judge", &GuardUnderTest::judge, py::arg("name"), py::arg("inputs"), py::arg("outputs"),
+           py::arg("stale") = false)
+      .def("end_step", &GuardUnderTest::end_step, py::arg("calls_due"), py::arg("at_stop"))
+      .def("set_loss_scaled", &GuardUnderTest::set_loss_scaled, py::arg("before"))
+      .def("judge_loss_scale", &GuardUnderTest::judge_loss_scale, py::arg("after"),
+           py::arg("skipped"))
+      .def_property_readonly("step_flagged", &GuardUnderTest::step_flagged);
+  py::class_<CacheUnderTest>(units, "StatsCache", "The per-version statistics cache.")
+      .def(py::init<>())
+      .def_static("cacheable", &CacheUnderTest::cacheable, py::arg("tensor"))
+      .def("put", &CacheUnderTest::put, py::arg("tensor"), py::arg("tag"))
+      .def("find", &CacheUnderTest::find, py::arg("tensor"))
+      .def("clear", &CacheUnderTest::clear)
+      .def_property_readonly("hits_misses", &CacheUnderTest::hits_misses);
   units.def("write_step", &write_step, py::arg("dump_path"), py::arg("step"), py::arg("rank"),
             py::arg("names"));
   units.def("defer_calls", &defer_calls, py::arg("sync"), py::arg("batch_calls"), py::arg("names"));
 }
 
 }  // namespace msprobe
+
+PYBIND11_MODULE(msprobe_cpp_units, m) {
+  m.doc() = "Test hooks: msprobe_cpp's live parts driven on their own.";
+  msprobe::bind_units(m);
+}
