@@ -8,6 +8,7 @@
 #include "bind/api_hook_type.h"
 #include "bind/bindings.h"
 #include "core/fact_fields.h"
+#include "live/crossing/dict_fields.h"
 #include "live/capture/call_values.h"
 #include "live/capture/unwritten_memory.h"
 #include "live/hooks/compiled_region.h"
@@ -27,18 +28,11 @@ namespace {
 void bind_stop_facts(py::module_& m) {
   // A peer stop is built here, as a local one is: one message format, one field list.
   auto peer_of = [](const py::dict& published) {
-    auto text = [&](const char* key) {
-      return published.contains(key) && !published[key].is_none()
-                 ? py::str(published[key]).cast<std::string>()
-                 : std::string();
-    };
-    return PeerOverflow{published["rank"].cast<int>(),
-                        published["step"].cast<int64_t>(),
-                        text("call"),
-                        text("origin"),
-                        text("scene"),
-                        text("level")};
+    return read_dict(peer_overflow_members(), published);
   };
+  m.def(
+      "peer_overflow_fields", [] { return keys_of(peer_overflow_members()); },
+      "(key, Overflow attribute) of each field a rank publishes of its stop.");
   m.def(
       "overflow_field_names",
       [] {

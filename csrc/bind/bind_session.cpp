@@ -10,6 +10,7 @@
 #include "core/config.h"
 #include "core/dump_format.h"
 #include "core/step_rank_gate.h"
+#include "live/crossing/dict_fields.h"
 #include "live/capture/call_values.h"
 #include "live/capture/held_data.h"
 #include "live/capture/is_tensor.h"
@@ -80,13 +81,7 @@ py::list headroom_sites(Session& s) {
   py::list out;
   for (const HeadroomRecord& r : s.guard().headroom_warned()) {
     py::list history;
-    for (const HeadroomPoint& p : r.history) {
-      py::dict point;
-      point["step"] = p.step;
-      point["max"] = p.magnitude;
-      point["fraction"] = p.fraction;
-      history.append(point);
-    }
+    for (const HeadroomPoint& p : r.history) history.append(to_dict(headroom_point_members(), p));
     py::dict site;
     site["site"] = r.where;
     site["dtype"] = r.dtype;
@@ -302,12 +297,12 @@ void bind_peer_stop(py::class_<Session, std::shared_ptr<Session>>& c) {
        "rank raises itself (its own, or the peer's raised by PeerStop.raise_now).")
       .def(
           "stop_for_peer",
-          [](Session& s, int rank, int64_t step, const std::string& call,
-             const std::string& origin) {
-            return stop_for_peer(s, PeerOverflow{rank, step, call, origin, "", ""});
+          [](Session& s, const py::dict& published) {
+            return stop_for_peer(s, read_dict(peer_overflow_members(), published));
           },
-          py::arg("rank"), py::arg("step"), py::arg("call"), py::arg("origin"),
-          "Writes this rank's step for a peer's stop and ends it; the folder, or \"\".");
+          py::arg("published"),
+          "Writes this rank's step for a peer's published stop (peer_overflow_fields) and ends "
+          "it; the folder, or \"\".");
 }
 
 }  // namespace

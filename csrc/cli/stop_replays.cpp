@@ -6,13 +6,25 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/fact_fields_read.h"
+#include "core/overflow_facts.h"
+
 namespace msprobe {
 
 namespace {
 
-std::string string_at(const nlohmann::json& object, const char* key) {
-  const auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+// The stop's fields the text report shows, read by the keys of the one field list that wrote
+// them (core/overflow_facts.cpp): each found by the attribute it has on OverflowError.
+const std::vector<MemberField<LiveStop>>& live_stop_members() {
+  static const std::vector<MemberField<LiveStop>> table = {
+      {report_key("call"), nullptr, &LiveStop::call},
+      {report_key("origin"), nullptr, &LiveStop::origin},
+      {report_key("parameter"), nullptr, &LiveStop::parameter},
+      {report_key("note"), nullptr, &LiveStop::note},
+      {report_key("absorbed"), nullptr, &LiveStop::absorbed},
+      {report_key("not_replayed"), nullptr, &LiveStop::not_replayed},
+  };
+  return table;
 }
 
 }  // namespace
@@ -26,22 +38,15 @@ std::optional<LiveStop> read_live_stop(const std::string& dump_file) {
   if (doc.is_discarded() || !doc.is_object()) return std::nullopt;
   const auto first = doc.find("first_anomaly");
   if (first == doc.end() || !first->is_object()) return std::nullopt;
-  LiveStop stop;
+  LiveStop stop = read_json(live_stop_members(), *first);
   stop.json = first->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  stop.call = string_at(*first, "api_name");
-  stop.origin = string_at(*first, "origin");
-  stop.parameter = string_at(*first, "parameter");
-  stop.note = string_at(*first, "note");
-  const auto absorbed = first->find("absorbed");
-  stop.absorbed = absorbed != first->end() && absorbed->is_boolean() && absorbed->get<bool>();
-  if (const auto replay = first->find("replay"); replay != first->end() && replay->is_array()) {
+  if (const auto replay = first->find(report_key("replay"));
+      replay != first->end() && replay->is_array()) {
     for (const auto& r : *replay) {
-      if (r.is_object()) stop.replay_lines.push_back(string_at(r, "verdict"));
+      if (r.is_object()) stop.replay_lines.push_back(read_json(replay_members(), r).verdict);
     }
   }
-  if (std::string why = string_at(*first, "not_replayed"); !why.empty()) {
-    stop.replay_lines.push_back(std::move(why));
-  }
+  if (!stop.not_replayed.empty()) stop.replay_lines.push_back(stop.not_replayed);
   return stop;
 }
 

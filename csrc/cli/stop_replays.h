@@ -16,6 +16,7 @@ struct LiveStop {
   std::string parameter;
   std::string note;
   bool absorbed = false;
+  std::string not_replayed;
   std::vector<std::string> replay_lines;  // the replay verdicts and the not_replayed reason
   std::string json;                       // first_anomaly as the report holds it, on one line
 };

@@ -265,20 +265,6 @@ double parse_min_loss_scale(const json& value, const Loc& at) {
   return value.get<double>();
 }
 
-const std::vector<std::string> kOverflowKeys = {"overflow_nums",
-                                                "action",
-                                                "stop_level",
-                                                "stop_on",
-                                                "mutation_threshold",
-                                                "rules",
-                                                "compat",
-                                                "dump_skipped_steps",
-                                                "min_loss_scale",
-                                                "sync",
-                                                "sync_batch_calls",
-                                                "replay",
-                                                "headroom"};
-
 double parse_headroom(const json& value, const Loc& at) {
   if (!value.is_number() || !(value.get<double>() >= 0.0 && value.get<double>() < 1.0)) {
     fail(at, "a number from 0 (off) up to, not including, 1", value);
@@ -292,6 +278,74 @@ int64_t parse_sync_batch_calls(const json& value, const Loc& at) {
   return *number;
 }
 
+// The overflow_check section's keys, each with its reader: the one list that the section's key
+// check allows, PrecisionDebugger's keywords name, and parse_overflow() reads. `base_dir`: the
+// config file's folder for a value from the file ("" for a keyword's: the working directory).
+struct OverflowKey {
+  const char* key;
+  void (*read)(const json& v, const Loc& at, const std::string& base_dir, OverflowSection& out);
+};
+const OverflowKey kOverflowKeys[] = {
+    {"overflow_nums",
+     [](const json& v, const Loc& at, const std::string&, OverflowSection& out) {
+       out.overflow_nums = parse_overflow_nums(v, at);
+     }},
+    {"action",
+     [](const json& v, const Loc& at, const std::string&, OverflowSection& out) {
+       out.action = parse_enum(v, at, kActions);
+     }},
+    {"stop_level",
+     [](const json& v, const Loc& at, const std::string&, OverflowSection& out) {
+       out.stop_level = parse_enum(v, at, kSeverities);
+     }},
+    {"stop_on",
+     [](const json& v, const Loc& at, const std::string&, OverflowSection& out) {
+       out.stop_on = parse_stop_on(v, at);
+     }},
+    {"mutation_threshold",
+     [](const json& v, const Loc& at, const std::string&, OverflowSection& out) {
+       out.mutation_threshold = parse_threshold(v, at);
+     }},
+    {"rules",
+     [](const json& v, const Loc& at, const std::string& base_dir, OverflowSection& out) {
+       out.rules = parse_rules(v, at, base_dir);
+     }},
+    {"compat",
+     [](const json& v, const Loc& at, const std::string&, OverflowSection& out) {
+       out.compat = parse_bool(v, at);
+     }},
+    {"dump_skipped_steps",
+     [](const json& v, const Loc& at, const std::string&, OverflowSection& out) {
+       out.dump_skipped_steps = parse_bool(v, at);
+     }},
+    {"min_loss_scale",
+     [](const json& v, const Loc& at, const std::string&, OverflowSection& out) {
+       out.min_loss_scale = parse_min_loss_scale(v, at);
+     }},
+    {"sync",
+     [](const json& v, const Loc& at, const std::string&, OverflowSection& out) {
+       out.sync = parse_enum(v, at, kSyncModes);
+     }},
+    {"sync_batch_calls",
+     [](const json& v, const Loc& at, const std::string&, OverflowSection& out) {
+       out.sync_batch_calls = parse_sync_batch_calls(v, at);
+     }},
+    {"replay",
+     [](const json& v, const Loc& at, const std::string&, OverflowSection& out) {
+       out.replay = parse_bool(v, at);
+     }},
+    {"headroom",
+     [](const json& v, const Loc& at, const std::string&, OverflowSection& out) {
+       out.headroom = parse_headroom(v, at);
+     }},
+};
+
+std::vector<std::string> overflow_key_names() {
+  std::vector<std::string> names;
+  for (const OverflowKey& k : kOverflowKeys) names.push_back(k.key);
+  return names;
+}
+
 // The overflow_check section, each key taken from a keyword argument of PrecisionDebugger when
 // one was given (`overrides`), else from the file. Rule paths from the file are resolved against
 // its folder, those from a keyword against the working directory.
@@ -300,7 +354,7 @@ OverflowSection parse_overflow(const json* section, const Loc& at, const json& o
   ErrorList errors;
   if (section) {
     require_object(*section, at);
-    errors.attempt([&] { check_keys(*section, at, kOverflowKeys, {"check_mode"}); });
+    errors.attempt([&] { check_keys(*section, at, overflow_key_names(), {"check_mode"}); });
   }
   struct Value {
     const json* value;
@@ -315,37 +369,13 @@ OverflowSection parse_overflow(const json* section, const Loc& at, const json& o
     return std::nullopt;
   };
 
-  // Each key on its own, so that every bad one is told.
-  auto read = [&](const char* key, auto&& parse) {
-    errors.attempt([&] {
-      if (auto v = get(key)) parse(*v->value, v->at, v->from_file);
-    });
-  };
   OverflowSection out;
-  read("overflow_nums",
-       [&](const json& v, const Loc& w, bool) { out.overflow_nums = parse_overflow_nums(v, w); });
-  read("action",
-       [&](const json& v, const Loc& w, bool) { out.action = parse_enum(v, w, kActions); });
-  read("stop_level",
-       [&](const json& v, const Loc& w, bool) { out.stop_level = parse_enum(v, w, kSeverities); });
-  read("stop_on", [&](const json& v, const Loc& w, bool) { out.stop_on = parse_stop_on(v, w); });
-  read("mutation_threshold",
-       [&](const json& v, const Loc& w, bool) { out.mutation_threshold = parse_threshold(v, w); });
-  read("rules", [&](const json& v, const Loc& w, bool from_file) {
-    out.rules = parse_rules(v, w, from_file ? base_dir : "");
-  });
-  read("compat", [&](const json& v, const Loc& w, bool) { out.compat = parse_bool(v, w); });
-  read("dump_skipped_steps",
-       [&](const json& v, const Loc& w, bool) { out.dump_skipped_steps = parse_bool(v, w); });
-  read("min_loss_scale",
-       [&](const json& v, const Loc& w, bool) { out.min_loss_scale = parse_min_loss_scale(v, w); });
-  read("sync", [&](const json& v, const Loc& w, bool) { out.sync = parse_enum(v, w, kSyncModes); });
-  read("replay", [&](const json& v, const Loc& w, bool) { out.replay = parse_bool(v, w); });
-  read("headroom", [&](const json& v, const Loc& w, bool) { out.headroom = parse_headroom(v, w); });
-  read("sync_batch_calls", [&](const json& v, const Loc& w, bool) {
-    out.sync_batch_calls = parse_sync_batch_calls(v, w);
-  });
-  if (const json* v = section ? find(*section, "check_mode") : nullptr) {
+  // Each key on its own, so that every bad one is told.
+  for (const OverflowKey& k : kOverflowKeys) {
+    errors.attempt([&] {
+      if (auto v = get(k.key)) k.read(*v->value, v->at, v->from_file ? base_dir : "", out);
+    });
+  }  if (const json* v = section ? find(*section, "check_mode") : nullptr) {
     if (!v->is_string()) errors.attempt([&] { fail(at.child("check_mode"), "a string", *v); });
   }
   errors.throw_if_any();
@@ -375,7 +405,7 @@ bool is_override_key(const std::string& key) {
   auto in = [&](const std::vector<std::string>& keys) {
     return std::find(keys.begin(), keys.end(), key) != keys.end();
   };
-  return in(kOverrideKeys) || in(kOverflowKeys);
+  return in(kOverrideKeys) || in(overflow_key_names());
 }
 
 void check_ignored_top_level(const json& doc, const Loc& root) {
@@ -438,7 +468,8 @@ void check_override_keys(const json& overrides) {
     // names every keyword a user can pass.
     throw ConfigError(std::string(kDebugger) + ": unknown keyword argument " + show(entry.key()) +
                       "; allowed: config_path, " + join(kOverrideKeys) +
-                      ", model, on_overflow, and the overflow_check keys " + join(kOverflowKeys));
+                      ", model, on_overflow, and the overflow_check keys " +
+                      join(overflow_key_names()));
   }
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "core/json_writer.h"
@@ -71,5 +72,46 @@ struct FactField {
 void write_json_fields(JsonWriter& w, const std::vector<FactField>& fields);
 // The lines of the fields that have one, each after "\n  ".
 std::string field_lines(const std::vector<FactField>& fields);
+
+// A struct whose fields are its members, declared once as a table of MemberFields: fields_from()
+// renders them (the report, the Python dict, the message), and the readers set them back from
+// what a renderer made (read_json in core/fact_fields_read.h: the CLI's reader of a report;
+// read_dict in live/crossing/dict_fields.h: a dict from Python). One declaration, both
+// directions, as nlohmann's NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE gives to_json and from_json.
+template <typename T>
+struct MemberField {
+  using Member = std::variant<bool T::*, int T::*, int64_t T::*, double T::*,
+                              std::optional<double> T::*, std::string T::*>;
+  const char* key;   // the report's key, and the key of the dict Python hands over or gets
+  const char* attr;  // the Python objects' attribute; nullptr: none
+  Member member;
+  bool null_if_empty = false;  // a string written as null when empty (read back as "")
+  bool is_line = false;        // its text is the message's line
+};
+
+namespace member_fields {
+inline FactValue value_of(bool b, bool) { return FactValue::of(b); }
+inline FactValue value_of(int i, bool) { return FactValue::of(i); }
+inline FactValue value_of(int64_t i, bool) { return FactValue::of(i); }
+inline FactValue value_of(double d, bool) { return FactValue::of(d); }
+inline FactValue value_of(const std::optional<double>& d, bool) { return FactValue::of(d); }
+inline FactValue value_of(const std::string& s, bool null_if_empty) {
+  return null_if_empty && s.empty() ? FactValue() : FactValue::of(s);
+}
+}  // namespace member_fields
+
+template <typename T>
+std::vector<FactField> fields_from(const std::vector<MemberField<T>>& table, const T& value) {
+  std::vector<FactField> out;
+  out.reserve(table.size());
+  for (const MemberField<T>& f : table) {
+    FactValue v = std::visit(
+        [&](auto member) { return member_fields::value_of(value.*member, f.null_if_empty); },
+        f.member);
+    std::string line = f.is_line ? v.text : std::string();
+    out.emplace_back(f.key, f.attr, std::move(v), std::move(line));
+  }
+  return out;
+}
 
 }  // namespace msprobe

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/anomaly.h"
 #include "core/fact_fields.h"
@@ -329,27 +330,50 @@ std::vector<FactField> fields_of(const ArgFacts& a) {
   return out;
 }
 
-std::vector<FactField> fields_of(const ReplayFacts& r) {
-  return {
-      {"kind", "kind", FactValue::of(r.kind)},
-      {"dtype", "dtype", FactValue::of(r.dtype)},
-      {"device", "device", FactValue::of(r.device)},
-      {"finite", "finite", FactValue::of(r.finite)},
-      {"max", "max", FactValue::of(r.max)},
-      {"min", "min", FactValue::of(r.min)},
-      {"verdict", "verdict", FactValue::of(r.verdict), r.verdict},
+const std::vector<MemberField<ReplayFacts>>& replay_members() {
+  static const std::vector<MemberField<ReplayFacts>> table = {
+      {"kind", "kind", &ReplayFacts::kind},
+      {"dtype", "dtype", &ReplayFacts::dtype},
+      {"device", "device", &ReplayFacts::device},
+      {"finite", "finite", &ReplayFacts::finite},
+      {"max", "max", &ReplayFacts::max},
+      {"min", "min", &ReplayFacts::min},
+      {"verdict", "verdict", &ReplayFacts::verdict, false, /*is_line=*/true},
   };
+  return table;
+}
+
+const std::vector<MemberField<PeerOverflow>>& peer_overflow_members() {
+  static const std::vector<MemberField<PeerOverflow>> table = {
+      {"rank", "rank", &PeerOverflow::rank},
+      {"step", "step", &PeerOverflow::step},
+      {"call", "call", &PeerOverflow::call},
+      {"origin", "origin", &PeerOverflow::origin, /*null_if_empty=*/true},
+      {"scene", "scene", &PeerOverflow::scene, /*null_if_empty=*/true},
+      {"level", "level", &PeerOverflow::level, /*null_if_empty=*/true},
+  };
+  return table;
+}
+
+const std::vector<MemberField<HeadroomPoint>>& headroom_point_members() {
+  static const std::vector<MemberField<HeadroomPoint>> table = {
+      {"step", nullptr, &HeadroomPoint::step},
+      {"max", nullptr, &HeadroomPoint::magnitude},
+      {"fraction", nullptr, &HeadroomPoint::fraction},
+  };
+  return table;
+}
+
+std::vector<FactField> fields_of(const ReplayFacts& r) {
+  return fields_from(replay_members(), r);
 }
 
 namespace {
 
 std::vector<FactField> fields_of(const HeadroomTrend& trend) {
   std::vector<std::vector<FactField>> steps;
-  for (const HeadroomPoint& p : trend.history) {
-    steps.push_back({{"step", nullptr, FactValue::of(p.step)},
-                     {"max", nullptr, FactValue::of(p.magnitude)},
-                     {"fraction", nullptr, FactValue::of(p.fraction)}});
-  }
+  for (const HeadroomPoint& p : trend.history)
+    steps.push_back(fields_from(headroom_point_members(), p));
   return {{"dtype", nullptr, FactValue::of(trend.dtype)},
           {"steps", nullptr, FactValue::list_of_records(std::move(steps))},
           {"trend", nullptr, FactValue::of(trend.text)}};
@@ -432,6 +456,22 @@ std::vector<FactField> fields_of(const OverflowFacts& f) {
   out.push_back(
       {nullptr, "peer_step", f.peer.stop ? FactValue::of(f.peer.stop->step) : FactValue()});
   return out;
+}
+
+const char* report_key(const std::string& attr) {
+  // Every optional field set, so that each is listed (as _C.overflow_field_names does).
+  static const std::vector<FactField> every = [] {
+    OverflowFacts f;
+    f.held = true;
+    f.raised_calls_later = 1;
+    f.history = HeadroomTrend{"torch.float16", {}, ""};
+    f.replay.tried = true;
+    return fields_of(f);
+  }();
+  for (const FactField& field : every) {
+    if (field.attr && field.json && attr == field.attr) return field.json;
+  }
+  throw std::logic_error("no field of a stop has the attribute \"" + attr + "\"");
 }
 
 }  // namespace msprobe

@@ -168,6 +168,20 @@ std::vector<FactField> fields_of(const ArgFacts& a);
 std::vector<FactField> fields_of(const ReplayFacts& r);
 std::vector<FactField> fields_of(const OverflowFacts& f);
 
+// The types that other writers hand back, as member tables (core/fact_fields.h) that drive both
+// directions: a replay's verdict (written by python/msprobe_cpp/replay.py, read by the guard; in
+// the report; read again by the CLI), a peer's published stop (written by a rank's
+// peer_stop.py from Overflow's attributes, read by the others; in the report), a headroom point
+// (the report; debugger.headroom's dicts).
+const std::vector<MemberField<ReplayFacts>>& replay_members();
+const std::vector<MemberField<PeerOverflow>>& peer_overflow_members();
+const std::vector<MemberField<HeadroomPoint>>& headroom_point_members();
+
+// The report's key of the field whose Python attribute is `attr` in fields_of(OverflowFacts)
+// ("call" -> "api_name"): readers of a report find a field by the name it has everywhere else.
+// Throws std::logic_error for an attribute no field has.
+const char* report_key(const std::string& attr);
+
 // A replay finite in a wider dtype says "keep this op in float32": wrong advice where the call's
 // history jumped (its inputs grew by orders of magnitude since the last step). There the advice
 // points at what changed before the step.

@@ -11,18 +11,7 @@ constexpr size_t kChunkBytes = 1 << 16;
 
 void write_peer_stop(JsonWriter& w, const PeerOverflow& peer) {
   w.begin_object();
-  w.key("rank");
-  w.value_int(peer.rank);
-  w.key("step");
-  w.value_int(peer.step);
-  w.key("call");
-  w.value_string(peer.call);
-  w.key("origin");
-  if (peer.origin.empty()) {
-    w.value_null();
-  } else {
-    w.value_string(peer.origin);
-  }
+  write_json_fields(w, fields_from(peer_overflow_members(), peer));
   w.end_object();
 }
 

@@ -250,8 +250,9 @@ class PeerStop:
             return  # one stop per run; a rank stopped by a peer does not publish
         self._stopped_here = int(overflow.step)
         self._session.set_peer_stopped(own=True)  # the hooks now ask check(): the run has ended
-        facts = {"rank": self._rank, "step": overflow.step, "call": overflow.call,
-                 "origin": overflow.origin, "scene": overflow.scene, "level": overflow.level}
+        # The fields every rank reads back (core/overflow_facts.cpp, peer_overflow_members).
+        facts = {key: getattr(overflow, attr) for key, attr in _C.peer_overflow_fields()}
+        facts["rank"] = self._rank
         try:
             # One stop is the run's, the same on every run: the rank whose own data or op made
             # the NaN/inf. A rank that got it through a collective (origin peer) leaves it to the
@@ -343,8 +344,7 @@ class PeerStop:
         with self._evidence_lock:
             if self._evidence is None:
                 self._evidence_step = self._session.current_step  # stop_for_peer ends the step
-                self._evidence = self._session.stop_for_peer(
-                    int(peer["rank"]), int(peer["step"]), str(peer["call"]), str(peer.get("origin") or ""))
+                self._evidence = self._session.stop_for_peer(peer)
                 # Said before the acknowledgement: the rank may die in a failed collective next.
                 log.say(logging.WARNING, _C.peer_stop_line(peer, self._rank))
             return self._evidence

@@ -55,7 +55,8 @@ TEST(ReportTest, PeerStopAndLiveStopFollowTheDetails) {
             "{\n \"critical_apis\": [],\n \"high_priority_apis\": [],\n"
             " \"medium_priority_apis\": [],\n \"anomaly_details\": [],\n"
             " \"peer_stop\": {\n  \"rank\": 1,\n  \"step\": 8,\n"
-            "  \"call\": \"Functional.linear.0.forward\",\n  \"origin\": null\n },\n"
+            "  \"call\": \"Functional.linear.0.forward\",\n  \"origin\": null,\n"
+            "  \"scene\": null,\n  \"level\": null\n },\n"
             " \"live_stop\": {\"api_name\": \"Torch.exp.0.forward\"}\n}");
   r.peer_stop->origin = "input";
   EXPECT_EQ(nlohmann::json::parse(r.to_json())["peer_stop"]["origin"], "input");

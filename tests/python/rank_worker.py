@@ -125,7 +125,8 @@ def exception_record(e: BaseException) -> dict:
     if isinstance(e, msprobe_cpp.OverflowError):
         rec.update(step=getattr(e, "step", None), origin=getattr(e, "origin", None),
                    call=getattr(e, "call", None), peer_stop=getattr(e, "peer_stop", None),
-                   peer_rank=getattr(e, "peer_rank", None))
+                   peer_rank=getattr(e, "peer_rank", None), scene=getattr(e, "scene", None),
+                   level=getattr(e, "level", None))
     else:
         rec["traceback"] = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-12000:]
     return rec

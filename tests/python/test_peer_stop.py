@@ -67,7 +67,9 @@ def test_every_rank_stops_with_the_one_that_overflowed(tmp_path, bad_rank):
         assert e["peer_stop"] and e["peer_rank"] == bad_rank and e["call"] == call, r
         assert e["message"].startswith(f"[rank {r['rank']}] stopping: rank {bad_rank} overflowed at step 2 "
                                        f"({call}, origin input)"), e["message"]
-        assert report["peer_stop"] == {"rank": bad_rank, "step": 2, "call": call, "origin": "input"}
+        # The published stop's fields (peer_overflow_members): scene and level as the peer said them.
+        assert report["peer_stop"] == {"rank": bad_rank, "step": 2, "call": call, "origin": "input",
+                                       "scene": e["scene"], "level": e["level"]}, report
         # The records it had of the step, from its first call on: how far it got before its watcher
         # saw the stop depends on timing (it stops at its next hooked call, before recording it, so
         # a peer that reaches step 2 after the stop has none of it).

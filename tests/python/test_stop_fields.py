@@ -61,7 +61,8 @@ def test_the_watcher_thread_runs_no_user_code_and_raises_nothing(tmp_path, gener
 
     def watcher() -> None:  # what peer_stop.PeerStop._write_evidence does on its thread
         try:
-            errors.append(dbg._session.stop_for_peer(1, 0, "Functional.linear.0.forward", "op"))
+            errors.append(dbg._session.stop_for_peer(
+                {"rank": 1, "step": 0, "call": "Functional.linear.0.forward", "origin": "op"}))
         except BaseException as e:  # noqa: BLE001 - the point of the test
             errors.append(e)
 

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "core/fact_fields.h"
+#include "live/crossing/dict_fields.h"
 #include "live/capture/call_values.h"
 #include "live/crossing/python_crossing.h"
 #include "live/overflow/call_arguments.h"
@@ -135,17 +136,8 @@ void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
                     held ? handle_or_none(held->args) : py::none(),
                     held ? handle_or_none(held->kwargs) : py::none(), dtype,
                     gone.empty() ? py::object(py::none()) : py::str(gone));
-    for (py::handle r : out["replay"]) {
-      ReplayFacts f;
-      f.kind = py::str(r["kind"]);
-      f.dtype = py::str(r["dtype"]);
-      f.device = py::str(r["device"]);
-      f.finite = r["finite"].cast<bool>();
-      if (!r["max"].is_none()) f.max = r["max"].cast<double>();
-      if (!r["min"].is_none()) f.min = r["min"].cast<double>();
-      f.verdict = py::str(r["verdict"]);
-      facts.replay.verdicts.push_back(std::move(f));
-    }
+    for (py::handle r : out["replay"])
+      facts.replay.verdicts.push_back(read_dict(replay_members(), r));
     if (!out["not_replayed"].is_none()) facts.replay.not_replayed = py::str(out["not_replayed"]);
   } catch (py::error_already_set& e) {
     facts.replay.not_replayed = std::string("not replayed: ") + e.what();
