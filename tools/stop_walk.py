@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""The stop path's walk (issue 54), counted: torch.matmul makes NaN under overflow_check L1 and
+"""The stop path's walk (issue 54), counted: torch.matmul makes inf under overflow_check L1 (1e38 * 1e38 in float32) and
 the tool stops the run there. Run by tools/stop_walk.sh, in a Python that preloads
-tools/walk/walk_hooks.c into an extension built with -finstrument-functions. Counted on the
+tools/walk/walk_hooks.c into an extension built at -O0 with -finstrument-functions. Counted on the
 stopping thread, from the hook's entry to the OverflowError:
 
-- files entered: the csrc/ files whose functions ran (a header's inline functions are the
-  header's), and re-entries: each time a file is entered again after control went to another;
-- lock acquisitions: the mutexes our code locked (pthread_mutex_lock called from the extension),
-  by the file whose code took each;
+- files entered: the csrc/ files called into from another file (or from Python), a header's
+  inline functions being the header's; an entry is a distinct (caller function, callee function)
+  pair across files, so that a loop is one entry; re-entries: the entries into a file beyond its
+  first (a file called again from another place: control went back and forth); the same for
+  source files alone (.cpp: the headers' inline helpers left out);
+- lock acquisitions: the mutexes locked (pthread_mutex_lock), each time, by the file whose code
+  asked for it;
 - crossings into Python: the Python functions the engine called (a frame whose caller is the
   program's frame that made the call: C++ pushes no frame of its own).
 
@@ -36,7 +39,7 @@ def run_walk(dump: str) -> Tuple[str, List[str]]:
         model.weight.copy_(torch.tensor([[1e38, 1e38], [1.0, 1.0]]))
     debugger = msprobe_cpp.PrecisionDebugger(dump_path=dump, task="overflow_check", level="L1")
     clean = torch.tensor([[1.0, 1.0]])
-    bad = torch.tensor([[1e38, -1e38]])  # 1e38*1e38 + 1e38*(-1e38): inf - inf, NaN in float32
+    bad = torch.tensor([[1e38, -1e38]])  # 1e38 * 1e38: inf in float32
 
     def step(x: torch.Tensor) -> None:
         debugger.start(model)
@@ -56,13 +59,15 @@ def run_walk(dump: str) -> Tuple[str, List[str]]:
                 crossings.append(f"{os.path.relpath(frame.f_code.co_filename, ROOT)}:"
                                  f"{frame.f_code.co_name}")
 
+        weight = model.weight.t()
+        begin, end = hooks.walk_begin, hooks.walk_end  # looked up before the walk
         if x is bad:
             sys.setprofile(profile)
-            hooks.walk_begin()
+            begin()
         try:
-            torch.matmul(x, model.weight.t())
+            torch.matmul(x, weight)
         finally:
-            hooks.walk_end()
+            end()
             sys.setprofile(None)
 
     step(clean)
@@ -77,14 +82,13 @@ def run_walk(dump: str) -> Tuple[str, List[str]]:
     return events, crossings
 
 
-def resolve(library: str, offsets: List[str], inlines: bool) -> List[List[str]]:
-    """Each offset's source locations, innermost first (the function's own unless `inlines`)."""
-    if inlines:  # an address's chain of inlined calls has no end marker: each is asked on its own
-        return [subprocess.run(["addr2line", "-i", "-e", library, o], capture_output=True, text=True,
-                               check=True).stdout.splitlines() for o in offsets]
-    out = subprocess.run(["addr2line", "-e", library], input="\n".join(offsets) + "\n",
+def resolve(library: str, offsets: List[str]) -> Dict[str, Tuple[str, str]]:
+    """Each offset's (function, csrc/ file or ""): addr2line on the -O0 build, where no function
+    is inlined, so that a call site is in its caller."""
+    unique = sorted(set(offsets))
+    out = subprocess.run(["addr2line", "-f", "-C", "-e", library], input="\n".join(unique) + "\n",
                          capture_output=True, text=True, check=True).stdout.splitlines()
-    return [[line] for line in out]
+    return {o: (out[2 * k], ours(out[2 * k + 1])) for k, o in enumerate(unique)}
 
 
 def ours(location: str) -> str:
@@ -95,30 +99,45 @@ def ours(location: str) -> str:
 
 
 def count(events_file: str, crossings: List[str]) -> Dict[str, object]:
-    enters: List[Tuple[str, str]] = []
-    locks: List[Tuple[str, str]] = []
+    calls: List[List[str]] = []
+    locks: List[List[str]] = []
     with open(events_file) as f:
         for line in f:
-            kind, library, offset = line.split()
-            (enters if kind == "enter" else locks).append((library, offset))
-    library = enters[0][0] if enters else locks[0][0]
-    files = [f for f in (ours(chain[0]) for chain in resolve(library, [o for _, o in enters], False))
-             if f]
-    # A visit: entries of one file in a row.
-    visits = [f for i, f in enumerate(files) if i == 0 or f != files[i - 1]]
-    per_file = collections.Counter(visits)
+            kind, *rest = line.split()
+            (calls if kind == "call" else locks).append(rest)
+    library = next(part for row in calls + locks for part in row[::2] if part != "-")
+    where = resolve(library, [off for row in calls + locks for lib, off in zip(row[::2], row[1::2])
+                              if lib != "-"])
+    # An entry: a call from a function of one file (or from outside csrc/: Python, torch) into a
+    # function of another; each distinct (caller, callee) pair counts once, so that a loop over
+    # fields is one entry, not one per field.
+    edges: Dict[Tuple[str, str], str] = {}  # (caller, callee) -> the callee's file, in order
+    for lib_fn, fn, lib_site, site in calls:
+        callee, callee_file = where[fn] if lib_fn != "-" else ("", "")
+        caller, caller_file = where[site] if lib_site != "-" else ("(outside)", "")
+        if callee_file and callee_file != caller_file:
+            edges.setdefault((caller, callee), callee_file)
+    per_file = collections.Counter(edges.values())
+    sources = collections.Counter(f for f in edges.values() if f.endswith(".cpp"))
+    # Our locks: those the extension's own code takes (not Python's or torch's, inside a call the
+    # engine made), each belonging to the first frame in csrc/ besides Guarded's.
     lock_files = []
-    for chain in resolve(library, [o for _, o in locks], True):
-        lock_files.append(next((ours(c) for c in chain if ours(c)), "(outside csrc)"))
+    for row in locks:
+        if not row or row[0] == "-":
+            continue
+        frames = [where[off][1] for lib, off in zip(row[::2], row[1::2]) if lib != "-"]
+        lock_files.append(next((f for f in frames if f and f != "core/guarded.h"), "(pybind11)"))
     return {
         "files_entered": len(per_file),
-        "re_entries": len(visits) - len(per_file),
-        "entered_more_than_once": {f: n for f, n in per_file.most_common() if n > 1},
-        "lock_acquisitions": len(locks),
+        "re_entries": len(edges) - len(per_file),
+        "source_files_entered": len(sources),
+        "source_file_re_entries": sum(sources.values()) - len(sources),
+        "entries_by_source_file": {f: n for f, n in sources.most_common()},
+        "lock_acquisitions": len(lock_files),
         "locks_by_file": dict(collections.Counter(lock_files).most_common()),
         "crossings_into_python": len(crossings),
         "crossings": crossings,
-        "visits": visits,
+        "edges": [f"{file}: {a} -> {b}" for (a, b), file in edges.items()],
     }
 
 
@@ -126,10 +145,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as dump:
         events, crossings = run_walk(dump)
         counts = count(events, crossings)
-    visits = counts.pop("visits")
+    edges = counts.pop("edges")
     print(json.dumps(counts, indent=1))
-    if "--visits" in sys.argv:
-        print("\n".join(visits))
+    if "--edges" in sys.argv:
+        print("\n".join(edges))
 
 
 if __name__ == "__main__":

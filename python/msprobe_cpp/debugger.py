@@ -87,10 +87,16 @@ def _python_side(me: Any) -> Dict[str, Any]:
         if debugger is not None:
             debugger._flagged(overflow)
 
-    def on_stop(overflow: Overflow) -> None:
-        coordinator = peer()
-        if coordinator is not None:
-            coordinator.publish(overflow)
+    def on_stop(overflow: Overflow, notify: bool) -> None:
+        # The stop's one Overflow: on_overflow's (where the stop is the step's first notice), then
+        # the other ranks' under torch.distributed, whatever on_overflow raised.
+        try:
+            if notify:
+                on_flagged(overflow)
+        finally:
+            coordinator = peer()
+            if coordinator is not None:
+                coordinator.publish(overflow)
 
     def raise_peer_stop() -> None:
         coordinator = peer()

@@ -46,6 +46,11 @@ class OverflowError(RuntimeError):  # noqa: A001 - msprobe_cpp.OverflowError, by
         for key, value in overflow.__dict__.items():
             setattr(self, key, value)  # message too: the table of docs/overflow-detection.md
 
+    @classmethod
+    def _of(cls, **facts: Any) -> "OverflowError":
+        """The engine's one call for a stop: the error and its Overflow, made together."""
+        return cls(facts["message"], Overflow(**facts))
+
 
 class DistributedStopError(RuntimeError):
     """Under torch.distributed, the run cannot go on after a stop: raised by the first debugger

@@ -66,3 +66,23 @@ def test_without_a_stop_the_callbacks_exception_goes_on(tmp_path, device):
     with pytest.raises(CallbackBroke):
         run(dbg, device)
     assert seen and seen[0][0] == BAD_STEP
+
+
+@pytest.mark.parametrize("device", devices(), indirect=True)
+@pytest.mark.parametrize("sync", ["call", "batch"])
+def test_a_stop_is_one_overflow_seen_by_on_overflow_after_its_step_is_written(tmp_path, device, sync):
+    """Issue 54: the stop's Overflow was built twice (once for on_overflow, before the replay and
+    the write; again for the error). It is built once, with the error, after the step is written:
+    on_overflow, debugger.overflow and the error hold the same object, whose dump folder exists."""
+    seen = []
+
+    def on_overflow(o):
+        seen.append((o, (tmp_path / "dump" / f"step{BAD_STEP}" / "rank" / "dump.json").exists()))
+
+    dbg = guard(tmp_path, "L1", on_overflow=on_overflow, sync=sync)
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        run(dbg, device)
+    assert len(seen) == 1
+    overflow, written = seen[0]
+    assert overflow is info.value.overflow is dbg.overflow
+    assert written and overflow.dump_dir == str(tmp_path / "dump" / f"step{BAD_STEP}" / "rank")

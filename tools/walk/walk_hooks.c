@@ -1,22 +1,27 @@
 /* The probes of tools/stop_walk.py (issue 54's walk counts), preloaded into a Python that imports
- * an extension built with -finstrument-functions: every function of ours entered on the walking
- * thread while the walk is on, and every mutex our code locks there. Nothing here is linked into
- * the product. */
+ * an extension built with -finstrument-functions: every call into a function of ours made on the
+ * walking thread while the walk is on (the function and its call site), and every mutex locked
+ * there (with the calls that led to it). Nothing here is linked into the product. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_EVENTS (1 << 22)
+#define MAX_EVENTS (1 << 21)
+#define LOCK_FRAMES 12
 
 static volatile int walk_on;
 static pthread_t walk_thread;
-static void* entered[MAX_EVENTS];
-static size_t n_entered;
-static void* lockers[MAX_EVENTS];
+static void* functions[MAX_EVENTS];
+static void* sites[MAX_EVENTS];
+static size_t n_calls;
+static void* lock_frames[1 << 14][LOCK_FRAMES];
+static int lock_depth[1 << 14];
 static size_t n_locks;
+static __thread int in_probe;
 static int (*real_lock)(pthread_mutex_t*);
 
 __attribute__((constructor)) static void find_real_lock(void) {
@@ -24,11 +29,11 @@ __attribute__((constructor)) static void find_real_lock(void) {
 }
 
 static int walking(void) {
-  return walk_on && pthread_equal(pthread_self(), walk_thread);
+  return walk_on && !in_probe && pthread_equal(pthread_self(), walk_thread);
 }
 
 void walk_begin(void) {
-  n_entered = 0;
+  n_calls = 0;
   n_locks = 0;
   walk_thread = pthread_self();
   walk_on = 1;
@@ -39,8 +44,10 @@ void walk_end(void) {
 }
 
 __attribute__((no_instrument_function)) void __cyg_profile_func_enter(void* fn, void* site) {
-  (void)site;
-  if (walking() && n_entered < MAX_EVENTS) entered[n_entered++] = fn;
+  if (walking() && n_calls < MAX_EVENTS) {
+    functions[n_calls] = fn;
+    sites[n_calls++] = site;
+  }
 }
 
 __attribute__((no_instrument_function)) void __cyg_profile_func_exit(void* fn, void* site) {
@@ -49,31 +56,41 @@ __attribute__((no_instrument_function)) void __cyg_profile_func_exit(void* fn, v
 }
 
 int pthread_mutex_lock(pthread_mutex_t* m) {
-  if (walking() && n_locks < MAX_EVENTS) lockers[n_locks++] = __builtin_return_address(0);
+  if (walking() && n_locks < (1 << 14)) {
+    in_probe = 1; /* backtrace() may lock on its first use */
+    lock_depth[n_locks] = backtrace(lock_frames[n_locks], LOCK_FRAMES);
+    ++n_locks;
+    in_probe = 0;
+  }
   return real_lock ? real_lock(m) : 0; /* 0: before the constructor, one thread only */
 }
 
-/* Writes "enter|lock <library> <offset>" lines, in order, for the addresses in libraries whose
- * path holds `library_part`. Returns the number of lines written, -1 when the file fails. */
-static long write_events(FILE* out, const char* kind, void** addresses, size_t n,
-                         const char* library_part) {
-  long written = 0;
-  for (size_t i = 0; i < n; ++i) {
-    Dl_info info;
-    if (!dladdr(addresses[i], &info) || !info.dli_fname || !strstr(info.dli_fname, library_part))
-      continue;
-    fprintf(out, "%s %s %lx\n", kind, info.dli_fname,
-            (unsigned long)((uintptr_t)addresses[i] - (uintptr_t)info.dli_fbase));
-    ++written;
+/* "<library> <offset>" of an address in a library whose path holds `part`, else "- 0". */
+static void write_address(FILE* out, void* address, const char* part) {
+  Dl_info info;
+  if (dladdr(address, &info) && info.dli_fname && strstr(info.dli_fname, part)) {
+    fprintf(out, " %s %lx", info.dli_fname,
+            (unsigned long)((uintptr_t)address - (uintptr_t)info.dli_fbase));
+  } else {
+    fprintf(out, " - 0");
   }
-  return written;
 }
 
-long walk_write(const char* path, const char* library_part) {
+/* Lines "call <function> <site>" and "lock <frame>...", in order. -1 when the file fails. */
+long walk_write(const char* path, const char* part) {
   FILE* out = fopen(path, "w");
   if (!out) return -1;
-  long n = write_events(out, "enter", entered, n_entered, library_part);
-  n += write_events(out, "lock", lockers, n_locks, library_part);
+  for (size_t i = 0; i < n_calls; ++i) {
+    fprintf(out, "call");
+    write_address(out, functions[i], part);
+    write_address(out, sites[i], part);
+    fprintf(out, "\n");
+  }
+  for (size_t i = 0; i < n_locks; ++i) {
+    fprintf(out, "lock");
+    for (int k = 1; k < lock_depth[i]; ++k) write_address(out, lock_frames[i][k], part);
+    fprintf(out, "\n");
+  }
   fclose(out);
-  return n;
+  return (long)(n_calls + n_locks);
 }

@@ -7,12 +7,14 @@
 namespace msprobe {
 
 struct PythonSide {
-  pybind11::object overflow_type;   // msprobe_cpp.Overflow(**facts)
-  pybind11::object error_type;      // msprobe_cpp.OverflowError(message, overflow)
-  pybind11::object on_flagged;      // the debugger's callback, given an Overflow
+  pybind11::object overflow_type;  // msprobe_cpp.Overflow(**facts): a notice's
+  // msprobe_cpp.OverflowError: a stop's, made with its Overflow in one call (OverflowError._of).
+  pybind11::object error_type;
+  pybind11::object on_flagged;      // the debugger's callback, given a notice's Overflow
   pybind11::object queue_callback;  // torch.autograd.Variable._execution_engine.queue_callback
-  // torch.distributed (None otherwise): told of this rank's stop before it is raised, so that
-  // every other rank stops too; and what a hook calls, to raise the stop of a peer.
+  // on_stop(overflow, notify): the debugger is told of this rank's stop before it is raised
+  // (on_overflow where the stop is the step's first notice; under torch.distributed, the other
+  // ranks, so that they stop too); raise_peer_stop: what a hook calls, to raise a peer's stop.
   pybind11::object on_stop;
   pybind11::object raise_peer_stop;
   // Collectives: tells the other ranks that this rank's input to `call` held NaN/inf; asks which

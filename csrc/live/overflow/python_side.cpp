@@ -238,32 +238,38 @@ void flush_deferred(Session& session) {
 }
 
 void handle_overflow_event(Session& session, const OverflowEvent& event, py::object cause) {
+  PythonCrossing::assert_gil();
   PythonSide* side = session.guard().python_side();
   if (event.queue_end_of_backward) queue_end_of_backward(session);
   if (!side) return;
-  if (event.notify && side->on_flagged) {
-    try {
-      side->on_flagged(overflow_object(*side, event.facts));
-    } catch (py::error_already_set& error) {
-      // The user's on_overflow raised. A notice lets that exception go on, as any exception of
-      // the user's code in a hooked call would. A stop still ends and writes its step and raises
-      // the OverflowError, with the user's exception as its __cause__.
-      if (!event.raise) throw;
-      if (!cause) cause = error.value();
-    }
-  }
-  if (!event.raise) return;
+  if (event.raise) raise_stop(session, *side, event, std::move(cause));
+  // A notice: the user's on_overflow may raise; that exception goes on as itself, as any
+  // exception of the user's code in a hooked call would.
+  if (event.notify && side->on_flagged) side->on_flagged(overflow_object(*side, event.facts));
+}
+
+void raise_stop(Session& session, const PythonSide& side, const OverflowEvent& event,
+                py::object cause) {
+  PythonCrossing::assert_gil();
   OverflowFacts facts = event.facts;
-  replay_op(session, *side, facts);
+  replay_op(session, side, facts);
   const std::string write_error = session.end_step_for_raise();
   if (!write_error.empty() && !facts.dump.dir.empty()) {
     facts.dump.dir.clear();  // never name a folder that is not there
     facts.dump.error = write_error;
   }
-  py::object overflow = overflow_object(*side, facts);
-  if (side->on_stop && !side->on_stop.is_none()) side->on_stop(overflow);
-  py::object error = side->error_type(facts.message(), overflow);
-  PythonCrossing::raise(side->error_type, error, std::move(cause));
+  // One Overflow for everyone: the error's, on_overflow's and debugger.overflow.
+  py::object error = side.error_type.attr("_of")(**overflow_fields(facts));
+  if (side.on_stop && !side.on_stop.is_none()) {
+    try {
+      side.on_stop(error.attr("overflow"), event.notify);
+    } catch (py::error_already_set& e) {
+      // The user's on_overflow raised: the stop is raised all the same (its step is written),
+      // with the user's exception as its __cause__.
+      if (!cause) cause = e.value();
+    }
+  }
+  PythonCrossing::raise(side.error_type, error, std::move(cause));
 }
 
 void stop_collecting(Session& session) {

@@ -27,6 +27,14 @@ void raise_peer_stop(Session& session);
 void handle_overflow_event(Session& session, const OverflowEvent& event,
                            pybind11::object cause = pybind11::object());
 
+struct PythonSide;
+// The one stop raiser: replays an op origin, writes and ends the step, makes the OverflowError
+// and its Overflow in one call, tells the debugger (on_stop: on_overflow where `event` notifies,
+// the peer ranks) and raises, with `cause` or what on_overflow raised as its __cause__. GIL
+// required.
+[[noreturn]] void raise_stop(Session& session, const PythonSide& side, const OverflowEvent& event,
+                             pybind11::object cause);
+
 // Judges the queued calls (resolve_deferred) and does what their verdicts say: notices
 // first, then the first stop, raised here. GIL required.
 void flush_deferred(Session& session);
