@@ -121,12 +121,13 @@ def count(events_file: str, crossings: List[str]) -> Dict[str, object]:
     sources = collections.Counter(f for f in edges.values() if f.endswith(".cpp"))
     # Our locks: those the extension's own code takes (not Python's or torch's, inside a call the
     # engine made), each belonging to the first frame in csrc/ besides Guarded's.
-    lock_files = []
+    lock_files, lock_chains = [], []
     for row in locks:
         if not row or row[0] == "-":
             continue
-        frames = [where[off][1] for lib, off in zip(row[::2], row[1::2]) if lib != "-"]
-        lock_files.append(next((f for f in frames if f and f != "core/guarded.h"), "(pybind11)"))
+        frames = [where[off] for lib, off in zip(row[::2], row[1::2]) if lib != "-"]
+        lock_files.append(next((f for _, f in frames if f and f != "core/guarded.h"), "(pybind11)"))
+        lock_chains.append(" <- ".join(fn.split("(")[0] for fn, f in frames if f)[:300])
     return {
         "files_entered": len(per_file),
         "re_entries": len(edges) - len(per_file),
@@ -138,6 +139,7 @@ def count(events_file: str, crossings: List[str]) -> Dict[str, object]:
         "crossings_into_python": len(crossings),
         "crossings": crossings,
         "edges": [f"{file}: {a} -> {b}" for (a, b), file in edges.items()],
+        "lock_chains": lock_chains,
     }
 
 
@@ -145,10 +147,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as dump:
         events, crossings = run_walk(dump)
         counts = count(events, crossings)
-    edges = counts.pop("edges")
+    edges, chains = counts.pop("edges"), counts.pop("lock_chains")
     print(json.dumps(counts, indent=1))
     if "--edges" in sys.argv:
         print("\n".join(edges))
+    if "--locks" in sys.argv:
+        print("\n".join(chains))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # The stop path's walk counts (issue 54; docs/architecture.md, "The walk of one stop"): builds the
 # extension against Debian's torch with -finstrument-functions into build-walk/ (not the
 # product's build), preloads the probes of tools/walk/walk_hooks.c and runs tools/stop_walk.py.
-# Arguments go to stop_walk.py (--edges lists each entry, in order). -O0 (Debug, without its
+# Arguments go to stop_walk.py (--edges lists each entry, in order; --locks the calls that led to
+# each lock). -O0 (Debug, without its
 # assertions): no function is inlined, so that each call site is in its caller. The CPU scan
 # (stats/cpu_summary.cpp) is left uninstrumented: its kernels pin registers the probes would move.
 set -euo pipefail

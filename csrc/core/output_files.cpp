@@ -174,11 +174,19 @@ std::string safe_file_stem(const std::string& stem) {
 }
 
 std::string FileNames::claim(const std::string& stem) {
-  const std::string safe = safe_file_stem(stem);
+  return claim_all({stem}).front();
+}
+
+std::vector<std::string> FileNames::claim_all(const std::vector<std::string>& stems) {
+  std::vector<std::string> names;
+  names.reserve(stems.size());
+  for (const std::string& stem : stems) names.push_back(safe_file_stem(stem));
   std::lock_guard<std::mutex> lock(mu_);
-  std::string name = safe;
-  for (int n = 2; !used_.insert(name).second; ++n) name = safe + "~" + std::to_string(n);
-  return name;
+  for (std::string& name : names) {
+    const std::string safe = name;
+    for (int n = 2; !used_.insert(name).second; ++n) name = safe + "~" + std::to_string(n);
+  }
+  return names;
 }
 
 void FileNames::clear() {

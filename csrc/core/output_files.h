@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 namespace msprobe {
 
@@ -49,6 +50,8 @@ std::string safe_file_stem(const std::string& stem);
 class FileNames {
  public:
   std::string claim(const std::string& stem);  // safe_file_stem(stem), made unique
+  // Each stem claimed in order, under one lock (a flagged call's evidence, all at once).
+  std::vector<std::string> claim_all(const std::vector<std::string>& stems);
   void clear();                                // a new step
   void set_dir(std::string dir);               // the step's folder, once its rank is known
   std::string dir() const;

@@ -373,15 +373,12 @@ void OverflowDecisions::set_source(const std::string& call,
   }
 }
 
-void OverflowDecisions::set_raised_calls_later(const std::string& call, int64_t later) {
+void OverflowDecisions::complete(const OverflowFacts& stop) {
+  set_source(stop.finding.call, stop.source);
   for (auto* kept : {&step_overflow_, &pending_backward_, &reached_gradients_}) {
-    if (*kept && (*kept)->finding.call == call) (*kept)->raised_calls_later = later;
-  }
-}
-
-void OverflowDecisions::set_replay(const std::string& call, const ReplayOutcome& replay) {
-  for (auto* kept : {&step_overflow_, &pending_backward_, &reached_gradients_}) {
-    if (*kept && (*kept)->finding.call == call) (*kept)->replay = replay;
+    if (!*kept || (*kept)->finding.call != stop.finding.call) continue;
+    (*kept)->raised_calls_later = stop.raised_calls_later;
+    (*kept)->replay = stop.replay;
   }
 }
 

@@ -149,12 +149,13 @@ class OverflowDecisions {
   // The end of the step: the held NaN/inf that did no damage ended as `ends` says (by hold id);
   // the lines to say (once per call site).
   std::vector<std::string> finish_held(const std::vector<HeldEnd>& ends);
-  // Fill in facts kept for `call`: the source line (found without the lock), and under batched
-  // sync how many calls ran after it before the raise.
+  // Fill in facts kept for `call`: the source line of a finding that is not a stop (found
+  // without the lock).
   void set_source(const std::string& call, const std::optional<std::string>& source);
-  void set_raised_calls_later(const std::string& call, int64_t later);
-  // The replays of `call` (an op origin), made before the stop is raised and the files written.
-  void set_replay(const std::string& call, const ReplayOutcome& replay);
+  // A stop's facts, completed after its decision and before its step is written: its source
+  // line, its replays (an op origin), and under batched sync how many calls ran after it. The
+  // facts kept for its call take them.
+  void complete(const OverflowFacts& stop);
 
   void new_step();
 

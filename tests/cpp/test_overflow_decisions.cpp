@@ -448,8 +448,31 @@ TEST_F(Decisions, SourcesAndLaterCallsFillTheKeptFactsOfTheirCall) {
   d.set_source("Torch.log.0.forward", std::string("train.py:9: y = x.log()"));
   d.set_source("Torch.log.0.forward", std::string("ignored: the first source stays"));
   EXPECT_EQ(d.first_anomaly()->source, "train.py:9: y = x.log()");
-  d.set_raised_calls_later("Torch.log.0.forward", 12);
+}
+
+// A stop's late facts reach its kept facts in one step, as its step is written (issue 54: one
+// lock for them with the step's end).
+TEST_F(Decisions, AStopsLateFactsCompleteItsKeptFacts) {
+  OverflowDecisions d(options);
+  on(d, op_origin("Torch.log.0.forward"));
+  OverflowFacts stop = *d.first_anomaly();
+  stop.source = "train.py:9: y = x.log()";
+  stop.raised_calls_later = 12;
+  ReplayFacts wider;
+  wider.verdict = "replay in float32: finite";
+  stop.replay.tried = true;
+  stop.replay.verdicts = {wider};
+  OverflowFacts other = stop;
+  other.finding.call = "Torch.exp.0.forward";
+  other.raised_calls_later = 3;
+  d.complete(other);  // another call's: nothing of it is taken
+  EXPECT_FALSE(d.first_anomaly()->source);
+  EXPECT_EQ(d.first_anomaly()->raised_calls_later, 0);
+  d.complete(stop);
+  EXPECT_EQ(d.first_anomaly()->source, "train.py:9: y = x.log()");
   EXPECT_EQ(d.first_anomaly()->raised_calls_later, 12);
+  ASSERT_EQ(d.first_anomaly()->replay.verdicts.size(), 1u);
+  EXPECT_EQ(d.first_anomaly()->replay.verdicts[0].verdict, wider.verdict);
 }
 
 TEST_F(Decisions, TheStepsFirstAbsorbedLineIsItsFacts) {

@@ -26,19 +26,37 @@ bool TensorSaver::save(const at::Tensor& t, std::string path) {
   return enqueue(t.detach().clone(at::MemoryFormat::Contiguous), std::move(path));
 }
 
-bool TensorSaver::save_copy(at::Tensor copy, std::string path) {
+bool TensorSaver::save_copies(std::vector<std::pair<at::Tensor, std::string>> copies) {
   if (stopped_) return false;
-  return enqueue(copy.is_contiguous() ? std::move(copy) : copy.contiguous(), std::move(path));
+  std::vector<Job> jobs;
+  jobs.reserve(copies.size());
+  for (auto& [copy, path] : copies) {
+    at::Tensor compact = copy.is_contiguous() ? std::move(copy) : copy.contiguous();
+    const size_t bytes = compact.numel() * compact.element_size();
+    jobs.push_back({std::move(compact), std::move(path), bytes});
+  }
+  return enqueue_all(std::move(jobs));
 }
 
 bool TensorSaver::enqueue(at::Tensor snapshot, std::string path) {
   const size_t bytes = snapshot.numel() * snapshot.element_size();
+  std::vector<Job> one;
+  one.push_back({std::move(snapshot), std::move(path), bytes});
+  return enqueue_all(std::move(one));
+}
+
+bool TensorSaver::enqueue_all(std::vector<Job> jobs) {
+  if (jobs.empty()) return true;
   std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait(
-      lock, [&] { return pending_bytes_ == 0 || pending_bytes_ + bytes <= max_pending_bytes_; });
-  pending_bytes_ += bytes;
-  queue_.push_back({std::move(snapshot), std::move(path), bytes});
-  changed_.notify_all();
+  for (Job& job : jobs) {
+    // Each waits for room (the bound on what is pending); the wait lets the writer in.
+    changed_.wait(lock, [&] {
+      return pending_bytes_ == 0 || pending_bytes_ + job.bytes <= max_pending_bytes_;
+    });
+    pending_bytes_ += job.bytes;
+    queue_.push_back(std::move(job));
+    changed_.notify_all();
+  }
   return true;
 }
 

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace msprobe {
 
@@ -25,9 +27,9 @@ class TensorSaver {
   // Snapshots `t` now (so a later in-place change does not reach the file) and queues it. Once a
   // write has failed (a full disk, most likely) saving stops: false, and nothing is queued.
   bool save(const at::Tensor& t, std::string path);
-  // Queues `copy`, a private copy nobody else writes (a flagged call's evidence, copied when the
-  // call was flagged): not copied again.
-  bool save_copy(at::Tensor copy, std::string path);
+  // Queues each of `copies`: (a private copy nobody else writes, its path), a step's flagged
+  // evidence, copied when its call was flagged: not copied again. One lock for them all.
+  bool save_copies(std::vector<std::pair<at::Tensor, std::string>> copies);
   bool stopped() const { return stopped_; }
   // Blocks until every queued tensor is on disk; returns the first error since the last flush
   // ("" when none), so it can be reported once without stopping the training.
@@ -41,6 +43,7 @@ class TensorSaver {
   };
   void run();
   bool enqueue(at::Tensor snapshot, std::string path);
+  bool enqueue_all(std::vector<Job> jobs);
 
   const std::string root_;
   const size_t max_pending_bytes_;

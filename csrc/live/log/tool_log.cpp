@@ -68,7 +68,7 @@ void say_warning(std::string text) {
 
 void deliver_said_lines() {
   PythonCrossing::assert_gil();
-  if (said().empty()) return;
+  // No look at the queue first: deliver() takes its lock once to find it empty.
   if (!g_sink.load()) return said().deliver(to_stderr);
   deliver_to_python();
 }

@@ -73,8 +73,7 @@ std::vector<OverflowEvent> resolve_deferred(Session& session) {
       raising = true;
       raising_call_arguments() = std::move(batch[i].held);  // for its replay (python_side)
       const auto later = static_cast<int64_t>(batch.size() - 1 - i);
-      event->facts.raised_calls_later = later;
-      session.guard().set_raised_calls_later(event->facts.finding.call, later);
+      event->facts.raised_calls_later = later;  // the report takes it when the stop is raised
     }
     events.push_back(std::move(*event));
   }
@@ -144,8 +143,7 @@ void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
   } catch (const std::exception& e) {
     facts.replay.not_replayed = std::string("not replayed: ") + e.what();
   }
-  fit_replay_advice(facts);
-  session.guard().set_replay(facts);
+  fit_replay_advice(facts);  // the report takes the replays when the step is written
 }
 
 // One look at an optimizer step, judged with the program's line that called the step.
@@ -253,7 +251,7 @@ void raise_stop(Session& session, const PythonSide& side, const OverflowEvent& e
   PythonCrossing::assert_gil();
   OverflowFacts facts = event.facts;
   replay_op(session, side, facts);
-  const std::string write_error = session.end_step_for_raise();
+  const std::string write_error = session.end_step_for_raise(&facts);
   if (!write_error.empty() && !facts.dump.dir.empty()) {
     facts.dump.dir.clear();  // never name a folder that is not there
     facts.dump.error = write_error;

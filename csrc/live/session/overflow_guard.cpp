@@ -63,9 +63,11 @@ void OverflowGuard::begin_step(int rank, bool first) {
 }
 
 GuardStepEnd OverflowGuard::end_step(bool calls_due, bool at_stop,
-                                     const std::optional<PeerOverflow>& peer) {
+                                     const std::optional<PeerOverflow>& peer,
+                                     const OverflowFacts* stop) {
   return state_.with_lock([&](GuardState& g) {
     GuardStepEnd end;
+    if (stop && g.decisions) g.decisions->complete(*stop);
     if (!calls_due && !g.flagged_unstored) return end;
     // A scaled step is written at step(), once the loss scaler has said whether it skipped it.
     if (at_stop && g.decisions && g.decisions->loss_scaled()) return end;
@@ -186,18 +188,6 @@ std::optional<OverflowEvent> OverflowGuard::judge_model_output(StoredCall&& call
   return std::move(d.event);
 }
 
-void OverflowGuard::set_replay(const OverflowFacts& facts) {
-  state_.with_lock([&](GuardState& g) {
-    if (g.decisions) g.decisions->set_replay(facts.finding.call, facts.replay);
-  });
-}
-
-void OverflowGuard::set_raised_calls_later(const std::string& call, int64_t later) {
-  state_.with_lock([&](GuardState& g) {
-    if (g.decisions) g.decisions->set_raised_calls_later(call, later);
-  });
-}
-
 void OverflowGuard::tell_source(const StackPtr& stack, const std::string& call,
                                 OverflowEvent* event) {
   if (!stack) return;
@@ -207,6 +197,7 @@ void OverflowGuard::tell_source(const StackPtr& stack, const std::string& call,
     source = codes_.first_frame_outside(*stack, {paths_.package_dir, paths_.library_dir});
   }
   if (event) event->facts.source = source;
+  if (event && event->raise) return;  // end_step takes it, with the stop's other late facts
   state_.with_lock([&](GuardState& g) { g.decisions->set_source(call, source); });
 }
 

@@ -95,7 +95,10 @@ class OverflowGuard {
   // The step's end as the guard sees it: whether it is written now (`calls_due`: calls were
   // stored since the last write), and what its report holds. `at_stop`: a scaled step waits for
   // step(), when the loss scaler has said whether it skipped it.
-  GuardStepEnd end_step(bool calls_due, bool at_stop, const std::optional<PeerOverflow>& peer);
+  // `stop`: the facts of the stop that ends the step, completed since its decision (its source
+  // line, replays, calls run after it): the report takes them.
+  GuardStepEnd end_step(bool calls_due, bool at_stop, const std::optional<PeerOverflow>& peer,
+                        const OverflowFacts* stop = nullptr);
   // A finding that no stored call carries (a started model's output, an optimizer's step) makes
   // the step due.
   bool flagged_unstored() const {
@@ -142,10 +145,6 @@ class OverflowGuard {
   // NaN/inf in `t` was made inside a torch.compile'd region, where no call is recorded.
   void mark_compiled_output(const at::Tensor& t);
 
-  // An op origin's replays (facts.replay, not_replayed), kept for the step's report.
-  void set_replay(const OverflowFacts& facts);
-  // Batched sync: how many calls of the batch ran after the stop's call, for the report.
-  void set_raised_calls_later(const std::string& call, int64_t later);
   // The 16-bit call sites said to near their dtype's range (debugger.headroom).
   std::vector<HeadroomRecord> headroom_warned() const;
 
@@ -156,8 +155,9 @@ class OverflowGuard {
   std::optional<OverflowEvent> optimizer_settings(const OptimizerLook& look);
   // A stored call's finding as facts; its source line comes later.
   OverflowFacts facts_of(const GuardState& g, const StoredCall& call, const Verdict& v) const;
-  // The finding's source line (the GIL is taken), into `event` and the step's report. Without the
-  // guard's lock: a thread holding the GIL may be waiting for it.
+  // The finding's source line (the GIL is taken), into `event` and the step's report (a stop's
+  // reaches the report with its other late facts, at end_step). Without the guard's lock: a
+  // thread holding the GIL may be waiting for it.
   void tell_source(const StackPtr& stack, const std::string& call, OverflowEvent* event);
   // The one line said for a 16-bit call site that reached the headroom.
   void say_headroom(const HeadroomRecord& r, const StoredCall& call, int rank);

@@ -274,19 +274,18 @@ void Session::step() {
   poll_dump_enable();
 }
 
-std::string Session::end_step_for_raise() {
+std::string Session::end_step_for_raise(const OverflowFacts* stop) {
   gate_.close();
-  const std::string write_error = write_step();
-  advance();
-  state_.with_lock([](StepCalls& s) { s.ended_by_raise = true; });
+  const std::string write_error = write_step(false, false, stop);
+  advance(/*ended_by_raise=*/true);
   return write_error;
 }
 
-void Session::advance() {
+void Session::advance(bool ended_by_raise) {
   capture_.new_step();
   selection_.new_step();
   backward_scope_.clear();
-  state_.with_lock([this](StepCalls& s) {
+  state_.with_lock([this, ended_by_raise](StepCalls& s) {
     s.calls.clear();
     s.dirty = false;
     s.collected = false;
@@ -295,6 +294,7 @@ void Session::advance() {
     s.staging.clear();
     s.published = false;
     s.peer_stop.reset();
+    s.ended_by_raise = ended_by_raise;
     ++s.at.step;
     // Under the step's lock, the guard first: add() and the guard compare a call's epoch with
     // theirs, and a call numbered by the new step must find the guard in it.

@@ -134,7 +134,8 @@ class Session {
   // The hooks raise at the origin; this writes the step and ends it first, so the next start()
   // begins the next step (and a step() in the user's handler does not skip a number).
   // Returns why the step's files could not be written, or "" when they were (or none were due).
-  std::string end_step_for_raise();
+  // `stop`: the facts of the stop being raised (completed since its decision), for the report.
+  std::string end_step_for_raise(const OverflowFacts* stop = nullptr);
 
   PeerStopFlag& peer_stop() { return peer_stop_; }
   // Writes this rank's records of the current step as a flagged step whose report names the
@@ -144,7 +145,7 @@ class Session {
   SaidOnce& said() { return said_; }
 
  private:
-  void advance();
+  void advance(bool ended_by_raise = false);
   // dump_enable: a changed file turns the dump on or off; off, the step being collected is
   // written first.
   void poll_dump_enable();
@@ -155,7 +156,8 @@ class Session {
   // Writes the step if anything was collected since the last write ("" or why it could not be).
   // `at_stop`: a scaled step waits for step(), when the loss scaler has said whether it skipped.
   // hand_over: under async_dump, the write thread writes the files and this returns at once.
-  std::string write_step(bool at_stop = false, bool hand_over = false);
+  std::string write_step(bool at_stop = false, bool hand_over = false,
+                         const OverflowFacts* stop = nullptr);
   void take_back_calls(FinishedStep& done);
   // The step's calls, taken out of the state with what its files need (the state's lock held).
   FinishedStep take_step_calls(StepCalls& s, GuardStepEnd&& guarded) const;

@@ -74,7 +74,7 @@ FinishedStep Session::take_step_calls(StepCalls& s, GuardStepEnd&& guarded) cons
   return f;
 }
 
-std::string Session::write_step(bool at_stop, bool hand_over) {
+std::string Session::write_step(bool at_stop, bool hand_over, const OverflowFacts* stop) {
   if (config_.async_dump) {
     // A write of this step still in progress gives its calls back before new ones join them.
     const bool flagged = guard_.flagged_unstored();
@@ -88,7 +88,7 @@ std::string Session::write_step(bool at_stop, bool hand_over) {
   std::vector<std::string> said;
   std::optional<FinishedStep> done = state_.with_lock([&](StepCalls& s) {
     std::optional<FinishedStep> f;
-    GuardStepEnd guarded = guard_.end_step(s.dirty, at_stop, s.peer_stop);
+    GuardStepEnd guarded = guard_.end_step(s.dirty, at_stop, s.peer_stop, stop);
     said = std::move(guarded.said);
     if (guarded.closed) s.dirty = false;
     if (!guarded.write) return f;

@@ -309,12 +309,13 @@ std::string StepWriter::write(FinishedStep& step) {
 
 void StepWriter::save_tensors(FinishedStep& step, const std::string& tensor_dir,
                               DumpHeader& header) {
+  std::vector<std::pair<at::Tensor, std::string>> copies;
   for (StoredCall& c : step.calls) {
-    for (auto& [tensor, name] : c.tensors) {
-      saver_->save_copy(std::move(tensor), tensor_dir + "/" + name);
-    }
+    for (auto& [tensor, name] : c.tensors)
+      copies.emplace_back(std::move(tensor), tensor_dir + "/" + name);
     c.tensors.clear();
   }
+  saver_->save_copies(std::move(copies));
   const std::string error = saver_->flush();
   if (!error.empty() && !said_error_) {
     // Training goes on: a full disk must not kill the run being observed.
