@@ -1,6 +1,6 @@
 """tools/architecture_checks.py fails on the regressions it exists for (docs/architecture.md):
-a crossing into Python outside the crossing class, and a reference to another class's Guarded
-state. Each rule is shown to pass on the tree and to fail on a copy with one planted line."""
+a crossing into Python outside the crossing class, a reference to another class's Guarded
+state, a GIL claim unchecked, a raw PyObject* beyond a file's count, an unregistered task. Each rule is shown to pass on the tree and to fail on a copy with one planted line."""
 import shutil
 import subprocess
 import sys
@@ -33,14 +33,27 @@ def test_the_tree_passes():
     ("void f(pybind11::error_already_set& e) { e.restore(); }", "crossing"),
     ("class Reacher { Guarded<StepCalls>& state_; };", "ownership"),
     ("Reacher::Reacher(Guarded<GuardState>& state) {}", "ownership"),
+    ("void f(PyObject* o);", "raw-object"),
+    ("class Planted final : public TaskProcessor {};", "task"),
 ])
 def test_a_planted_line_fails(tmp_path, planted, rule):
     shutil.copytree(ROOT / "csrc", tmp_path / "csrc")
-    target = tmp_path / "csrc" / "live" / "hooks" / "planted.cpp"
+    # A task's class is looked for in headers, as every other rule's lines are in both.
+    target = tmp_path / "csrc" / "live" / "hooks" / ("planted.h" if rule == "task" else "planted.cpp")
     target.write_text("// planted\nnamespace msprobe {\n" + planted + "\n}\n")
     result = run_checks(tmp_path)
     assert result.returncode == 1
-    assert f"csrc/live/hooks/planted.cpp:3: {rule}:" in result.stdout
+    assert f"csrc/live/hooks/{target.name}:3: {rule}:" in result.stdout
+
+
+def test_a_file_may_not_take_more_raw_objects_than_it_has_left(tmp_path):
+    """The raw-object rule is a ratchet: a listed file fails one PyObject* above its count."""
+    shutil.copytree(ROOT / "csrc", tmp_path / "csrc")
+    target = tmp_path / "csrc" / "live" / "log" / "tool_log.h"
+    target.write_text(target.read_text() + "\nnamespace msprobe {\nvoid planted(PyObject* o);\n}\n")
+    result = run_checks(tmp_path)
+    assert result.returncode == 1 and "csrc/live/log/tool_log.h:" in result.stdout
+    assert ": raw-object: void planted(PyObject* o);" in result.stdout
 
 
 def test_the_crossing_class_itself_is_allowed(tmp_path):
@@ -63,9 +76,9 @@ def test_a_gil_claim_without_assert_gil_fails(tmp_path, claimed_in):
     definition begins with PythonCrossing::assert_gil()."""
     shutil.copytree(ROOT / "csrc", tmp_path / "csrc")
     hooks = tmp_path / "csrc" / "live" / "hooks"
-    body = "void reads_a_dict(PyObject* d) {\n  (void)d;\n}\n"
+    body = "void reads_a_dict(pybind11::handle d) {\n  (void)d;\n}\n"
     if claimed_in == "header":
-        (hooks / "planted.h").write_text("// Reads the dict. GIL required.\nvoid reads_a_dict(PyObject* d);\n")
+        (hooks / "planted.h").write_text("// Reads the dict. GIL required.\nvoid reads_a_dict(pybind11::handle d);\n")
         (hooks / "planted.cpp").write_text('#include "live/hooks/planted.h"\n' + body)
         where = "csrc/live/hooks/planted.cpp:2: gil: reads_a_dict: claimed at csrc/live/hooks/planted.h:2"
     else:

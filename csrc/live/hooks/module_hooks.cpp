@@ -136,16 +136,15 @@ py::tuple make_model_hooks(const std::string& class_name) {
     std::shared_ptr<Session> s = current_session();
     if (!s || !s->config().watching()) return;
     StartedModelCall call{module.ptr(), class_name, {}};
-    auto take = [&call](PyObject* values) {
-      for (const LiveArg& a : live_args_of(values)) {
+    auto take = [&call](py::handle values) {
+      for (const LiveArg& a : live_args_of(values.ptr())) {
         if (a.tensor.defined()) call.args.push_back(a.tensor);
         call.args.insert(call.args.end(), a.items.begin(), a.items.end());
       }
     };
-    take(inputs.ptr());
-    if (PyDict_Check(kwargs.ptr())) {
-      take(py::reinterpret_steal<py::object>(PyDict_Values(kwargs.ptr())).ptr());
-    }
+    take(inputs);
+    if (PyDict_Check(kwargs.ptr()))
+      take(py::reinterpret_steal<py::object>(PyDict_Values(kwargs.ptr())));
     started_model_calls().push_back(std::move(call));
   };
   auto post = [key](py::handle module, py::handle /*inputs*/, py::handle output) {

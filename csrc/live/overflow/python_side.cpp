@@ -125,7 +125,7 @@ void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
       held = kept->view();
     }
   }
-  auto handle_or_none = [](PyObject* o) {
+  auto handle_or_none = [](py::handle o) {
     return o ? py::reinterpret_borrow<py::object>(o) : py::object(py::none());
   };
   facts.replay.tried = true;
