@@ -153,6 +153,10 @@ std::optional<int64_t> as_int64(const json& value) {
   return std::nullopt;
 }
 
+void require_object(const json& value, const Loc& at) {
+  if (!value.is_object()) fail(at, "an object", value);
+}
+
 bool parse_bool(const json& value, const Loc& at) {
   if (!value.is_boolean()) fail(at, "true or false", value);
   return value.get<bool>();

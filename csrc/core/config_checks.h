@@ -84,6 +84,9 @@ void check_keys(const json& object, const Loc& at, const std::vector<std::string
 const json* find(const json& object, const std::string& key);
 std::optional<int64_t> as_int64(const json& value);
 bool parse_bool(const json& value, const Loc& at);
+void require_object(const json& value, const Loc& at);
+// A keyword argument's place in messages: PrecisionDebugger(<key>=...).
+inline constexpr const char* kDebugger = "PrecisionDebugger";
 std::string parse_nonempty_string(const json& value, const Loc& at);
 std::vector<std::string> parse_string_list(const json& value, const Loc& at);
 // extra_apis: names as call names spell them ("Tensor.view"), prefix and shape checked.
@@ -123,3 +126,19 @@ E parse_enum(const json& value, const Loc& at, const EnumName<E> (&table)[N]) {
 }
 
 }  // namespace msprobe::config_checks
+
+namespace msprobe {
+
+struct OverflowSection;
+
+// The overflow_check section (core/config_overflow.cpp): its keys, in the order messages list
+// them (also PrecisionDebugger's keywords), and the section, each key taken from a keyword
+// argument of PrecisionDebugger when one was given (`overrides`), else from the file (`section`,
+// null when it has none). Rule paths from the file are resolved against its folder
+// (`base_dir`), those from a keyword against the working directory. Throws ConfigError naming
+// every bad key.
+std::vector<std::string> overflow_key_names();
+OverflowSection parse_overflow(const nlohmann::json* section, const config_checks::Loc& at,
+                               const nlohmann::json& overrides, const std::string& base_dir);
+
+}  // namespace msprobe
