@@ -40,24 +40,25 @@ bool TensorSaver::save_copies(std::vector<std::pair<at::Tensor, std::string>> co
 
 bool TensorSaver::enqueue(at::Tensor snapshot, std::string path) {
   const size_t bytes = snapshot.numel() * snapshot.element_size();
-  std::vector<Job> one;
-  one.push_back({std::move(snapshot), std::move(path), bytes});
-  return enqueue_all(std::move(one));
+  std::unique_lock<std::mutex> lock(mu_);
+  push(lock, {std::move(snapshot), std::move(path), bytes});
+  return true;
 }
 
 bool TensorSaver::enqueue_all(std::vector<Job> jobs) {
   if (jobs.empty()) return true;
   std::unique_lock<std::mutex> lock(mu_);
-  for (Job& job : jobs) {
-    // Each waits for room (the bound on what is pending); the wait lets the writer in.
-    changed_.wait(lock, [&] {
-      return pending_bytes_ == 0 || pending_bytes_ + job.bytes <= max_pending_bytes_;
-    });
-    pending_bytes_ += job.bytes;
-    queue_.push_back(std::move(job));
-    changed_.notify_all();
-  }
+  for (Job& job : jobs) push(lock, std::move(job));
   return true;
+}
+
+void TensorSaver::push(std::unique_lock<std::mutex>& lock, Job job) {
+  // Waits for room (the bound on what is pending); the wait lets the writer in.
+  changed_.wait(
+      lock, [&] { return pending_bytes_ == 0 || pending_bytes_ + job.bytes <= max_pending_bytes_; });
+  pending_bytes_ += job.bytes;
+  queue_.push_back(std::move(job));
+  changed_.notify_all();
 }
 
 std::string TensorSaver::flush() {

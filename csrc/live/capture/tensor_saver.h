@@ -44,6 +44,7 @@ class TensorSaver {
   void run();
   bool enqueue(at::Tensor snapshot, std::string path);
   bool enqueue_all(std::vector<Job> jobs);
+  void push(std::unique_lock<std::mutex>& lock, Job job);  // mu_ held
 
   const std::string root_;
   const size_t max_pending_bytes_;
