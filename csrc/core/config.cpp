@@ -220,23 +220,8 @@ std::string parse_dump_path(const json& value, const Loc& at) {
   return path;
 }
 
-const std::vector<std::string> kTopKeys = {
-    "task",   "dump_path",      "rank",       "step",       "level",         "statistics",
-    "tensor", "overflow_check", "extra_apis", "grad_probe", "free_benchmark"};
-const std::vector<std::string> kIgnoredTopKeys = {
-    "is_deterministic", "enable_dataloader", "async_dump", "framework", "seed", "run_ut"};
-const std::vector<std::string> kOverrideKeys = {"task", "dump_path",  "level",     "step",
-                                                "rank", "extra_apis", "async_dump"};
-
-bool is_override_key(const std::string& key) {
-  auto in = [&](const std::vector<std::string>& keys) {
-    return std::find(keys.begin(), keys.end(), key) != keys.end();
-  };
-  return in(kOverrideKeys) || in(overflow_key_names());
-}
-
 void check_ignored_top_level(const json& doc, const Loc& root) {
-  for (const char* key : {"is_deterministic", "enable_dataloader", "async_dump"}) {
+  for (const char* key : {"is_deterministic", "enable_dataloader"}) {
     if (const json* v = find(doc, key)) parse_bool(*v, root.child(key));
   }
   if (const json* v = find(doc, "framework")) {
@@ -286,6 +271,63 @@ void read_task_sections(const json& doc, const Loc& root, Config& config) {
   errors.throw_if_any();
 }
 
+// The top level's keys, each with its reader: the one list that the key check allows,
+// PrecisionDebugger's keywords name (`keyword`), and parse_config() reads, in this order (a task's
+// level is read after its task). A section read on its own (its keys are its own table's) has no
+// reader here.
+struct TopKey {
+  const char* key;
+  bool keyword;
+  void (*read)(const json& v, const Loc& at, Config& out);
+  const char* required = nullptr;  // what is expected when it is absent; nullptr: optional
+};
+const TopKey kTopLevelKeys[] = {
+    {"task", true, [](const json& v, const Loc& at, Config& out) { out.task = parse_task(v, at); }},
+    {"dump_path", true,
+     [](const json& v, const Loc& at, Config& out) { out.dump_path = parse_dump_path(v, at); },
+     "a non-empty string (required)"},
+    {"rank", true,
+     [](const json& v, const Loc& at, Config& out) { out.rank = parse_ranges(v, at); }},
+    {"step", true,
+     [](const json& v, const Loc& at, Config& out) { out.step = parse_ranges(v, at); }},
+    {"level", true,
+     [](const json& v, const Loc& at, Config& out) {
+       out.level = parse_task_level(out.task, v, at);
+     }},
+    {"statistics", false,
+     [](const json& v, const Loc& at, Config& out) {
+       out.statistics = parse_collect(v, at, true);
+     }},
+    {"tensor", false,
+     [](const json& v, const Loc& at, Config& out) { out.tensor = parse_collect(v, at, false); }},
+    {"overflow_check", false, nullptr},  // parse_overflow, which also takes its keys as keywords
+    {"extra_apis", true,
+     [](const json& v, const Loc& at, Config& out) { out.extra_apis = parse_api_names(v, at); }},
+    {"grad_probe", false, nullptr},      // read_task_sections
+    {"free_benchmark", false, nullptr},  // read_task_sections
+    // msprobe's top-level key, also a keyword argument.
+    {"async_dump", true,
+     [](const json& v, const Loc& at, Config& out) { out.async_dump = parse_bool(v, at); }},
+};
+
+std::vector<std::string> top_key_names(bool keywords_only) {
+  std::vector<std::string> out;
+  for (const TopKey& k : kTopLevelKeys) {
+    if (k.keyword || !keywords_only) out.push_back(k.key);
+  }
+  return out;
+}
+
+const std::vector<std::string> kIgnoredTopKeys = {"is_deterministic", "enable_dataloader",
+                                                  "framework", "seed", "run_ut"};
+
+bool is_override_key(const std::string& key) {
+  auto in = [&](const std::vector<std::string>& keys) {
+    return std::find(keys.begin(), keys.end(), key) != keys.end();
+  };
+  return in(top_key_names(true)) || in(overflow_key_names());
+}
+
 // A null keyword argument is Python's None, the default of PrecisionDebugger's parameters: not
 // given.
 void check_override_keys(const json& overrides) {
@@ -294,7 +336,7 @@ void check_override_keys(const json& overrides) {
     // The Python-only keywords (taken by PrecisionDebugger itself) are listed too: the message
     // names every keyword a user can pass.
     throw ConfigError(std::string(kDebugger) + ": unknown keyword argument " + show(entry.key()) +
-                      "; allowed: config_path, " + join(kOverrideKeys) +
+                      "; allowed: config_path, " + join(top_key_names(true)) +
                       ", model, on_overflow, and the overflow_check keys " +
                       join(overflow_key_names()));
   }
@@ -344,7 +386,7 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   if (!doc.is_object()) fail(root, "a JSON object", doc);
   ErrorList errors;
   errors.attempt([&] {
-    std::vector<std::string> known = kTopKeys;
+    std::vector<std::string> known = top_key_names(false);
     known.insert(known.end(), msprobe26_top_keys().begin(), msprobe26_top_keys().end());
     check_keys(doc, root, known, kIgnoredTopKeys);
   });
@@ -367,30 +409,18 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
   TopLevel top(doc, source, overrides);
   Config config;
   // Each field on its own, so that every bad one is told.
-  auto read = [&](const char* key, auto&& parse) {
+  for (const TopKey& key : kTopLevelKeys) {
+    if (key.read == nullptr) continue;
     errors.attempt([&] {
-      if (auto f = top.get(key)) parse(*f->value, f->at);
+      if (auto f = top.get(key.key)) {
+        key.read(*f->value, f->at, config);
+      } else if (key.required &&
+                 !errors.mentions("did you mean \"" + std::string(key.key) + "\"")) {
+        // A misspelt key was told already, with the right name.
+        fail_missing(root.child(key.key), key.required);
+      }
     });
-  };
-  read("task", [&](const json& v, const Loc& at) { config.task = parse_task(v, at); });
-  errors.attempt([&] {
-    // A misspelt "dump_path" was told already, with the right name.
-    if (!top.get("dump_path") && !errors.mentions("did you mean \"dump_path\"")) {
-      fail_missing(root.child("dump_path"), "a non-empty string (required)");
-    }
-  });
-  read("dump_path",
-       [&](const json& v, const Loc& at) { config.dump_path = parse_dump_path(v, at); });
-  read("rank", [&](const json& v, const Loc& at) { config.rank = parse_ranges(v, at); });
-  read("extra_apis",
-       [&](const json& v, const Loc& at) { config.extra_apis = parse_api_names(v, at); });
-  read("step", [&](const json& v, const Loc& at) { config.step = parse_ranges(v, at); });
-  read("level",
-       [&](const json& v, const Loc& at) { config.level = parse_task_level(config.task, v, at); });
-  read("statistics",
-       [&](const json& v, const Loc& at) { config.statistics = parse_collect(v, at, true); });
-  read("tensor",
-       [&](const json& v, const Loc& at) { config.tensor = parse_collect(v, at, false); });
+  }
   if (config.task == Task::Structure) {
     errors.attempt([&] { read_structure_task(doc, root, config, warnings); });
   }
@@ -400,8 +430,6 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
         parse_overflow(section, root.child("overflow_check"), overrides, base_dir);
   });
   errors.attempt([&] { read_task_sections(doc, root, config); });
-  // msprobe's top-level key, also a keyword argument (which wins).
-  read("async_dump", [&](const json& v, const Loc& at) { config.async_dump = parse_bool(v, at); });
   read_msprobe26_keys(doc, root, config.msprobe26, config.generation, errors);
   errors.throw_if_any();
   warn_msprobe26_name_regex(config.collect().list, root, warnings);

@@ -20,27 +20,23 @@ std::string scale_text(double scale) {
 
 OverflowDecisions::OverflowDecisions(const OverflowSection& options) : options_(options) {}
 
-CallDecision OverflowDecisions::on_call(const Verdict& v, bool backward, const MakeFacts& facts) {
-  CallDecision d;
-  if (!v.finding) return d;
+OverflowDecisions::CallPlan OverflowDecisions::plan_call(const Verdict& v, bool backward) const {
+  CallPlan p;
+  if (!v.finding) return p;
   if (v.hold) {
-    Held h{facts(), v.flagged, false};
-    h.facts.held = true;
-    held_.push_back(std::move(h));
-    d.keep_tensors = budget_left();
-    d.wants_source = true;
-    return d;
+    p.path = CallPlan::Path::Hold;
+    p.keeps_facts = true;
+    return p;
   }
-  if (v.caught && *v.caught < held_.size()) return on_caught(v);
-  if (!backward && pending_backward_ && feeds_collective(*v.finding)) return on_fed_collective(v);
-  // Explained calls (every masked score of a causal model) are no evidence: their tensors are
-  // not kept, which also keeps the explained path as cheap as the clean one.
-  d.keep_tensors = v.judgement != Judgement::Explained && budget_left();
-  OverflowEvent e;
-  if (v.end_of_backward) {
-    e.queue_end_of_backward = !end_of_backward_queued_;
-    end_of_backward_queued_ = true;
+  if (v.caught && *v.caught < held_.size()) {
+    p.path = CallPlan::Path::Caught;
+    return p;
   }
+  if (!backward && pending_backward_ && feeds_collective(*v.finding)) {
+    p.path = CallPlan::Path::FedCollective;
+    return p;
+  }
+  p.path = CallPlan::Path::Told;
   // A backward op origin is told at the end of the pass, once it is known whether it mattered.
   // After a backward op origin, what follows in the step (an optimizer or a loss scaler reading
   // the gradients) is its consequence, not the step's story.
@@ -53,23 +49,67 @@ CallDecision OverflowDecisions::on_call(const Verdict& v, bool backward, const M
   // anomalous backward record often has no origin of its own.
   const bool scaled_backward =
       loss_scaled_ && !v.end_of_backward && v.flagged && !v.stop && backward;
-  e.notify = v.flagged && !absorbed && !v.end_of_backward && !scaled_backward && !step_overflow_ &&
+  p.notify = v.flagged && !absorbed && !v.end_of_backward && !scaled_backward && !step_overflow_ &&
              !pending_backward_ && !reached_gradients_;
-  e.raise = v.stop;
-  const bool first_backward = v.end_of_backward && !pending_backward_;
-  const bool first_scaled = scaled_backward && !reached_gradients_ && !pending_backward_;
-  const bool first_absorbed = absorbed && v.flagged && !step_absorbed_;
-  if (first_scaled) reached_gradients_ = facts();
-  const bool told = e.notify || e.raise || first_backward || first_absorbed;
-  if (told) {
-    e.facts = facts();
-    if (first_backward) pending_backward_ = e.facts;
-    if (e.notify) step_overflow_ = e.facts;
-    if (first_absorbed) step_absorbed_ = e.facts;
+  p.first_backward = v.end_of_backward && !pending_backward_;
+  p.first_scaled = scaled_backward && !reached_gradients_ && !pending_backward_;
+  p.first_absorbed = absorbed && v.flagged && !step_absorbed_;
+  p.told = p.notify || v.stop || p.first_backward || p.first_absorbed;
+  p.keeps_facts = p.told || p.first_scaled;
+  return p;
+}
+
+bool OverflowDecisions::keeps_facts(const Verdict& v, bool backward) const {
+  return plan_call(v, backward).keeps_facts;
+}
+
+CallDecision OverflowDecisions::on_call(const Verdict& v, bool backward,
+                                        std::optional<OverflowFacts> facts) {
+  const CallPlan p = plan_call(v, backward);
+  CallDecision d;
+  if (p.keeps_facts && !facts) {
+    // The caller did not build what keeps_facts() asked for: the finding alone, not nothing.
+    facts.emplace();
+    facts->finding = *v.finding;
   }
-  d.tell_absorbed = first_absorbed;
+  switch (p.path) {
+    case CallPlan::Path::Clean:
+      return d;
+    case CallPlan::Path::Hold: {
+      Held h{std::move(*facts), v.flagged, false};
+      h.facts.held = true;
+      held_.push_back(std::move(h));
+      d.keep_tensors = budget_left();
+      d.wants_source = true;
+      return d;
+    }
+    case CallPlan::Path::Caught:
+      return on_caught(v);
+    case CallPlan::Path::FedCollective:
+      return on_fed_collective(v);
+    case CallPlan::Path::Told:
+      break;
+  }
+  // Explained calls (every masked score of a causal model) are no evidence: their tensors are
+  // not kept, which also keeps the explained path as cheap as the clean one.
+  d.keep_tensors = v.judgement != Judgement::Explained && budget_left();
+  OverflowEvent e;
+  if (v.end_of_backward) {
+    e.queue_end_of_backward = !end_of_backward_queued_;
+    end_of_backward_queued_ = true;
+  }
+  e.notify = p.notify;
+  e.raise = v.stop;
+  if (p.first_scaled) reached_gradients_ = *facts;
+  if (p.told) {
+    e.facts = std::move(*facts);
+    if (p.first_backward) pending_backward_ = e.facts;
+    if (e.notify) step_overflow_ = e.facts;
+    if (p.first_absorbed) step_absorbed_ = e.facts;
+  }
+  d.tell_absorbed = p.first_absorbed;
   if (e.notify || e.raise || e.queue_end_of_backward) d.event = std::move(e);
-  d.wants_source = d.event || first_absorbed || first_scaled;
+  d.wants_source = d.event || p.first_absorbed || p.first_scaled;
   return d;
 }
 
@@ -177,12 +217,12 @@ std::optional<OverflowEvent> OverflowDecisions::backward_verdict(
 }
 
 ScaleDecision OverflowDecisions::loss_scale(double before, double after, bool skipped,
-                                            int64_t step, const MakeFacts& blank) {
+                                            int64_t step, const OverflowFacts& blank) {
   ScaleDecision d;
   auto base = [&]() {
     if (reached_gradients_) return *reached_gradients_;
     if (step_overflow_) return *step_overflow_;
-    return blank();
+    return blank;
   };
   OverflowEvent e;
   if (after < options_.min_loss_scale) {
@@ -210,7 +250,7 @@ ScaleDecision OverflowDecisions::loss_scale(double before, double after, bool sk
 }
 
 std::optional<OverflowEvent> OverflowDecisions::optimizer_gradients(
-    std::vector<std::string> gradients, GradientSource source, const MakeFacts& blank) {
+    std::vector<std::string> gradients, GradientSource source, const OverflowFacts& blank) {
   OverflowEvent e;
   if (reached_gradients_) {
     e.facts = *reached_gradients_;
@@ -223,7 +263,7 @@ std::optional<OverflowEvent> OverflowDecisions::optimizer_gradients(
   } else {
     // Nothing told, or only calls downstream of NaN/inf whose origin no hook saw (a backward
     // record fed by an unrecorded backward): the gradients' own finding, named here.
-    e.facts = blank();
+    e.facts = blank;
     const std::string which =
         "the gradients of " + gradients.front() +
         (gradients.size() > 1 ? " and " + std::to_string(gradients.size() - 1) + " more"
@@ -263,12 +303,12 @@ std::optional<OverflowEvent> OverflowDecisions::optimizer_gradients(
 
 std::optional<OverflowEvent> OverflowDecisions::optimizer_before_step(const BeforeStep& before,
                                                                       const std::string& optimizer,
-                                                                      const MakeFacts& blank) {
+                                                                      const OverflowFacts& blank) {
   const bool setting = !before.setting.empty();
   if (setting && std::isfinite(before.value)) return std::nullopt;
   if (step_overflow_ && step_overflow_->origin) return std::nullopt;  // its stop was decided
   OverflowEvent e;
-  e.facts = blank();
+  e.facts = blank;
   if (setting) {
     e.facts.finding.scene = Scene::InputNormalOutputAnomaly;
     e.facts.finding.severity = scene_severity(Scene::InputNormalOutputAnomaly);
@@ -295,10 +335,10 @@ std::optional<OverflowEvent> OverflowDecisions::optimizer_before_step(const Befo
 
 std::optional<OverflowEvent> OverflowDecisions::optimizer_update(std::vector<std::string> written,
                                                                  const std::string& optimizer,
-                                                                 const MakeFacts& blank) {
+                                                                 const OverflowFacts& blank) {
   if (step_overflow_ && step_overflow_->origin) return std::nullopt;  // its stop was decided
   OverflowEvent e;
-  e.facts = blank();
+  e.facts = blank;
   e.facts.finding.scene = Scene::InputNormalOutputAnomaly;
   e.facts.finding.severity = scene_severity(Scene::InputNormalOutputAnomaly);
   e.facts.origin = Origin::Op;

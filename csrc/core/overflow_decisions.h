@@ -12,7 +12,6 @@
 
 #include "core/config.h"
 #include "core/detector.h"
-#include "core/function_ref.h"
 #include "core/overflow_facts.h"
 
 namespace msprobe {
@@ -73,11 +72,13 @@ class OverflowDecisions {
  public:
   explicit OverflowDecisions(const OverflowSection& options);
 
-  // The facts of the call being decided, made only where they are kept (with step, rank and
-  // dump_dir filled in by the caller).
-  using MakeFacts = FunctionRef<OverflowFacts()>;
-  // `backward`: the call is a backward record.
-  CallDecision on_call(const Verdict& v, bool backward, const MakeFacts& facts);
+  // One call's decision, in two looks at the same state (under the caller's one lock): whether
+  // the decision keeps the call's facts, and the decision itself, from the facts the caller
+  // built before it (with step, rank and dump_dir filled in) where keeps_facts() said so, and
+  // nullopt where not: a call whose facts nothing keeps (an explained masked score, a second
+  // finding) costs no facts. `backward`: the call is a backward record.
+  bool keeps_facts(const Verdict& v, bool backward) const;
+  CallDecision on_call(const Verdict& v, bool backward, std::optional<OverflowFacts> facts);
 
   // A backward pass ended. True when a backward op origin waits for its verdict: then the caller
   // looks at the parameters' gradients (without the lock) and calls backward_verdict().
@@ -96,7 +97,7 @@ class OverflowDecisions {
   // it skipped the step (DeepSpeed's, whose hysteresis keeps the scale at a first overflow).
   // `blank`: facts naming no call, for a scale that fell too low in a step without findings.
   ScaleDecision loss_scale(double before, double after, bool skipped, int64_t step,
-                           const MakeFacts& blank);
+                           const OverflowFacts& blank);
 
   // An optimizer is about to write `gradients` (names), which hold NaN/inf, into the parameters:
   // the last point before the damage. `blank`: facts naming the optimizer step, for gradients no
@@ -110,7 +111,8 @@ class OverflowDecisions {
     bool earlier_step_left = false;  // an earlier step of this debugger left gradients
   };
   std::optional<OverflowEvent> optimizer_gradients(std::vector<std::string> gradients,
-                                                   GradientSource source, const MakeFacts& blank);
+                                                   GradientSource source,
+                                                   const OverflowFacts& blank);
 
   // An optimizer is about to step with what would write NaN/inf into the parameters. Either its
   // state holds NaN/inf (`state` of `parameter`, and `more` other state tensors): written before
@@ -126,14 +128,14 @@ class OverflowDecisions {
   };
   std::optional<OverflowEvent> optimizer_before_step(const BeforeStep& before,
                                                      const std::string& optimizer,
-                                                     const MakeFacts& blank);
+                                                     const OverflowFacts& blank);
 
   // An optimizer's step, whose calls were not judged one by one, left NaN/inf in `written` (its
   // parameters, "<key> of <parameter>" for its state), all finite before it: its own arithmetic
   // made them (a zero eps, an lr or weight decay out of range). Origin op, after the step.
   std::optional<OverflowEvent> optimizer_update(std::vector<std::string> written,
                                                 const std::string& optimizer,
-                                                const MakeFacts& blank);
+                                                const OverflowFacts& blank);
 
   // Whether a finished step is written: flagged (or a peer stop), not left to its scaler, within
   // overflow_nums. A written step counts against overflow_nums once.
@@ -160,6 +162,15 @@ class OverflowDecisions {
   void new_step();
 
  private:
+  // What on_call() will do with a verdict, worked out from the step so far without changing it.
+  struct CallPlan {
+    enum class Path { Clean, Hold, Caught, FedCollective, Told };
+    Path path = Path::Clean;
+    bool keeps_facts = false;
+    bool notify = false, told = false;
+    bool first_backward = false, first_scaled = false, first_absorbed = false;
+  };
+  CallPlan plan_call(const Verdict& v, bool backward) const;
   CallDecision on_caught(const Verdict& v);
   // A finding at an optimizer's step (its facts' origin set): told if it is the step's first,
   // raised as stop_on and action say.

@@ -323,7 +323,7 @@ TEST(ConfigTest, DidYouMeanAllowsOneEditBelowFiveLettersAndTwoFromFive) {
   EXPECT_EQ(config_error(R"({"dump_path": "d", "tick": 1})"),
             "config.json: tick: unknown key; allowed: task, dump_path, rank, step, level, "
             "statistics, tensor, overflow_check, extra_apis, grad_probe, free_benchmark, "
-            "msprobe_generation, extra_info, precision, risk_level, dump_enable, "
+            "async_dump, msprobe_generation, extra_info, precision, risk_level, dump_enable, "
             "custom_op_namespaces, load, acc_check, diff_check, nan_check, structure");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "lebal": "L1"})"),
             R"(config.json: lebal: unknown key; did you mean "level"?)");
@@ -342,7 +342,7 @@ TEST(ConfigTest, UnknownKeyWithoutCloseMatchListsAllowedKeys) {
   EXPECT_EQ(config_error(R"({"dump_path": "d", "verbosity": 3})"),
             "config.json: verbosity: unknown key; allowed: task, dump_path, rank, step, level, "
             "statistics, tensor, overflow_check, extra_apis, grad_probe, free_benchmark, "
-            "msprobe_generation, extra_info, precision, risk_level, dump_enable, "
+            "async_dump, msprobe_generation, extra_info, precision, risk_level, dump_enable, "
             "custom_op_namespaces, load, acc_check, diff_check, nan_check, structure");
   EXPECT_EQ(config_error(R"({"dump_path": "d", "tensor": {"file_mode": "md5"}})"),
             "config.json: tensor.file_mode: unknown key; allowed: scope, list, data_mode, slice, "
@@ -354,7 +354,7 @@ TEST(ConfigTest, UnknownKeyWithoutCloseMatchListsAllowedKeys) {
   EXPECT_EQ(config_error(R"({"dump_path": "d", "a b\n": 1})"),
             R"(config.json: "a b\n": unknown key; allowed: task, dump_path, rank, step, level, )"
             "statistics, tensor, overflow_check, extra_apis, grad_probe, free_benchmark, "
-            "msprobe_generation, extra_info, precision, risk_level, dump_enable, "
+            "async_dump, msprobe_generation, extra_info, precision, risk_level, dump_enable, "
             "custom_op_namespaces, load, acc_check, diff_check, nan_check, structure");
 }
 
@@ -389,7 +389,7 @@ TEST(ConfigTest, OverrideErrors) {
       R"(PrecisionDebugger(task=...): "run_ut" is an msprobe task that msprobe_cpp does )"
       "not support; supported: statistics, tensor, overflow_check, grad_probe, free_benchmark, structure");
   const std::string allowed =
-      "allowed: config_path, task, dump_path, level, step, rank, extra_apis, async_dump, model, "
+      "allowed: config_path, task, dump_path, rank, step, level, extra_apis, async_dump, model, "
       "on_overflow, "
       "and the "
       "overflow_check keys overflow_nums, "

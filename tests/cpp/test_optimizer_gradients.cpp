@@ -20,7 +20,7 @@ std::optional<OverflowEvent> judge(OverflowDecisions& d, std::vector<std::string
   source.reduced = reduced;
   source.compiled = compiled;
   source.earlier_step_left = earlier_step_left;
-  return d.optimizer_gradients(std::move(bad), source, [] { return optimizer_step_facts(); });
+  return d.optimizer_gradients(std::move(bad), source, optimizer_step_facts());
 }
 
 TEST(OptimizerGradients, AveragedAcrossRanksTheyAreAPeersAndStop) {
@@ -79,6 +79,12 @@ TEST(OptimizerGradients, AFindingToldAlreadyIsNotToldAgain) {
   EXPECT_FALSE(judge(d, {"w"}, false));  // the step's story is told once
 }
 
+OverflowFacts linear_backward_facts() {
+  OverflowFacts f;
+  f.finding.call = "Functional.linear.0.backward";
+  return f;
+}
+
 TEST(OptimizerGradients, AfterCallsFlaggedWithoutAnOriginTheGradientsStillStop) {
   OverflowSection options;
   OverflowDecisions d(options);
@@ -87,11 +93,7 @@ TEST(OptimizerGradients, AfterCallsFlaggedWithoutAnOriginTheGradientsStillStop) 
   v.finding->call = "Functional.linear.0.backward";
   v.judgement = Judgement::Flagged;
   v.flagged = true;
-  const CallDecision c = d.on_call(v, true, [] {
-    OverflowFacts f;
-    f.finding.call = "Functional.linear.0.backward";
-    return f;
-  });
+  const CallDecision c = d.on_call(v, true, linear_backward_facts());
   ASSERT_TRUE(c.event);
   EXPECT_FALSE(c.event->raise);
   auto e = judge(d, {"fc.weight"}, false);
@@ -111,11 +113,7 @@ TEST(OptimizerGradients, AScaledStepTheOptimizerStepsWithWasNotSkippedAndStops) 
   v.finding->call = "Functional.linear.0.backward";
   v.judgement = Judgement::Flagged;
   v.flagged = true;
-  d.on_call(v, true, [] {
-    OverflowFacts f;
-    f.finding.call = "Functional.linear.0.backward";
-    return f;
-  });
+  d.on_call(v, true, linear_backward_facts());
   auto e = judge(d, {"fc.weight"}, false);
   ASSERT_TRUE(e);
   EXPECT_TRUE(e->raise);

@@ -38,25 +38,25 @@ class Decisions : public ::testing::Test {
   OverflowSection options;
   int facts_made = 0;
 
-  // Owned: the decisions take a reference, which must not outlive the call it is passed to.
-  std::function<OverflowFacts()> facts_for(const Verdict& v) {
-    return [this, v] {
-      ++facts_made;
-      OverflowFacts f;
-      f.finding = *v.finding;
-      f.origin = v.origin;
-      return f;
-    };
+  OverflowFacts facts_of(const Verdict& v) {
+    ++facts_made;
+    OverflowFacts f;
+    f.finding = *v.finding;
+    f.origin = v.origin;
+    return f;
   }
+  // As the guard decides: the facts built first, and only where the decision keeps them.
   CallDecision on(OverflowDecisions& d, const Verdict& v, bool backward = false) {
-    return d.on_call(v, backward, facts_for(v));
+    std::optional<OverflowFacts> facts;
+    if (d.keeps_facts(v, backward)) facts = facts_of(v);
+    return d.on_call(v, backward, std::move(facts));
   }
 };
 
 TEST_F(Decisions, ACleanCallIsNoEventAndMakesNoFacts) {
   OverflowDecisions d(options);
   Verdict clean;  // no finding
-  const CallDecision c = d.on_call(clean, false, facts_for(verdict("x", Judgement::Flagged, 0, 0)));
+  const CallDecision c = on(d, clean);
   EXPECT_FALSE(c.event);
   EXPECT_FALSE(c.keep_tensors);
   EXPECT_FALSE(c.wants_source);
@@ -198,7 +198,7 @@ TEST_F(Decisions, ActionContinueOrNoOpInStopOnNeverRaisesAtTheEndOfThePass) {
       o.stop_on = {Origin::Input};
     }
     OverflowDecisions d(o);
-    d.on_call(backward_op("Torch.sqrt.0.backward"), true, facts_for(backward_op("x")));
+    on(d, backward_op("Torch.sqrt.0.backward"), true);
     ASSERT_TRUE(d.backward_pass_ended());
     auto e = d.backward_verdict(true, {"w"});
     ASSERT_TRUE(e);
@@ -216,7 +216,7 @@ TEST_F(Decisions, AScaledStepsBackwardFindingsWaitForTheScaler) {
   ASSERT_TRUE(d.first_anomaly());  // kept for the report, as the gradients that overflowed
 
   // The scale dropped: the scaler skipped the step. One line, no stop, no dump.
-  ScaleDecision s = d.loss_scale(65536, 32768, false, 3, [] { return OverflowFacts{}; });
+  ScaleDecision s = d.loss_scale(65536, 32768, false, 3, OverflowFacts{});
   EXPECT_FALSE(s.event);
   EXPECT_EQ(s.say,
             "msprobe_cpp: step 3: gradients overflowed at scale 65536; the loss scaler skipped the "
@@ -229,7 +229,7 @@ TEST_F(Decisions, DumpSkippedStepsWritesTheStepsTheScalerSkipped) {
   OverflowDecisions d(options);
   d.set_loss_scaled();
   on(d, downstream("Functional.linear.0.backward"), true);
-  d.loss_scale(65536, 32768, false, 0, [] { return OverflowFacts{}; });
+  d.loss_scale(65536, 32768, false, 0, OverflowFacts{});
   EXPECT_TRUE(d.dump_step(true, false, 0).dump);
 }
 
@@ -237,7 +237,7 @@ TEST_F(Decisions, AScaleThatDidNotDropAfterNonFiniteGradientsStops) {
   OverflowDecisions d(options);
   d.set_loss_scaled();
   on(d, downstream("Functional.linear.0.backward"), true);
-  ScaleDecision s = d.loss_scale(1024, 1024, false, 0, [] { return OverflowFacts{}; });
+  ScaleDecision s = d.loss_scale(1024, 1024, false, 0, OverflowFacts{});
   ASSERT_TRUE(s.event);
   EXPECT_TRUE(s.event->notify);
   EXPECT_TRUE(s.event->raise);
@@ -260,7 +260,7 @@ TEST_F(Decisions, AScalerThatSaysItSkippedIsBelievedThoughItsScaleHeld) {
   OverflowDecisions d(options);
   d.set_loss_scaled();
   on(d, downstream("Functional.linear.0.backward"), true);
-  ScaleDecision s = d.loss_scale(65536, 65536, true, 2, [] { return OverflowFacts{}; });
+  ScaleDecision s = d.loss_scale(65536, 65536, true, 2, OverflowFacts{});
   EXPECT_FALSE(s.event);
   EXPECT_EQ(s.say,
             "msprobe_cpp: step 2: gradients overflowed at scale 65536; the loss scaler skipped "
@@ -269,11 +269,8 @@ TEST_F(Decisions, AScalerThatSaysItSkippedIsBelievedThoughItsScaleHeld) {
 
 TEST_F(Decisions, ANonFiniteOptimizerSettingStopsBeforeTheStep) {
   OverflowDecisions d(options);
-  auto blank = [] {
-    OverflowFacts f;
-    f.finding.call = "(before AdamW.step)";
-    return f;
-  };
+  OverflowFacts blank;
+  blank.finding.call = "(before AdamW.step)";
   auto setting = [](const char* name, double value) {
     OverflowDecisions::BeforeStep b;
     b.setting = name;
@@ -297,11 +294,9 @@ TEST_F(Decisions, ANonFiniteOptimizerSettingStopsBeforeTheStep) {
 
 TEST_F(Decisions, AScaleBelowMinLossScaleStopsEvenInACleanStep) {
   OverflowDecisions d(options);
-  ScaleDecision s = d.loss_scale(1.0, 0.5, false, 7, [] {
-    OverflowFacts f;
-    f.finding.call = "(loss scaler)";
-    return f;
-  });
+  OverflowFacts blank;
+  blank.finding.call = "(loss scaler)";
+  ScaleDecision s = d.loss_scale(1.0, 0.5, false, 7, blank);
   ASSERT_TRUE(s.event);
   EXPECT_TRUE(s.event->raise);
   EXPECT_EQ(s.event->facts.finding.call, "(loss scaler)");
@@ -312,7 +307,7 @@ TEST_F(Decisions, AScaleBelowMinLossScaleStopsEvenInACleanStep) {
 
 TEST_F(Decisions, AScaleThatHeldInACleanStepSaysNothing) {
   OverflowDecisions d(options);
-  const ScaleDecision s = d.loss_scale(1024, 2048, false, 0, [] { return OverflowFacts{}; });
+  const ScaleDecision s = d.loss_scale(1024, 2048, false, 0, OverflowFacts{});
   EXPECT_FALSE(s.event);
   EXPECT_TRUE(s.say.empty());
 }
@@ -323,7 +318,7 @@ TEST_F(Decisions, ABackwardOpOriginInAScaledStepIsTheScalersUntilStep) {
   on(d, backward_op("Torch.sqrt.0.backward"), true);
   ASSERT_TRUE(d.backward_pass_ended());
   EXPECT_FALSE(d.backward_verdict(true, {"w"}));
-  ScaleDecision s = d.loss_scale(8, 8, false, 0, [] { return OverflowFacts{}; });
+  ScaleDecision s = d.loss_scale(8, 8, false, 0, OverflowFacts{});
   ASSERT_TRUE(s.event);
   EXPECT_TRUE(s.event->raise);
   EXPECT_EQ(s.event->facts.finding.call, "Torch.sqrt.0.backward");
@@ -378,7 +373,7 @@ TEST_F(Decisions, AScaledStepsForwardFindingIsToldAtOnce) {
   EXPECT_TRUE(c.event->notify);
   EXPECT_FALSE(c.event->raise);
   EXPECT_EQ(c.event->facts.finding.call, "Torch.log.0.forward");
-  EXPECT_FALSE(d.loss_scale(1024, 1024, false, 0, [] { return OverflowFacts{}; }).event);
+  EXPECT_FALSE(d.loss_scale(1024, 1024, false, 0, OverflowFacts{}).event);
 }
 
 // "below min_loss_scale" (docs/overflow-detection.md): a scale that fell to exactly the minimum
@@ -386,13 +381,13 @@ TEST_F(Decisions, AScaledStepsForwardFindingIsToldAtOnce) {
 TEST_F(Decisions, AScaleThatFellToExactlyMinLossScaleIsASkippedStep) {
   options.min_loss_scale = 128;
   OverflowDecisions d(options);
-  const ScaleDecision at = d.loss_scale(256, 128, false, 4, [] { return OverflowFacts{}; });
+  const ScaleDecision at = d.loss_scale(256, 128, false, 4, OverflowFacts{});
   EXPECT_FALSE(at.event);
   EXPECT_EQ(at.say,
             "msprobe_cpp: step 4: gradients overflowed at scale 256; the loss scaler skipped the "
             "step");
   d.new_step();
-  const ScaleDecision below = d.loss_scale(128, 64, false, 5, [] { return OverflowFacts{}; });
+  const ScaleDecision below = d.loss_scale(128, 64, false, 5, OverflowFacts{});
   ASSERT_TRUE(below.event);
   EXPECT_TRUE(below.event->raise);
 }
@@ -541,7 +536,7 @@ TEST_F(Decisions, OptimizerStateWithNanStopsNamingTheStateAndItsParameter) {
   OverflowDecisions d(options);
   const std::optional<OverflowEvent> e =
       d.optimizer_before_step(state_look("exp_avg_sq", "fc1.weight", 2), "SGD",
-                              [] { return OverflowFacts{}; });
+                              OverflowFacts{});
   ASSERT_TRUE(e.has_value());
   EXPECT_TRUE(e->raise && e->notify);
   EXPECT_EQ(e->facts.origin, Origin::Parameter);
@@ -561,7 +556,7 @@ TEST_F(Decisions, AnOptimizerUpdateThatWroteNanStopsAsAnOpNamingTheParameter) {
   OverflowDecisions d(options);
   EXPECT_FALSE(d.step_flagged());
   const std::optional<OverflowEvent> e = d.optimizer_update(
-      {"fc1.weight", "exp_avg of fc1.weight"}, "AdamW", [] { return OverflowFacts{}; });
+      {"fc1.weight", "exp_avg of fc1.weight"}, "AdamW", OverflowFacts{});
   ASSERT_TRUE(e.has_value());
   EXPECT_TRUE(e->raise && e->notify);
   EXPECT_TRUE(d.step_flagged());
@@ -575,13 +570,13 @@ TEST_F(Decisions, AnOptimizerUpdateThatWroteNanStopsAsAnOpNamingTheParameter) {
 
   OverflowDecisions told(options);
   ASSERT_TRUE(told.optimizer_before_step(state_look("exp_avg_sq", "fc1.weight", 0), "SGD",
-                                         [] { return OverflowFacts{}; }));
-  EXPECT_FALSE(told.optimizer_update({"fc1.weight"}, "AdamW", [] { return OverflowFacts{}; }));
+                                         OverflowFacts{}));
+  EXPECT_FALSE(told.optimizer_update({"fc1.weight"}, "AdamW", OverflowFacts{}));
 
   OverflowSection no_op = options;
   no_op.stop_on = {Origin::Input};
   OverflowDecisions quiet(no_op);
-  const auto kept = quiet.optimizer_update({"w"}, "SGD", [] { return OverflowFacts{}; });
+  const auto kept = quiet.optimizer_update({"w"}, "SGD", OverflowFacts{});
   ASSERT_TRUE(kept.has_value());
   EXPECT_FALSE(kept->raise);
   EXPECT_TRUE(kept->notify);
@@ -591,14 +586,14 @@ TEST_F(Decisions, AnOptimizerUpdateThatWroteNanStopsAsAnOpNamingTheParameter) {
 TEST_F(Decisions, TheEarlierStepNoteNeedsAnEarlierStepThatLeftGradients) {
   OverflowDecisions::GradientSource first;
   OverflowDecisions d(options);
-  auto e = d.optimizer_gradients({"fc.weight"}, first, [] { return OverflowFacts{}; });
+  auto e = d.optimizer_gradients({"fc.weight"}, first, OverflowFacts{});
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->facts.note.find("earlier step"), std::string::npos) << e->facts.note;
   EXPECT_EQ(e->facts.origin, Origin::Op);
   d.new_step();
   OverflowDecisions::GradientSource later;
   later.earlier_step_left = true;
-  e = d.optimizer_gradients({"fc.weight"}, later, [] { return OverflowFacts{}; });
+  e = d.optimizer_gradients({"fc.weight"}, later, OverflowFacts{});
   ASSERT_TRUE(e.has_value());
   EXPECT_NE(e->facts.note.find("left by an earlier step"), std::string::npos) << e->facts.note;
   EXPECT_EQ(e->facts.origin, Origin::Input);
@@ -629,7 +624,7 @@ TEST_F(Decisions, AnOptimizerGateStopDumpsItsStep) {
   OverflowDecisions d(options);
   d.new_step();
   const std::optional<OverflowEvent> e = d.optimizer_gradients(
-      {"fc.weight"}, OverflowDecisions::GradientSource{}, [] { return OverflowFacts{}; });
+      {"fc.weight"}, OverflowDecisions::GradientSource{}, OverflowFacts{});
   ASSERT_TRUE(e.has_value());
   EXPECT_TRUE(e->raise);
   EXPECT_TRUE(d.dump_step(false, false, 0).dump);

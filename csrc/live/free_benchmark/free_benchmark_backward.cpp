@@ -13,6 +13,7 @@
 #include "live/free_benchmark/output_compare.h"
 #include "live/free_benchmark/perturbation.h"
 #include "live/capture/is_tensor.h"
+#include "live/hooks/backward_recorder.h"
 #include "live/hooks/hook_scope.h"
 #include "live/session/session.h"
 #include "live/stats/tensor_stats.h"
@@ -73,7 +74,7 @@ py::object FreeBenchmark::call_backward(const CheckedCall& call) {
   keep->rank = session ? std::max(0, session->current_rank()) : 0;
   const at::Tensor out = *output_at ? tensor_of(result[py::int_(**output_at)]) : tensor_of(result);
   std::weak_ptr<FreeBenchmark> self = weak_from_this();
-  out.register_hook([self, keep](const at::Tensor& grad) {
+  add_gradient_callback(out, [self, keep](const at::Tensor& grad) {
     if (auto checker = self.lock()) checker->check_gradients(*keep, grad);
   });
   return result;

@@ -61,6 +61,24 @@ class BackwardRecorder : public torch::autograd::FunctionPostHook {
   uint64_t epoch_;
 };
 
+// A task's look at one output's gradient (add_gradient_callback).
+class GradientCallback : public torch::autograd::FunctionPostHook {
+ public:
+  GradientCallback(uint32_t output_nr, std::function<void(const at::Tensor&)> on_gradient)
+      : output_nr_(output_nr), on_gradient_(std::move(on_gradient)) {}
+
+  // The node's inputs are the gradients of the outputs it was made for, by output number.
+  variable_list operator()(const variable_list& outputs, const variable_list& inputs) override {
+    if (output_nr_ < inputs.size() && inputs[output_nr_].defined())
+      on_gradient_(inputs[output_nr_]);
+    return outputs;
+  }
+
+ private:
+  uint32_t output_nr_;
+  std::function<void(const at::Tensor&)> on_gradient_;
+};
+
 }  // namespace
 
 void record_backward(Session& s, StoredCall&& call, const variable_list& grads_in,
@@ -85,6 +103,15 @@ void add_backward_recorder(const NodePtr& node, const std::shared_ptr<Session>& 
                            std::optional<std::string> module, uint64_t epoch) {
   node->add_post_hook(std::make_unique<BackwardRecorder>(session, std::move(name), std::move(stack),
                                                          parts, std::move(module), epoch));
+}
+
+bool add_gradient_callback(const at::Tensor& output,
+                           std::function<void(const at::Tensor&)> on_gradient) {
+  NodePtr node = output.grad_fn();
+  if (!node) return false;
+  node->add_post_hook(
+      std::make_unique<GradientCallback>(output.output_nr(), std::move(on_gradient)));
+  return true;
 }
 
 }  // namespace msprobe

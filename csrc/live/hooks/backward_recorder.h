@@ -10,6 +10,7 @@
 #include "live/hooks/node_ptr.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,5 +32,12 @@ void record_backward(Session& s, StoredCall&& call, const torch::autograd::varia
 void add_backward_recorder(const NodePtr& node, const std::shared_ptr<Session>& session,
                            std::string name, StackPtr stack, Selected parts,
                            std::optional<std::string> module, uint64_t epoch);
+
+// Calls `on_gradient(grad)` with the gradient of `output` when autograd runs the node that made it:
+// the recorder's own post hook, so every task sees a backward call the same way (without the GIL,
+// which `on_gradient` takes if it needs it; the gradients flow on unchanged). False when no node
+// made `output` (a leaf): there is no backward call to see.
+bool add_gradient_callback(const at::Tensor& output,
+                           std::function<void(const at::Tensor& grad)> on_gradient);
 
 }  // namespace msprobe

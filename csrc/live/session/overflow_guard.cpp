@@ -106,8 +106,10 @@ CallVerdict OverflowGuard::judge_call(const StoredCall& call, const LiveTensors&
     if (g.headroom) crossed = observe_headroom(*g.headroom, call, g.at.step);
     if (!g.watch) return;
     const Verdict v = g.watch->judge(call.record, live, call.peer_rank);
-    d = g.decisions->on_call(v, is_backward_name(call.record.name),
-                             [&] { return facts_of(g, call, v); });
+    const bool backward = is_backward_name(call.record.name);
+    std::optional<OverflowFacts> facts;
+    if (g.decisions->keeps_facts(v, backward)) facts = facts_of(g, call, v);
+    d = g.decisions->on_call(v, backward, std::move(facts));
   });
   if (out.dropped) return out;
   if (crossed) say_headroom(*crossed, call, rank);
@@ -176,11 +178,12 @@ std::optional<OverflowEvent> OverflowGuard::judge_model_output(StoredCall&& call
   state_.with_lock([&](GuardState& g) {
     if (!g.watch) return;
     const Verdict v = g.watch->judge_model_output(call.record, live);
-    d = g.decisions->on_call(v, false, [&] {
-      OverflowFacts facts = facts_of(g, call, v);
-      facts.started_model = true;
-      return facts;
-    });
+    std::optional<OverflowFacts> facts;
+    if (g.decisions->keeps_facts(v, false)) {
+      facts = facts_of(g, call, v);
+      facts->started_model = true;
+    }
+    d = g.decisions->on_call(v, false, std::move(facts));
     // A flagged step is written even when no call of it was recorded (a compiled model).
     if (v.flagged) g.flagged_unstored = true;
   });
@@ -213,14 +216,12 @@ std::optional<OverflowEvent> OverflowGuard::judge_loss_scale(double after, bool 
     const std::optional<double> before = std::exchange(g.scale_before, std::nullopt);
     // A loss scaler given to start() under another task: nothing to judge.
     if (!g.decisions || !before) return ScaleDecision{};
-    return g.decisions->loss_scale(*before, after, skipped, g.at.step, [&] {
-      OverflowFacts f;
-      f.finding.call = "(loss scaler)";
-      f.step = g.at.step;
-      f.rank = g.at.rank < 0 ? 0 : g.at.rank;
-      if (g.decisions->budget_left()) f.dump.dir = paths_.dir_of(g.at);
-      return f;
-    });
+    OverflowFacts blank;
+    blank.finding.call = "(loss scaler)";
+    blank.step = g.at.step;
+    blank.rank = g.at.rank < 0 ? 0 : g.at.rank;
+    if (g.decisions->budget_left()) blank.dump.dir = paths_.dir_of(g.at);
+    return g.decisions->loss_scale(*before, after, skipped, g.at.step, blank);
   });
   if (!d.say.empty()) say(LogLevel::Info, std::move(d.say));
   return std::move(d.event);
@@ -289,7 +290,7 @@ std::optional<OverflowEvent> OverflowGuard::optimizer_state(const OptimizerLook&
     before.parameter = look.parameter;
     before.more = look.more;
     std::optional<OverflowEvent> e = g.decisions->optimizer_before_step(
-        before, look.optimizer, [&] { return optimizer_step_facts(g, paths_, look.optimizer); });
+        before, look.optimizer, optimizer_step_facts(g, paths_, look.optimizer));
     if (e) g.flagged_unstored = true;  // written even when no call of the step was recorded
     return e;
   });
@@ -305,8 +306,7 @@ std::optional<OverflowEvent> OverflowGuard::optimizer_gradients(OptimizerLook& l
     // Without a started model nothing says whether an earlier step left gradients.
     source.earlier_step_left = g.models.empty() || g.models.earlier_step_left_gradients();
     std::optional<OverflowEvent> e = g.decisions->optimizer_gradients(
-        std::move(look.bad), source,
-        [&] { return optimizer_step_facts(g, paths_, look.optimizer); });
+        std::move(look.bad), source, optimizer_step_facts(g, paths_, look.optimizer));
     // Written even when no call of the step was recorded: the message names its folder.
     if (e) g.flagged_unstored = true;
     return e;
@@ -319,7 +319,7 @@ std::optional<OverflowEvent> OverflowGuard::optimizer_update(OptimizerLook& look
     if (!g.decisions) return std::nullopt;
     std::optional<OverflowEvent> e = g.decisions->optimizer_update(
         std::move(look.bad), look.optimizer,
-        [&] { return optimizer_step_facts(g, paths_, look.optimizer, "after"); });
+        optimizer_step_facts(g, paths_, look.optimizer, "after"));
     if (e) g.flagged_unstored = true;  // no call of the step names it
     return e;
   });
@@ -327,13 +327,14 @@ std::optional<OverflowEvent> OverflowGuard::optimizer_update(OptimizerLook& look
 
 std::optional<OverflowEvent> OverflowGuard::optimizer_settings(const OptimizerLook& look) {
   return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
-    if (!g.decisions) return std::nullopt;
+    if (!g.decisions || look.settings.empty()) return std::nullopt;
+    const OverflowFacts blank = optimizer_step_facts(g, paths_, look.optimizer);
     for (const auto& [setting, value] : look.settings) {
       OverflowDecisions::BeforeStep before;
       before.setting = setting;
       before.value = value;
-      std::optional<OverflowEvent> e = g.decisions->optimizer_before_step(
-          before, look.optimizer, [&] { return optimizer_step_facts(g, paths_, look.optimizer); });
+      std::optional<OverflowEvent> e =
+          g.decisions->optimizer_before_step(before, look.optimizer, blank);
       if (e) {
         g.flagged_unstored = true;  // no call of the step names it
         return e;
