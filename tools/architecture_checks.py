@@ -12,7 +12,10 @@ check line by line:
   pybind11::object say whose reference it is). The files that still have some are listed with
   their counts (RAW_OBJECT_LEFT): a count may go down, never up, and no other file gets one;
 - task: a class derived from TaskProcessor that live/session/task_registry.cpp does not register
-  (a task is a folder and one registration, not a world of its own).
+  (a task is a folder and one registration, not a world of its own);
+- backward-hook: an autograd hook (a tensor's register_hook, a node's pre or post hook) added
+  outside live/hooks/: a task sees a call's gradient through the backward recorder
+  (add_gradient_callback), not through a hook of its own.
 
     python3 tools/architecture_checks.py [--quiet] [--root DIR]
 """
@@ -28,6 +31,8 @@ CROSSING = re.compile(
 # A reference to guarded state kept as a member, a constructor parameter or a local alias.
 GUARDED_REFERENCE = re.compile(r"\bGuarded<[^;(){}]*>\s*&")
 RAW_OBJECT = re.compile(r"\bPyObject\s*\*")
+HOOKS_HOME = "live/hooks/"
+BACKWARD_HOOK = re.compile(r"(\.|->)(register_hook|add_post_hook|add_pre_hook|add_tensor_pre_hook)\s*[(<]")
 # The raw PyObject* left in each file when the rule came in (issue 54): the C-API walks of a call's
 # values and the hooks' tp_call paths, where a handle would be the same pointer. Lower a count as
 # a file is converted; remove its line at 0.
@@ -146,6 +151,8 @@ def violations(csrc: Path):
             where = f"csrc/{relative}:{number}"
             if not relative.startswith(CROSSING_HOME) and CROSSING.search(code):
                 yield "crossing", where, code.strip()
+            if not relative.startswith(HOOKS_HOME) and BACKWARD_HOOK.search(code):
+                yield "backward-hook", where, code.strip()
             if relative != "core/guarded.h" and GUARDED_REFERENCE.search(code):
                 yield "ownership", where, code.strip()
             if not raw_exempt:
@@ -165,11 +172,13 @@ def main() -> int:
                 "gil": "its comment says GIL required: begin it with PythonCrossing::assert_gil()",
                 "raw-object": "take a pybind11::handle (borrowed) or object (owned), or go through "
                               "the crossing (RAW_OBJECT_LEFT counts what is left)",
-                "task": "add it to kRegistrations (docs/architecture.md, Adding a task)"}[rule]
+                "task": "add it to kRegistrations (docs/architecture.md, Adding a task)",
+                "backward-hook": "see the gradient through hooks/backward_recorder.h "
+                                 "(add_gradient_callback)"}[rule]
         print(f"{where}: {rule}: {code}  -- {hint}")
     if not found and "--quiet" not in args:
-        print("architecture checks: the crossing, ownership, GIL, raw-object and task rules hold in "
-              "csrc/")
+        print("architecture checks: the crossing, ownership, GIL, raw-object, task and backward-hook "
+              "rules hold in csrc/")
     return 1 if found else 0
 
 

@@ -35,15 +35,19 @@ def test_the_tree_passes():
     ("Reacher::Reacher(Guarded<GuardState>& state) {}", "ownership"),
     ("void f(PyObject* o);", "raw-object"),
     ("class Planted final : public TaskProcessor {};", "task"),
+    ("void f(at::Tensor t) { t.register_hook([](const at::Tensor& g) {}); }", "backward-hook"),
+    ("void f(NodePtr n) { n->add_post_hook(nullptr); }", "backward-hook"),
 ])
 def test_a_planted_line_fails(tmp_path, planted, rule):
     shutil.copytree(ROOT / "csrc", tmp_path / "csrc")
     # A task's class is looked for in headers, as every other rule's lines are in both.
-    target = tmp_path / "csrc" / "live" / "hooks" / ("planted.h" if rule == "task" else "planted.cpp")
+    # An autograd hook is allowed in live/hooks/ (the recorders), so that one is planted in a task.
+    folder = "free_benchmark" if rule == "backward-hook" else "hooks"
+    target = tmp_path / "csrc" / "live" / folder / ("planted.h" if rule == "task" else "planted.cpp")
     target.write_text("// planted\nnamespace msprobe {\n" + planted + "\n}\n")
     result = run_checks(tmp_path)
     assert result.returncode == 1
-    assert f"csrc/live/hooks/{target.name}:3: {rule}:" in result.stdout
+    assert f"csrc/live/{folder}/{target.name}:3: {rule}:" in result.stdout
 
 
 def test_a_file_may_not_take_more_raw_objects_than_it_has_left(tmp_path):
