@@ -182,6 +182,7 @@ std::vector<std::string> FileNames::claim_all(const std::vector<std::string>& st
   names.reserve(stems.size());
   for (const std::string& stem : stems) names.push_back(safe_file_stem(stem));
   std::lock_guard<std::mutex> lock(mu_);
+  if (step_.moved_on()) used_.clear();
   for (std::string& name : names) {
     const std::string safe = name;
     for (int n = 2; !used_.insert(name).second; ++n) name = safe + "~" + std::to_string(n);

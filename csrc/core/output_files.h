@@ -8,6 +8,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/step_ticket.h"
+
 namespace msprobe {
 
 class WriteError : public std::runtime_error {
@@ -49,6 +51,8 @@ std::string safe_file_stem(const std::string& stem);
 // The tensor files of a step, in its dump_tensor_data/ folder. Thread-safe.
 class FileNames {
  public:
+  // With `tickets`, the names of the last step are let go at the first claim of the next.
+  explicit FileNames(const StepTickets* tickets = nullptr) : step_(tickets) {}
   std::string claim(const std::string& stem);  // safe_file_stem(stem), made unique
   // Each stem claimed in order, under one lock (a flagged call's evidence, all at once).
   std::vector<std::string> claim_all(const std::vector<std::string>& stems);
@@ -58,6 +62,7 @@ class FileNames {
 
  private:
   mutable std::mutex mu_;
+  StepLocal step_;
   std::unordered_set<std::string> used_;
   std::string dir_;
 };

@@ -8,7 +8,8 @@
 namespace msprobe {
 
 Selection::Selection(const CollectSection& section, Level level, const std::string& section_name,
-                     RiskLevel risk, bool names_only, ScopeForm scope_form)
+                     RiskLevel risk, bool names_only, ScopeForm scope_form,
+                     const StepTickets* tickets)
     : scope_(section.scope),
       scope_form_(scope_form),
       list_(section.list),
@@ -16,6 +17,7 @@ Selection::Selection(const CollectSection& section, Level level, const std::stri
       risk_(risk),
       risk_left_in_construct_(level == Level::Mix),
       names_only_(names_only),
+      step_(tickets),
       list_seen_(new std::atomic<bool>[section.list.size()]) {
   for (size_t i = 0; i < list_.size(); ++i) list_seen_[i] = false;
   // The four flags as written; msprobe treats an absent kind of word as "all of that kind", so
@@ -51,8 +53,15 @@ Selected Selection::parts() const {
   return s;
 }
 
+void Selection::follow_step() {
+  if (!step_.stale()) return;  // the hot path: one load, no lock
+  std::lock_guard<std::mutex> lock(mu_);
+  if (step_.moved_on()) reset_locked();
+}
+
 Selected Selection::begin(const std::string& name, const std::string& backward_name,
                           bool inside_listed_module) {
+  follow_step();
   Selected s = parts();
   const bool forward_ok = !any_direction_word_ || mode_.forward;
   const bool backward_ok = !any_direction_word_ || mode_.backward;
@@ -91,6 +100,7 @@ Selected Selection::begin(const std::string& name, const std::string& backward_n
 
 void Selection::end(const std::string& name) {
   if (scope_.empty() || scope_form_ == ScopeForm::Names) return;
+  follow_step();
   std::lock_guard<std::mutex> lock(mu_);
   if (window_ == Window::Inside && name == scope_.back()) {
     window_ = Window::After;
@@ -99,6 +109,7 @@ void Selection::end(const std::string& name) {
 }
 
 Selected Selection::module_backward(const std::string& name, const std::string& module_key) {
+  follow_step();
   Selected s = parts();
   const bool backward_ok = !any_direction_word_ || mode_.backward;
   if (!backward_ok) return s;
@@ -113,6 +124,10 @@ Selected Selection::module_backward(const std::string& name, const std::string& 
 
 void Selection::new_step() {
   std::lock_guard<std::mutex> lock(mu_);
+  reset_locked();
+}
+
+void Selection::reset_locked() {
   window_ = Window::Before;
   selected_modules_.clear();
   scope_seen_[0] = scope_seen_[1] = false;
@@ -121,15 +136,16 @@ void Selection::new_step() {
 
 std::vector<std::string> Selection::unmatched() const {
   std::vector<std::string> out;
+  const bool none_yet = step_.stale();  // no call of this step reached the selection
   // The window's end is only looked for once it opened: an unmatched start says it all.
   for (size_t i = 0; scope_form_ == ScopeForm::Window && i < scope_.size() && i < 2; ++i) {
-    if (!scope_seen_[i]) {
+    if (none_yet || !scope_seen_[i]) {
       out.push_back("scope[" + std::to_string(i) + "] \"" + scope_[i] + "\"");
       break;
     }
   }
   for (size_t i = 0; i < list_.size(); ++i) {
-    if (!list_seen_[i].load(std::memory_order_relaxed)) {
+    if (none_yet || !list_seen_[i].load(std::memory_order_relaxed)) {
       out.push_back("list[" + std::to_string(i) + "] \"" + list_[i] + "\"");
     }
   }

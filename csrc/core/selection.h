@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/step_ticket.h"
 
 namespace msprobe {
 
@@ -37,7 +38,7 @@ class Selection {
   // no call's values are recorded (26.x's task structure).
   Selection(const CollectSection& section, Level level, const std::string& section_name,
             RiskLevel risk = RiskLevel::All, bool names_only = false,
-            ScopeForm scope_form = ScopeForm::Window);
+            ScopeForm scope_form = ScopeForm::Window, const StepTickets* tickets = nullptr);
 
   // A forward call (API or module) begins. `backward_name` is the name its backward record
   // would have. `inside_listed_module` is true at mix while a module named in `list` runs.
@@ -55,9 +56,11 @@ class Selection {
   bool filters() const { return !scope_.empty() || !list_.empty(); }
   bool has_list() const { return !list_.empty(); }
 
+  // A new step: the window closed again, nothing matched yet. With `tickets`, done by itself at
+  // the first call of each step.
   void new_step();
 
-  // The scope and list entries that matched no call since the last new_step(), each as
+  // The scope and list entries that matched no call in the step, each as
   // `scope[1] "name"` / `list[0] "name"`, in config order.
   std::vector<std::string> unmatched() const;
 
@@ -65,6 +68,8 @@ class Selection {
   enum class Window { Before, Inside, After };
 
   Selected parts() const;  // the sides data_mode keeps, no call chosen yet
+  void follow_step();      // clears the last step's window and matches once the step moved on
+  void reset_locked();     // mu_ held
 
   std::vector<std::string> scope_;
   ScopeForm scope_form_;
@@ -77,6 +82,7 @@ class Selection {
   bool any_side_word_;
 
   std::mutex mu_;  // the window and the selected modules change as calls run
+  StepLocal step_;
   Window window_ = Window::Before;
   std::unordered_set<std::string> selected_modules_;
   bool scope_seen_[2] = {false, false};

@@ -88,18 +88,18 @@ py::object event_dict(const std::optional<OverflowEvent>& e) {
   return out;
 }
 
-// An OverflowGuard as the session holds it, with the paths and code registry it reads; calls
-// judged as the session hands them over (numbered by the guard's epoch unless told otherwise).
+// An OverflowGuard as the session holds it, with the paths, code registry and step tickets it
+// reads; calls judged as the session hands them over (numbered by the current step's epoch unless
+// told otherwise). new_step() publishes the next ticket, as the session's end of a step does.
 class GuardUnderTest {
  public:
   explicit GuardUnderTest(const std::string& overrides_json)
-      : config_(config_of(overrides_json)), guard_(config_, paths_, codes_, "_units") {
-    new_step(0);
+      : config_(config_of(overrides_json)), guard_(config_, paths_, codes_, "_units", tickets_) {
+    guard_.begin_step(true);
   }
   void new_step(int64_t step) {
-    epoch_ = static_cast<uint64_t>(step) + 1;
-    guard_.new_step(step, epoch_);
-    guard_.begin_step(-1, true);
+    tickets_.publish(StepTicket{step, -1, static_cast<uint64_t>(step) + 1});
+    guard_.begin_step(true);
   }
   void add_model_tensor(const std::string& name, const at::Tensor& t) {
     guard_.add_model_tensor(name, t, false);
@@ -109,7 +109,8 @@ class GuardUnderTest {
     LiveTensors live;
     StoredCall call;
     call.record = record_of(name, inputs, outputs, live);
-    call.epoch = stale ? epoch_ - 1 : epoch_;
+    const uint64_t epoch = tickets_.epoch();
+    call.epoch = stale ? epoch - 1 : epoch;
     const CallVerdict v = guard_.judge_call(call, live);
     py::dict out;
     out["dropped"] = v.dropped;
@@ -136,8 +137,8 @@ class GuardUnderTest {
   Config config_;
   SessionPaths paths_{"", "", "/nonexistent/_units", "rank"};  // nothing is written here
   CodeRegistry codes_;
+  StepTickets tickets_{StepTicket{0, -1, 1}};
   OverflowGuard guard_;
-  uint64_t epoch_ = 1;
 };
 
 // The statistics cache, a tensor's cached statistics told apart by their md5 field.
@@ -154,10 +155,16 @@ class CacheUnderTest {
     return s ? std::optional<std::string>(s->md5) : std::nullopt;
   }
   void clear() { cache_.clear(); }
+  // The session's step moves on: the cache lets the last step's statistics go at its next look.
+  void next_step() {
+    const StepTicket now = tickets_.current();
+    tickets_.publish(StepTicket{now.step + 1, now.rank, now.epoch + 1});
+  }
   std::pair<int64_t, int64_t> hits_misses() const { return {cache_.hits(), cache_.misses()}; }
 
  private:
-  StatsCache cache_;
+  StepTickets tickets_{StepTicket{0, -1, 1}};
+  StatsCache cache_{&tickets_};
 };
 
 StoredCall named_call(const std::string& name) {
@@ -232,6 +239,7 @@ void bind_units(py::module_& units) {
       .def("put", &CacheUnderTest::put, py::arg("tensor"), py::arg("tag"))
       .def("find", &CacheUnderTest::find, py::arg("tensor"))
       .def("clear", &CacheUnderTest::clear)
+      .def("next_step", &CacheUnderTest::next_step)
       .def_property_readonly("hits_misses", &CacheUnderTest::hits_misses);
   units.def("write_step", &write_step, py::arg("dump_path"), py::arg("step"), py::arg("rank"),
             py::arg("names"));

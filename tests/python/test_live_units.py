@@ -190,9 +190,24 @@ def test_the_cache_gives_back_a_version_and_nothing_else(device):
     assert cache.find(t) is None
     cache.put(t, "v1")
     assert cache.find(t) == "v1"
-    cache.clear()  # the end of a step
+    cache.clear()
     assert cache.find(t) is None
     assert cache.hits_misses == (2, 3)
+
+
+@pytest.mark.parametrize("device", devices(), indirect=True)
+def test_the_cache_lets_a_step_go_when_the_next_begins(device):
+    """The session ends a step by publishing the next ticket, not by clearing the cache: the cache
+    clears itself at its first look in the new step (a pending statistic's slot was the last
+    step's)."""
+    cache = units.StatsCache()
+    t = torch.ones(4096, device=device)
+    cache.put(t, "step 0")
+    assert cache.find(t) == "step 0"
+    cache.next_step()
+    assert cache.find(t) is None
+    cache.put(t, "step 1")
+    assert cache.find(t) == "step 1"
 
 
 def test_the_cache_never_gives_a_dead_tensors_statistics_to_a_new_one():

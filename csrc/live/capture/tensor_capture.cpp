@@ -4,8 +4,11 @@
 
 namespace msprobe {
 
-TensorCapture::TensorCapture(const Config& config, const std::string& dump_root)
-    : slices_(config.task == Task::Statistics || config.task == Task::Tensor
+TensorCapture::TensorCapture(const Config& config, const std::string& dump_root,
+                             const StepTickets* tickets)
+    : cache_(tickets),
+      file_names_(tickets),
+      slices_(config.task == Task::Statistics || config.task == Task::Tensor
                   ? config.collect().msprobe26.slice
                   : std::vector<SliceItem>{}) {
   if (config.task == Task::Statistics) tensor_list_ = config.statistics.tensor_list;
@@ -35,10 +38,8 @@ TensorCapture::TensorCapture(const Config& config, const std::string& dump_root)
   saving_options_.saver = saver_.get();
 }
 
-void TensorCapture::new_step() {
+void TensorCapture::end_step() {
   pending_.clear();
-  cache_.clear();
-  file_names_.clear();
 }
 
 }  // namespace msprobe

@@ -20,8 +20,10 @@ namespace msprobe {
 
 class TensorCapture {
  public:
-  // `dump_root`: where the saver may make folders (tasks tensor and overflow_check).
-  TensorCapture(const Config& config, const std::string& dump_root);
+  // `dump_root`: where the saver may make folders (tasks tensor and overflow_check). `tickets`:
+  // the session's step, which the cache and the file names follow by themselves.
+  TensorCapture(const Config& config, const std::string& dump_root,
+                const StepTickets* tickets = nullptr);
   TensorCapture(const TensorCapture&) = delete;
   TensorCapture& operator=(const TensorCapture&) = delete;
 
@@ -41,7 +43,9 @@ class TensorCapture {
   FileNames& file_names() { return file_names_; }
   TensorSaver* saver() { return saver_.get(); }  // null under task statistics
   TensorSlices& slices() { return slices_; }
-  void new_step();
+  // The step ended: its statistics still on the device are let go now (device memory); the cache
+  // and the file names clear themselves at their next use in the next step.
+  void end_step();
   // Times this session's statistics waited for a device: the process's count since the capture
   // began (the statistics code does not know its session; one session is live at a time).
   int64_t host_syncs() const { return msprobe::host_syncs() - host_syncs_at_start_; }

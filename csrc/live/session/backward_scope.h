@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/step_ticket.h"
+
 namespace msprobe {
 
 inline constexpr bool kBackwardScopes = TORCH_VERSION_MAJOR >= 2;
@@ -24,9 +26,14 @@ inline constexpr bool kBackwardScopes = TORCH_VERSION_MAJOR >= 2;
 // do not become each other's parents.
 class BackwardScope {
  public:
+  // With `tickets`, the calls the last step left open are let go at the first use in the next
+  // (msprobe resets its stack at step()).
+  explicit BackwardScope(const StepTickets* tickets = nullptr) : step_(tickets) {}
+
   // Opens `name`; returns the innermost call open before it (its parent).
   std::optional<std::string> open(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (step_.moved_on()) open_.clear();
     std::vector<std::string>& open = open_[std::this_thread::get_id()];
     std::optional<std::string> parent;
     if (!open.empty()) parent = open.back();
@@ -36,6 +43,7 @@ class BackwardScope {
   // Closes the innermost open call, as msprobe's hook pops its stack (whichever module it is).
   void close() {
     std::lock_guard<std::mutex> lock(mu_);
+    if (step_.moved_on()) open_.clear();
     auto it = open_.find(std::this_thread::get_id());
     if (it == open_.end()) return;
     it->second.pop_back();
@@ -43,18 +51,15 @@ class BackwardScope {
   }
   std::optional<std::string> innermost() const {
     std::lock_guard<std::mutex> lock(mu_);
+    if (step_.stale()) return std::nullopt;  // what is open is the last step's
     auto it = open_.find(std::this_thread::get_id());
     if (it == open_.end()) return std::nullopt;
     return it->second.back();
   }
-  // A new step (msprobe resets its stack at step()).
-  void clear() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_.clear();
-  }
 
  private:
   mutable std::mutex mu_;
+  StepLocal step_;
   std::unordered_map<std::thread::id, std::vector<std::string>> open_;  // none empty
 };
 

@@ -11,8 +11,12 @@
 namespace msprobe {
 
 OverflowGuard::OverflowGuard(const Config& config, const SessionPaths& paths, CodeRegistry& codes,
-                             const std::string& source)
-    : config_(config), paths_(paths), codes_(codes) {
+                             const std::string& source, const StepTickets& tickets)
+    : config_(config),
+      paths_(paths),
+      codes_(codes),
+      tickets_(tickets),
+      state_(LockLevel::Guard, tickets) {
   if (!config_.watching()) return;
   state_.with_lock([&](GuardState& g) {
     try {
@@ -43,29 +47,34 @@ void OverflowGuard::set_python_side(std::unique_ptr<PythonSide> side) {
   py_ = std::move(side);
 }
 
-void OverflowGuard::new_step(int64_t step, uint64_t epoch) {
-  state_.with_lock([&](GuardState& g) {
-    g.at.step = step;
-    g.epoch = epoch;
-    g.flagged_unstored = false;
-    g.scale_before.reset();
-    if (g.watch) g.watch->new_step();
-    if (g.decisions) g.decisions->new_step();
-  });
-}
-
-void OverflowGuard::begin_step(int rank, bool first) {
-  state_.with_lock([&](GuardState& g) {
-    g.at.rank = rank;
+void OverflowGuard::begin_step(bool first) {
+  locked([&](GuardState& g, const StepTicket&) {
     // What "written before this step began" compares with.
     if (first && g.watch) g.models.new_step();
   });
 }
 
+bool OverflowGuard::flagged_unstored() const {
+  return locked([](GuardState& g, const StepTicket&) { return g.flagged_unstored; });
+}
+
+bool OverflowGuard::step_flagged() const {
+  return locked([](GuardState& g, const StepTicket&) {
+    return g.decisions && g.decisions->step_flagged();
+  });
+}
+
+void OverflowGuard::reset_step(GuardState& g) {
+  g.flagged_unstored = false;
+  g.scale_before.reset();
+  if (g.watch) g.watch->new_step();
+  if (g.decisions) g.decisions->new_step();
+}
+
 GuardStepEnd OverflowGuard::end_step(bool calls_due, bool at_stop,
                                      const std::optional<PeerOverflow>& peer,
                                      const OverflowFacts* stop) {
-  return state_.with_lock([&](GuardState& g) {
+  return locked([&](GuardState& g, const StepTicket& ticket) {
     GuardStepEnd end;
     if (stop && g.decisions) g.decisions->complete(*stop);
     if (!calls_due && !g.flagged_unstored) return end;
@@ -76,12 +85,12 @@ GuardStepEnd OverflowGuard::end_step(bool calls_due, bool at_stop,
     end.models_started = g.watch && !g.models.empty();
     if (!g.watch) return end;
     // Held NaN/inf that did no damage by now: told once per call site, as absorbed or as held.
-    const std::string who = rank_label(g.at.rank);
+    const std::string who = rank_label(ticket.rank);
     for (const std::string& line : g.decisions->finish_held(g.watch->finish_held())) {
       end.said.push_back(who + line);
     }
     // Task overflow_check writes only the steps it flagged; a clean step leaves nothing.
-    DumpDecision d = g.decisions->dump_step(g.watch->step_flagged(), peer.has_value(), g.at.step);
+    DumpDecision d = g.decisions->dump_step(g.watch->step_flagged(), peer.has_value(), ticket.step);
     if (!d.say.empty()) end.said.push_back(std::move(d.say));
     end.write = d.dump;
     if (!d.dump) return end;
@@ -97,18 +106,18 @@ CallVerdict OverflowGuard::judge_call(const StoredCall& call, const LiveTensors&
   CallDecision d;
   std::optional<HeadroomRecord> crossed;  // a 16-bit call site that just reached the headroom
   int rank = -1;
-  state_.with_lock([&](GuardState& g) {
-    if (call.epoch != 0 && call.epoch != g.epoch) {
+  locked([&](GuardState& g, const StepTicket& ticket) {
+    if (call.epoch != 0 && call.epoch != ticket.epoch) {
       out.dropped = true;
       return;
     }
-    rank = g.at.rank;
-    if (g.headroom) crossed = observe_headroom(*g.headroom, call, g.at.step);
+    rank = ticket.rank;
+    if (g.headroom) crossed = observe_headroom(*g.headroom, call, ticket.step);
     if (!g.watch) return;
     const Verdict v = g.watch->judge(call.record, live, call.peer_rank);
     const bool backward = is_backward_name(call.record.name);
     std::optional<OverflowFacts> facts;
-    if (g.decisions->keeps_facts(v, backward)) facts = facts_of(g, call, v);
+    if (g.decisions->keeps_facts(v, backward)) facts = facts_of(g, ticket, call, v);
     d = g.decisions->on_call(v, backward, std::move(facts));
   });
   if (out.dropped) return out;
@@ -118,7 +127,7 @@ CallVerdict OverflowGuard::judge_call(const StoredCall& call, const LiveTensors&
   if (d.wants_source) tell_source(call.stack, call.record.name, d.event ? &*d.event : nullptr);
   if (d.tell_absorbed) {
     const std::string line =
-        state_.with_lock([](const GuardState& g) { return g.decisions->absorbed_line(); });
+        locked([](GuardState& g, const StepTicket&) { return g.decisions->absorbed_line(); });
     if (!line.empty()) say(LogLevel::Info, rank_label(rank) + line);
   }
   out.keep_tensors = d.keep_tensors;
@@ -127,12 +136,12 @@ CallVerdict OverflowGuard::judge_call(const StoredCall& call, const LiveTensors&
 }
 
 void OverflowGuard::add_model_tensor(const std::string& name, const at::Tensor& t, bool buffer) {
-  state_.with_lock([&](GuardState& g) { g.models.add(name, t, buffer); });
+  locked([&](GuardState& g, const StepTicket&) { g.models.add(name, t, buffer); });
 }
 
 std::vector<std::optional<std::string>> OverflowGuard::parameter_names(
     const std::vector<at::Tensor>& tensors) {
-  return state_.with_lock([&](const GuardState& g) {
+  return locked([&](GuardState& g, const StepTicket&) {
     std::vector<std::optional<std::string>> names;
     names.reserve(tensors.size());
     for (const at::Tensor& t : tensors) {
@@ -145,13 +154,13 @@ std::vector<std::optional<std::string>> OverflowGuard::parameter_names(
 }
 
 void OverflowGuard::mark_compiled_output(const at::Tensor& t) {
-  state_.with_lock([&](GuardState& g) {
+  locked([&](GuardState& g, const StepTicket&) {
     if (g.watch) g.watch->mark_compiled_output(t);
   });
 }
 
-OverflowFacts OverflowGuard::facts_of(const GuardState& g, const StoredCall& call,
-                                      const Verdict& v) const {
+OverflowFacts OverflowGuard::facts_of(const GuardState& g, const StepTicket& ticket,
+                                      const StoredCall& call, const Verdict& v) const {
   OverflowFacts facts;
   facts.finding = *v.finding;
   facts.origin = v.origin;
@@ -162,25 +171,25 @@ OverflowFacts OverflowGuard::facts_of(const GuardState& g, const StoredCall& cal
   // A backward call's forward module names it better than the module backward it ran inside.
   facts.module = call.module_hint ? call.module_hint : call.parent;
   if (!facts.module && !is_backward_name(call.record.name)) facts.module = started_model_forward();
-  facts.step = g.at.step;
-  facts.rank = g.at.rank < 0 ? 0 : g.at.rank;
-  if (g.decisions->budget_left()) facts.dump.dir = paths_.dir_of(g.at);
+  facts.step = ticket.step;
+  facts.rank = ticket.rank < 0 ? 0 : ticket.rank;
+  if (g.decisions->budget_left()) facts.dump.dir = paths_.dir_of(ticket);
   // The source line is added after the lock (it needs the GIL).
   facts.tensors = anomalous_args(call.record, facts.finding, config_.overflow_check.compat);
   if (g.headroom)
-    facts.history = g.headroom->trend(headroom_site(call.record.name, call.stack), g.at.step);
+    facts.history = g.headroom->trend(headroom_site(call.record.name, call.stack), ticket.step);
   return facts;
 }
 
 std::optional<OverflowEvent> OverflowGuard::judge_model_output(StoredCall&& call,
                                                                const LiveTensors& live) {
   CallDecision d;
-  state_.with_lock([&](GuardState& g) {
+  locked([&](GuardState& g, const StepTicket& ticket) {
     if (!g.watch) return;
     const Verdict v = g.watch->judge_model_output(call.record, live);
     std::optional<OverflowFacts> facts;
     if (g.decisions->keeps_facts(v, false)) {
-      facts = facts_of(g, call, v);
+      facts = facts_of(g, ticket, call, v);
       facts->started_model = true;
     }
     d = g.decisions->on_call(v, false, std::move(facts));
@@ -201,27 +210,27 @@ void OverflowGuard::tell_source(const StackPtr& stack, const std::string& call,
   }
   if (event) event->facts.source = source;
   if (event && event->raise) return;  // end_step takes it, with the stop's other late facts
-  state_.with_lock([&](GuardState& g) { g.decisions->set_source(call, source); });
+  locked([&](GuardState& g, const StepTicket&) { g.decisions->set_source(call, source); });
 }
 
 void OverflowGuard::set_loss_scaled(double before) {
-  state_.with_lock([&](GuardState& g) {
+  locked([&](GuardState& g, const StepTicket&) {
     g.scale_before = before;
     if (g.decisions) g.decisions->set_loss_scaled();
   });
 }
 
 std::optional<OverflowEvent> OverflowGuard::judge_loss_scale(double after, bool skipped) {
-  ScaleDecision d = state_.with_lock([&](GuardState& g) {
+  ScaleDecision d = locked([&](GuardState& g, const StepTicket& ticket) {
     const std::optional<double> before = std::exchange(g.scale_before, std::nullopt);
     // A loss scaler given to start() under another task: nothing to judge.
     if (!g.decisions || !before) return ScaleDecision{};
     OverflowFacts blank;
     blank.finding.call = "(loss scaler)";
-    blank.step = g.at.step;
-    blank.rank = g.at.rank < 0 ? 0 : g.at.rank;
-    if (g.decisions->budget_left()) blank.dump.dir = paths_.dir_of(g.at);
-    return g.decisions->loss_scale(*before, after, skipped, g.at.step, blank);
+    blank.step = ticket.step;
+    blank.rank = ticket.rank < 0 ? 0 : ticket.rank;
+    if (g.decisions->budget_left()) blank.dump.dir = paths_.dir_of(ticket);
+    return g.decisions->loss_scale(*before, after, skipped, ticket.step, blank);
   });
   if (!d.say.empty()) say(LogLevel::Info, std::move(d.say));
   return std::move(d.event);
@@ -232,28 +241,30 @@ std::optional<OverflowEvent> OverflowGuard::end_of_backward() {
   // The gradients are gathered under the lock and looked at (a device sync) after it.
   std::optional<std::vector<std::pair<std::string, at::Tensor>>> gradients;
   bool models_known = false;
-  state_.with_lock([&](GuardState& g) {
+  locked([&](GuardState& g, const StepTicket&) {
     if (!g.decisions->backward_pass_ended()) return;
     models_known = !g.models.empty();
     gradients = g.models.gradients();
   });
   if (!gradients) return std::nullopt;
   std::vector<std::string> bad = non_finite_gradients(*gradients);
-  return state_.with_lock(
-      [&](GuardState& g) { return g.decisions->backward_verdict(models_known, std::move(bad)); });
+  return locked([&](GuardState& g, const StepTicket&) {
+    return g.decisions->backward_verdict(models_known, std::move(bad));
+  });
 }
 
 namespace {
 
 // The facts of a finding at an optimizer's step, which no record names.
-OverflowFacts optimizer_step_facts(const GuardState& g, const SessionPaths& paths,
-                                   const std::string& optimizer, const char* when = "before") {
+OverflowFacts optimizer_step_facts(const GuardState& g, const StepTicket& ticket,
+                                   const SessionPaths& paths, const std::string& optimizer,
+                                   const char* when = "before") {
   OverflowFacts f;
   f.finding.call = std::string("(") + when + " " + optimizer + ".step)";
   f.module = "(none: " + optimizer + ".step runs outside the model)";
-  f.step = g.at.step;
-  f.rank = g.at.rank < 0 ? 0 : g.at.rank;
-  if (g.decisions->budget_left()) f.dump.dir = paths.dir_of(g.at);
+  f.step = ticket.step;
+  f.rank = ticket.rank < 0 ? 0 : ticket.rank;
+  if (g.decisions->budget_left()) f.dump.dir = paths.dir_of(ticket);
   return f;
 }
 
@@ -283,14 +294,14 @@ std::optional<OverflowEvent> OverflowGuard::judge_optimizer(OptimizerLook look,
 }
 
 std::optional<OverflowEvent> OverflowGuard::optimizer_state(const OptimizerLook& look) {
-  return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
+  return locked([&](GuardState& g, const StepTicket& ticket) -> std::optional<OverflowEvent> {
     if (!g.decisions) return std::nullopt;
     OverflowDecisions::BeforeStep before;
     before.state = look.state;
     before.parameter = look.parameter;
     before.more = look.more;
     std::optional<OverflowEvent> e = g.decisions->optimizer_before_step(
-        before, look.optimizer, optimizer_step_facts(g, paths_, look.optimizer));
+        before, look.optimizer, optimizer_step_facts(g, ticket, paths_, look.optimizer));
     if (e) g.flagged_unstored = true;  // written even when no call of the step was recorded
     return e;
   });
@@ -298,7 +309,7 @@ std::optional<OverflowEvent> OverflowGuard::optimizer_state(const OptimizerLook&
 
 std::optional<OverflowEvent> OverflowGuard::optimizer_gradients(OptimizerLook& look) {
   if (look.bad.empty()) return std::nullopt;
-  return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
+  return locked([&](GuardState& g, const StepTicket& ticket) -> std::optional<OverflowEvent> {
     if (!g.decisions) return std::nullopt;
     OverflowDecisions::GradientSource source;
     source.reduced = look.reduced;
@@ -306,7 +317,7 @@ std::optional<OverflowEvent> OverflowGuard::optimizer_gradients(OptimizerLook& l
     // Without a started model nothing says whether an earlier step left gradients.
     source.earlier_step_left = g.models.empty() || g.models.earlier_step_left_gradients();
     std::optional<OverflowEvent> e = g.decisions->optimizer_gradients(
-        std::move(look.bad), source, optimizer_step_facts(g, paths_, look.optimizer));
+        std::move(look.bad), source, optimizer_step_facts(g, ticket, paths_, look.optimizer));
     // Written even when no call of the step was recorded: the message names its folder.
     if (e) g.flagged_unstored = true;
     return e;
@@ -315,20 +326,20 @@ std::optional<OverflowEvent> OverflowGuard::optimizer_gradients(OptimizerLook& l
 
 std::optional<OverflowEvent> OverflowGuard::optimizer_update(OptimizerLook& look) {
   if (look.bad.empty()) return std::nullopt;
-  return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
+  return locked([&](GuardState& g, const StepTicket& ticket) -> std::optional<OverflowEvent> {
     if (!g.decisions) return std::nullopt;
     std::optional<OverflowEvent> e = g.decisions->optimizer_update(
         std::move(look.bad), look.optimizer,
-        optimizer_step_facts(g, paths_, look.optimizer, "after"));
+        optimizer_step_facts(g, ticket, paths_, look.optimizer, "after"));
     if (e) g.flagged_unstored = true;  // no call of the step names it
     return e;
   });
 }
 
 std::optional<OverflowEvent> OverflowGuard::optimizer_settings(const OptimizerLook& look) {
-  return state_.with_lock([&](GuardState& g) -> std::optional<OverflowEvent> {
+  return locked([&](GuardState& g, const StepTicket& ticket) -> std::optional<OverflowEvent> {
     if (!g.decisions || look.settings.empty()) return std::nullopt;
-    const OverflowFacts blank = optimizer_step_facts(g, paths_, look.optimizer);
+    const OverflowFacts blank = optimizer_step_facts(g, ticket, paths_, look.optimizer);
     for (const auto& [setting, value] : look.settings) {
       OverflowDecisions::BeforeStep before;
       before.setting = setting;

@@ -24,6 +24,7 @@
 #include "core/headroom.h"
 #include "core/overflow_decisions.h"
 #include "core/report.h"
+#include "core/step_ticket.h"
 #include "live/capture/call_stack.h"
 #include "live/capture/live_tensors.h"
 #include "live/overflow/model_tensors.h"
@@ -65,8 +66,10 @@ struct GuardStepEnd {
 
 // Everything the guard knows across calls; only the guard reaches it, under its lock.
 struct GuardState {
-  StepPlace at;         // the step being judged, as the session said (new_step, begin_step)
-  uint64_t epoch = 0;   // its calls' CallNumbering epoch
+  explicit GuardState(const StepTickets& tickets) : step(&tickets) {}
+  // Which step the per-step parts below are of: the watch's and the decisions' step, the
+  // unstored finding and the loss scale (OverflowGuard::reset_step at the first look in the next).
+  StepLocal step;
   ModelTensors models;  // the started models' tensors, across steps
   // Null without a watching task.
   std::unique_ptr<OverflowWatch> watch;
@@ -78,9 +81,10 @@ struct GuardState {
 
 class OverflowGuard {
  public:
-  // `source` names the config in a rules file's error.
+  // `source` names the config in a rules file's error. `tickets`: the session's step, which the
+  // guard reads (a call numbered by an ended step is dropped) and follows.
   OverflowGuard(const Config& config, const SessionPaths& paths, CodeRegistry& codes,
-                const std::string& source);
+                const std::string& source, const StepTickets& tickets);
   ~OverflowGuard();  // takes the GIL to let the Python objects go, or leaks them at exit
   OverflowGuard(const OverflowGuard&) = delete;
   OverflowGuard& operator=(const OverflowGuard&) = delete;
@@ -88,10 +92,8 @@ class OverflowGuard {
   void set_python_side(std::unique_ptr<PythonSide> side);  // GIL required
   PythonSide* python_side() const { return py_.get(); }
 
-  // The session's step moved on: its calls are numbered with `epoch`.
-  void new_step(int64_t step, uint64_t epoch);
-  // start() of `rank`; `first`: the step's first start().
-  void begin_step(int rank, bool first);
+  // start(); `first`: the step's first start().
+  void begin_step(bool first);
   // The step's end as the guard sees it: whether it is written now (`calls_due`: calls were
   // stored since the last write), and what its report holds. `at_stop`: a scaled step waits for
   // step(), when the loss scaler has said whether it skipped it.
@@ -101,14 +103,9 @@ class OverflowGuard {
                         const OverflowFacts* stop = nullptr);
   // A finding that no stored call carries (a started model's output, an optimizer's step) makes
   // the step due.
-  bool flagged_unstored() const {
-    return state_.with_lock([](const GuardState& g) { return g.flagged_unstored; });
-  }
+  bool flagged_unstored() const;
   // A finding of this step was told already (action continue goes on after it).
-  bool step_flagged() const {
-    return state_.with_lock(
-        [](const GuardState& g) { return g.decisions && g.decisions->step_flagged(); });
-  }
+  bool step_flagged() const;
 
   // A recorded call, judged (its source line, a headroom warning said after the lock).
   CallVerdict judge_call(const StoredCall& call, const LiveTensors& live);
@@ -149,12 +146,24 @@ class OverflowGuard {
   std::vector<HeadroomRecord> headroom_warned() const;
 
  private:
+  // Runs fn(state, the session's current step) under the guard's lock, the state's per-step
+  // parts cleared first where the step moved on since the guard's last look (so a step's end
+  // takes no guard lock). Const: a look may clear the last step's state.
+  template <typename Fn>
+  decltype(auto) locked(Fn&& fn) const {
+    return state_.with_lock([&](GuardState& g) -> decltype(auto) {
+      if (g.step.moved_on()) reset_step(g);
+      return fn(g, tickets_.current());
+    });
+  }
+  static void reset_step(GuardState& g);
   std::optional<OverflowEvent> optimizer_gradients(OptimizerLook& look);
   std::optional<OverflowEvent> optimizer_state(const OptimizerLook& look);
   std::optional<OverflowEvent> optimizer_update(OptimizerLook& look);
   std::optional<OverflowEvent> optimizer_settings(const OptimizerLook& look);
   // A stored call's finding as facts; its source line comes later.
-  OverflowFacts facts_of(const GuardState& g, const StoredCall& call, const Verdict& v) const;
+  OverflowFacts facts_of(const GuardState& g, const StepTicket& ticket, const StoredCall& call,
+                         const Verdict& v) const;
   // The finding's source line (the GIL is taken), into `event` and the step's report (a stop's
   // reaches the report with its other late facts, at end_step). Without the guard's lock: a
   // thread holding the GIL may be waiting for it.
@@ -165,7 +174,8 @@ class OverflowGuard {
   const Config& config_;
   const SessionPaths& paths_;
   CodeRegistry& codes_;  // GIL
-  Guarded<GuardState> state_{LockLevel::Guard};
+  const StepTickets& tickets_;
+  mutable Guarded<GuardState> state_;
   std::unique_ptr<PythonSide> py_;  // GIL
 };
 

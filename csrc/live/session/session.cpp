@@ -114,17 +114,18 @@ Session::Session(Config config, std::string package_dir, const std::string& sour
                  std::string library_dir, std::optional<ConfigWatch> dump_enable)
     : config_(std::move(config)),
       paths_(session_paths(config_, std::move(package_dir), std::move(library_dir), source)),
-      numbering_(++g_epochs),
+      numbering_(StepTicket{0, -1, ++g_epochs}),
       selection_(selecting_section(config_), config_.level,
                  source + ": " + to_string(selecting_task(config_)), effective_risk_level(config_),
                  config_.task == Task::Structure,
-                 config_.task == Task::FreeBenchmark ? ScopeForm::Names : ScopeForm::Window),
-      capture_(config_, paths_.dump_root),
+                 config_.task == Task::FreeBenchmark ? ScopeForm::Names : ScopeForm::Window,
+                 &numbering_.tickets()),
+      capture_(config_, paths_.dump_root, &numbering_.tickets()),
       deferred_(config_.overflow_check, capture_.pending()),
-      guard_(config_, paths_, codes_, source),
+      guard_(config_, paths_, codes_, source, numbering_.tickets()),
       writer_(config_.dump_path, paths_.dump_root, to_string(config_.task),
-              to_string(config_.level), DumpFormat::of(config_), capture_.saver()) {
-  guard_.new_step(0, numbering_.epoch());
+              to_string(config_.level), DumpFormat::of(config_), capture_.saver()),
+      backward_scope_(&numbering_.tickets()) {
   state_.with_lock([&](StepCalls& s) { s.dump_enable = std::move(dump_enable); });
 }
 
@@ -133,7 +134,7 @@ Session::~Session() {
 }
 
 int64_t Session::current_step() const {
-  return state_.with_lock([](const StepCalls& s) { return s.at.step; });
+  return numbering_.ticket().step;
 }
 
 bool Session::began_step() const {
@@ -141,7 +142,7 @@ bool Session::began_step() const {
 }
 
 int Session::current_rank() const {
-  return state_.with_lock([](const StepCalls& s) { return s.at.rank; });
+  return numbering_.ticket().rank;
 }
 
 bool Session::start(int rank, bool new_models, const ScheduledTokens& tokens) {
@@ -157,14 +158,16 @@ bool Session::start(int rank, bool new_models, const ScheduledTokens& tokens) {
     const bool first = !std::exchange(s.began, true);
     s.stopped = false;
     s.ever_started = true;
-    s.at.rank = rank;
-    return std::make_tuple(s.at.step, staging_of(s), first, restarted);
+    StepTicket ticket = numbering_.ticket();
+    ticket.rank = rank;  // the same step, its rank now known
+    numbering_.publish(ticket);
+    return std::make_tuple(ticket.step, staging_of(s), first, restarted);
   });
   if (restarted && said_.first("restart")) {
     say_warning("start() again without step(): the calls go on counting in step " +
                 std::to_string(step) + "; call debugger.step() at the end of each iteration");
   }
-  guard_.begin_step(rank, first);
+  guard_.begin_step(first);
   // Task tensor saves as the calls happen: into the folder being built.
   if (capture_.saver()) capture_.file_names().set_dir(staging + "/" + kTensorFolder);
   const StepRankGate steps_ranks = StepRankGate::of(config_);
@@ -257,9 +260,9 @@ void Session::stop_at_exit() {
 void Session::step() {
   deliver_said_lines();  // an earlier step's write thread's, before this step's
   gate_.close();
-  const auto [raised, collected, step, started] = state_.with_lock([](StepCalls& s) {
+  const auto [raised, collected, step, started] = state_.with_lock([this](StepCalls& s) {
     const bool raised = std::exchange(s.ended_by_raise, false);
-    return std::make_tuple(raised, s.collected, s.at.step, s.ever_started);
+    return std::make_tuple(raised, s.collected, numbering_.ticket().step, s.ever_started);
   });
   // At level debug, save() begins the step, and start() is not needed (26.x's).
   if (!started && config_.level != Level::Debug && said_.first("step before start")) {
@@ -281,10 +284,11 @@ std::string Session::end_step_for_raise(const OverflowFacts* stop) {
   return write_error;
 }
 
+// The one place a step ends for every part: the next ticket is published, and each part clears
+// what it kept of this step at its own next use (core/step_ticket.h), not here: a stop's end of
+// the step takes the step's lock and the device statistics', no other.
 void Session::advance(bool ended_by_raise) {
-  capture_.new_step();
-  selection_.new_step();
-  backward_scope_.clear();
+  capture_.end_step();
   state_.with_lock([this, ended_by_raise](StepCalls& s) {
     s.calls.clear();
     s.dirty = false;
@@ -295,12 +299,9 @@ void Session::advance(bool ended_by_raise) {
     s.published = false;
     s.peer_stop.reset();
     s.ended_by_raise = ended_by_raise;
-    ++s.at.step;
-    // Under the step's lock, the guard first: add() and the guard compare a call's epoch with
-    // theirs, and a call numbered by the new step must find the guard in it.
-    const uint64_t epoch = ++g_epochs;
-    guard_.new_step(s.at.step, epoch);
-    numbering_.new_step(epoch);
+    // Under the step's lock, its one publisher: add() reads the epoch under it.
+    const StepTicket now = numbering_.ticket();
+    numbering_.publish(StepTicket{now.step + 1, now.rank, ++g_epochs});
   });
 }
 

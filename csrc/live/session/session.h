@@ -183,7 +183,7 @@ class Session {
   OverflowGuard guard_;     // after codes_, which it reaches
   StepWriter writer_;
   SaidOnce said_;
-  BackwardScope backward_scope_;
+  BackwardScope backward_scope_;  // follows numbering_'s ticket
   PeerStopFlag peer_stop_;
   HookContext hooks_{gate_,           numbering_, selection_,           capture_,
                      backward_scope_, codes_,     DumpFormat::of(config_)};  // last

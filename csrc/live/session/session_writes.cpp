@@ -44,7 +44,7 @@ void Session::clean_earlier_run(int rank) {
 }
 
 const std::string& Session::staging_of(StepCalls& s) const {
-  std::string folder = paths_.folder_of(s.at);
+  std::string folder = paths_.folder_of(numbering_.ticket());
   if (s.staging.empty() || s.staging_for != folder) {
     s.staging = staging_folder(paths_.dump_root, folder);
     s.staging_for = std::move(folder);
@@ -54,10 +54,11 @@ const std::string& Session::staging_of(StepCalls& s) const {
 
 FinishedStep Session::take_step_calls(StepCalls& s, GuardStepEnd&& guarded) const {
   FinishedStep f;
-  f.step = s.at.step;
-  f.rank = s.at.rank;
-  f.dir = paths_.dir_of(s.at);
-  f.folder = paths_.folder_of(s.at);
+  const StepTicket at = numbering_.ticket();  // published under the step's lock, held here
+  f.step = at.step;
+  f.rank = at.rank;
+  f.dir = paths_.dir_of(at);
+  f.folder = paths_.folder_of(at);
   // A later write of the step is built anew: this one's folder is renamed into place.
   f.staging = staging_of(s);
   s.staging.clear();
@@ -79,7 +80,7 @@ std::string Session::write_step(bool at_stop, bool hand_over, const OverflowFact
     // A write of this step still in progress gives its calls back before new ones join them.
     const bool flagged = guard_.flagged_unstored();
     const int64_t now =
-        state_.with_lock([&](StepCalls& s) { return s.dirty || flagged ? s.at.step : -1; });
+        state_.with_lock([&](StepCalls& s) { return s.dirty || flagged ? current_step() : -1; });
     PythonCrossing::NoGil no_gil;
     if (now >= 0) writer_.drain_step(now);
   }
@@ -124,7 +125,7 @@ std::string Session::write_step(bool at_stop, bool hand_over, const OverflowFact
 // A later stop() in the same step writes the calls again, with those made since.
 void Session::take_back_calls(FinishedStep& done) {
   state_.with_lock([&](StepCalls& s) {
-    if (s.at.step != done.step) return;
+    if (current_step() != done.step) return;
     s.published = s.published || done.published;
     for (StoredCall& c : s.calls) done.calls.push_back(std::move(c));
     s.calls = std::move(done.calls);
@@ -139,7 +140,7 @@ std::string Session::stop_for_peer(const PeerOverflow& peer) {
   const std::string dir = state_.with_lock([&](StepCalls& s) {
     s.peer_stop = peer;
     s.dirty = true;  // written even when this rank collected nothing yet
-    return paths_.dir_of(s.at);
+    return paths_.dir_of(numbering_.ticket());
   });
   end_step_for_raise();
   std::error_code ec;

@@ -16,6 +16,7 @@
 #include "core/config_watch.h"
 #include "core/record.h"
 #include "core/report.h"
+#include "core/step_ticket.h"
 #include "live/capture/call_stack.h"
 #include "live/capture/live_tensors.h"
 #include "live/overflow/call_arguments.h"
@@ -24,7 +25,7 @@ namespace msprobe {
 
 struct StoredCall {
   CallRecord record;
-  // Session::epoch() when the call was numbered: a call still running when its step ended (another
+  // The step's epoch when the call was numbered (its StepTicket's): a call still running when its step ended (another
   // thread's stop) is not the next step's. 0: numbered by no step counter.
   uint64_t epoch = 0;
   StackPtr stack;                          // may be null (no Python frames)
@@ -45,12 +46,6 @@ struct DeferredCall {
   std::shared_ptr<HeldArguments> held;  // an API call's arguments, for a replay (GIL to release)
 };
 
-// Which step of which rank: step<S>/rank<R> below the dump root.
-struct StepPlace {
-  int64_t step = 0;
-  int rank = -1;  // -1: torch.distributed not initialized
-};
-
 // Where a session's files go, and which frames of a stack are the tool's own.
 struct SessionPaths {
   std::string package_dir, library_dir;  // frames under these are ours, not the user's
@@ -59,19 +54,20 @@ struct SessionPaths {
   std::string unranked = "rank";
 
   std::string rank_folder_of(int rank) const { return rank < 0 ? unranked : rank_folder(rank); }
-  // step<S>/rank<R>
-  std::string folder_of(const StepPlace& at) const {
+  // step<S>/rank<R> below the dump root
+  std::string folder_of(const StepTicket& at) const {
     return step_part(at.step) + "/" + rank_folder_of(at.rank);
   }
   // <dump_root>/step<S>/rank<R>
-  std::string dir_of(const StepPlace& at) const { return dump_root + "/" + folder_of(at); }
+  std::string dir_of(const StepTicket& at) const { return dump_root + "/" + folder_of(at); }
 };
 
 // msprobe 26.x's start(scheduled_tokens=...): the batch's requests in order, with their tokens.
 using ScheduledTokens = std::optional<std::vector<std::pair<std::string, int64_t>>>;
 
+// Which step this is, and on which rank, is the numbering's ticket (core/step_ticket.h), read
+// under this state's lock where it must not change (it is published under it).
 struct StepCalls {
-  StepPlace at;
   // msprobe 26.x's dump_enable: config.json looked at again; its dump_enable turns collection
   // on and off (core/config_watch.h).
   std::optional<ConfigWatch> dump_enable;

@@ -18,6 +18,7 @@ std::optional<DataStats> StatsCache::find(const at::Tensor& t) {
   if (!cacheable(t)) return std::nullopt;
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   std::lock_guard<std::mutex> lock(mu_);
+  if (step_.moved_on()) items_.clear();
   auto it = items_.find(impl);
   if (it == items_.end() || it->second.weak.lock().get() != impl || !same_layout(it->second, t)) {
     ++misses_;
@@ -30,6 +31,7 @@ std::optional<DataStats> StatsCache::find(const at::Tensor& t) {
 void StatsCache::put(const at::Tensor& t, const DataStats& stats) {
   if (!cacheable(t)) return;
   std::lock_guard<std::mutex> lock(mu_);
+  if (step_.moved_on()) items_.clear();
   if (items_.size() >= kMaxItems) return;
   Item item{WeakImpl(t.getIntrusivePtr()),
             static_cast<uint32_t>(t._version()),

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/record.h"
+#include "core/step_ticket.h"
 
 namespace msprobe {
 
@@ -37,7 +38,10 @@ class StatsCache {
   static bool cacheable(const at::Tensor& t);
   std::optional<DataStats> find(const at::Tensor& t);
   void put(const at::Tensor& t, const DataStats& stats);
-  void clear();  // at the end of each step
+  // With `tickets`, what the last step cached is let go at the first look of the next (a
+  // statistic still on the device names a slot that was the last step's).
+  explicit StatsCache(const StepTickets* tickets = nullptr) : step_(tickets) {}
+  void clear();
 
   // For tests and benchmarks.
   int64_t hits() const { return hits_.load(); }
@@ -56,6 +60,7 @@ class StatsCache {
   static bool same_layout(const Item& item, const at::Tensor& t);
 
   std::mutex mu_;  // hooks run on autograd and user threads too
+  StepLocal step_;
   std::unordered_map<const c10::TensorImpl*, Item> items_;
   std::atomic<int64_t> hits_{0}, misses_{0};
   static constexpr size_t kMaxItems = 1 << 16;  // a bound on a step's memory, not a tuning knob
