@@ -13,8 +13,8 @@ namespace msprobe {
 
 // The order of the locks a thread may hold at once: a lock is taken only while every lock the
 // thread holds is of a lower level. The session's step is written under its lock, which asks the
-// guard (under the guard's) to end its step, which moves the numbering to the next (under the
-// counters'); the batched-sync queue's is never held with another.
+// guard (under the guard's) to end its step; a call is numbered (under the counters') with no
+// other held; the batched-sync queue's is never held with another.
 enum class LockLevel : int {
   Step = 10,
   Guard = 20,

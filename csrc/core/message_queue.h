@@ -5,6 +5,8 @@
 // the logger gives the GIL up while it writes.
 #pragma once
 
+#include <atomic>
+#include <cstddef>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -32,7 +34,10 @@ class MessageQueue {
  private:
   mutable std::mutex mu_;
   std::deque<Message> queue_;
-  bool delivering_ = false;
+  // queue_.size(), read without the lock: most deliveries find nothing and take no lock. A line
+  // posted as one looks is delivered by the next delivery, as one posted just after it would be.
+  std::atomic<size_t> size_{0};
+  std::atomic<bool> delivering_{false};  // one deliverer at a time
 };
 
 }  // namespace msprobe

@@ -239,7 +239,7 @@ void Session::stop() {
   deliver_said_lines();  // an earlier step's write thread's, before this step's
   state_.with_lock([](StepCalls& s) { s.stopped = true; });
   gate_.close();
-  write_step(/*at_stop=*/true, /*hand_over=*/config_.async_dump);
+  write_step(WriteAt::Stop, /*hand_over=*/config_.async_dump);
   poll_dump_enable();
 }
 
@@ -271,7 +271,7 @@ void Session::step() {
                 std::to_string(step + 1) + "; call start() at the beginning of each step");
   }
   if (raised) return;  // the raise already ended this step
-  write_step(/*at_stop=*/false, /*hand_over=*/config_.async_dump);
+  write_step(WriteAt::StepEnd, /*hand_over=*/config_.async_dump);
   if (collected) warn_unmatched_selection(step);
   advance();
   poll_dump_enable();
@@ -279,7 +279,7 @@ void Session::step() {
 
 std::string Session::end_step_for_raise(const OverflowFacts* stop) {
   gate_.close();
-  const std::string write_error = write_step(false, false, stop);
+  const std::string write_error = write_step(WriteAt::Raise, false, stop);
   advance(/*ended_by_raise=*/true);
   return write_error;
 }
@@ -313,34 +313,21 @@ std::optional<OverflowEvent> Session::add(StoredCall&& call, const LiveTensors* 
     v = guard_.judge_call(call, tensors);
     if (v.dropped) return std::nullopt;
   }
-  KeptTensors keep;
-  if (v.keep_tensors)
-    keep.names = FlaggedEvidence(capture_.file_names()).claim(call.record, tensors);
-  const std::string name = keep.names.empty() ? std::string() : call.record.name;
+  if (v.keep_tensors) {
+    // A flagged call's evidence (capture/flagged_evidence.h): its names claimed and its tensors
+    // copied before the step's lock (a device copy is never made under it), stored with it.
+    const EvidenceNames names = FlaggedEvidence(capture_.file_names()).claim(call.record, tensors);
+    if (!names.empty()) call.tensors = FlaggedEvidence::copies(names, tensors);
+  }
   const bool stored = state_.with_lock([&](StepCalls& s) {
+    // A call numbered by a step that has ended since (another thread's step()) is not this one's.
     if (call.epoch != 0 && call.epoch != numbering_.epoch()) return false;
-    keep.index = s.calls.size();
-    keep.epoch = numbering_.epoch();
     s.calls.push_back(std::move(call));
     s.dirty = true;
     return true;
   });
   if (!stored) return std::nullopt;
-  if (!keep.names.empty()) keep_tensors(keep, name, tensors);
   return std::move(v.event);
-}
-
-void Session::keep_tensors(const KeptTensors& keep, const std::string& call,
-                           const LiveTensors& live) {
-  std::vector<std::pair<at::Tensor, std::string>> copies =
-      FlaggedEvidence::copies(keep.names, live);
-  state_.with_lock([&](StepCalls& s) {
-    // The step may have been written and ended meanwhile (another thread's step()): then its
-    // files are out, and the copies are dropped.
-    if (numbering_.epoch() != keep.epoch || keep.index >= s.calls.size()) return;
-    StoredCall& stored = s.calls[keep.index];
-    if (stored.record.name == call) stored.tensors = std::move(copies);
-  });
 }
 
 }  // namespace msprobe

@@ -24,7 +24,6 @@
 #include "core/report.h"
 #include "core/selection.h"
 #include "live/capture/call_stack.h"
-#include "live/capture/flagged_evidence.h"
 #include "live/capture/live_tensors.h"
 #include "live/capture/tensor_capture.h"
 #include "live/session/backward_scope.h"
@@ -154,23 +153,15 @@ class Session {
   void clean_earlier_run(int rank);
   void warn_unmatched_selection(int64_t step);  // once per entry and session
   // Writes the step if anything was collected since the last write ("" or why it could not be).
-  // `at_stop`: a scaled step waits for step(), when the loss scaler has said whether it skipped.
+  // `at`: at stop(), a scaled step waits for step(), when the loss scaler has said whether it
+  // skipped; a write that ends the step (a raise, a peer's stop) gives no calls back to it.
   // hand_over: under async_dump, the write thread writes the files and this returns at once.
-  std::string write_step(bool at_stop = false, bool hand_over = false,
-                         const OverflowFacts* stop = nullptr);
+  enum class WriteAt { Stop, StepEnd, Raise };
+  std::string write_step(WriteAt at, bool hand_over = false, const OverflowFacts* stop = nullptr);
   void take_back_calls(FinishedStep& done);
   // The step's calls, taken out of the state with what its files need (the state's lock held).
   FinishedStep take_step_calls(StepCalls& s, GuardStepEnd&& guarded) const;
   const std::string& staging_of(StepCalls& s) const;
-  // Task overflow_check: a flagged call's evidence (flagged_evidence.h), attached after the lock
-  // to the stored call, the `index`-th of the step whose epoch is `epoch`.
-  struct KeptTensors {
-    EvidenceNames names;
-    size_t index = 0;
-    uint64_t epoch = 0;
-  };
-  void keep_tensors(const KeptTensors& keep, const std::string& call, const LiveTensors& live);
-
   const Config config_;
   const SessionPaths paths_;
   CollectionGate gate_;

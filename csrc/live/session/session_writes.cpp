@@ -75,7 +75,7 @@ FinishedStep Session::take_step_calls(StepCalls& s, GuardStepEnd&& guarded) cons
   return f;
 }
 
-std::string Session::write_step(bool at_stop, bool hand_over, const OverflowFacts* stop) {
+std::string Session::write_step(WriteAt at, bool hand_over, const OverflowFacts* stop) {
   if (config_.async_dump) {
     // A write of this step still in progress gives its calls back before new ones join them.
     const bool flagged = guard_.flagged_unstored();
@@ -89,7 +89,7 @@ std::string Session::write_step(bool at_stop, bool hand_over, const OverflowFact
   std::vector<std::string> said;
   std::optional<FinishedStep> done = state_.with_lock([&](StepCalls& s) {
     std::optional<FinishedStep> f;
-    GuardStepEnd guarded = guard_.end_step(s.dirty, at_stop, s.peer_stop, stop);
+    GuardStepEnd guarded = guard_.end_step(s.dirty, at == WriteAt::Stop, s.peer_stop, stop);
     said = std::move(guarded.said);
     if (guarded.closed) s.dirty = false;
     if (!guarded.write) return f;
@@ -116,7 +116,8 @@ std::string Session::write_step(bool at_stop, bool hand_over, const OverflowFact
   {
     PythonCrossing::NoGil no_gil;
     error = writer_.write(*done);
-    take_back_calls(*done);
+    // A write that ends the step gives nothing back: advance() would let it go at once.
+    if (at != WriteAt::Raise) take_back_calls(*done);
   }
   deliver_said_lines();  // the writer's, with the GIL back
   return error;

@@ -70,6 +70,7 @@ void PendingStats::fill(Entry& e) const {
 }
 
 void PendingStats::clear() {
+  if (empty()) return;  // nothing was launched this step (a CPU run's sync, a step without calls)
   std::lock_guard<std::mutex> lock(mu_);
   results_.clear();
   tensors_.clear();
