@@ -18,6 +18,7 @@
 #include "live/hooks/hook_scope.h"
 #include "live/overflow/python_objects.h"
 #include "live/overflow/python_side.h"
+#include "live/session/overflow_control.h"
 #include "live/session/session.h"
 #include "live/crossing/python_crossing.h"
 
@@ -263,25 +264,55 @@ void bind_guard(py::class_<Session, std::shared_ptr<Session>>& c) {
           py::arg("tensors"),
           "The started models' names of these parameters (None for a tensor that is none).")
       .def("mark_compiled_outputs", &mark_compiled_outputs, py::arg("output"),
-           "The tensors a torch.compile'd model returned.")
-      .def("judge_loss_scale", &judge_loss_scale, py::arg("after"), py::arg("skipped") = false,
-           "At step(): the scale now, against the one at set_loss_scaled(), and whether the "
-           "scaler says it skipped the step; a scale that fell too low stops.")
-      .def("judge_optimizer_settings", &judge_optimizer_settings, py::arg("optimizer"),
-           py::arg("settings"),
-           "Before an optimizer step: its numeric settings ((\"lr of param_groups[0]\", value)).")
-      .def("judge_optimizer_gradients", &judge_optimizer_gradients, py::arg("optimizer"),
-           py::arg("bad"), py::arg("reduced"),
-           "Before an optimizer step: the parameters whose gradients hold NaN/inf.")
-      .def("judge_optimizer_state", &judge_optimizer_state, py::arg("optimizer"), py::arg("state"),
-           py::arg("parameter"), py::arg("more"),
-           "Before an optimizer step: its state of `parameter` holds NaN/inf (and `more` others).")
+           "The tensors a torch.compile'd model returned.");
+}
+
+// The looks at a loss scaler's and an optimizer's step: decided in session/overflow_control.h,
+// carried out (a notice, a stop raised) by the crossing's handle_event.
+void bind_step_looks(py::class_<Session, std::shared_ptr<Session>>& c) {
+  c.def(
+       "judge_loss_scale",
+       [](Session& s, double after, bool skipped) {
+         handle_event(s, judge_loss_scale(s, after, skipped));
+       },
+       py::arg("after"), py::arg("skipped") = false,
+       "At step(): the scale now, against the one at set_loss_scaled(), and whether the "
+       "scaler says it skipped the step; a scale that fell too low stops.")
+      .def(
+          "judge_optimizer_settings",
+          [](Session& s, const std::string& optimizer,
+             std::vector<std::pair<std::string, double>> settings) {
+            handle_event(s, judge_optimizer_settings(s, optimizer, std::move(settings)));
+          },
+          py::arg("optimizer"), py::arg("settings"),
+          "Before an optimizer step: its numeric settings ((\"lr of param_groups[0]\", value)).")
+      .def(
+          "judge_optimizer_gradients",
+          [](Session& s, const std::string& optimizer, std::vector<std::string> bad,
+             bool reduced) {
+            handle_event(s, judge_optimizer_gradients(s, optimizer, std::move(bad), reduced));
+          },
+          py::arg("optimizer"), py::arg("bad"), py::arg("reduced"),
+          "Before an optimizer step: the parameters whose gradients hold NaN/inf.")
+      .def(
+          "judge_optimizer_state",
+          [](Session& s, const std::string& optimizer, const std::string& state,
+             const std::string& parameter, size_t more) {
+            handle_event(s, judge_optimizer_state(s, optimizer, state, parameter, more));
+          },
+          py::arg("optimizer"), py::arg("state"), py::arg("parameter"), py::arg("more"),
+          "Before an optimizer step: its state of `parameter` holds NaN/inf (and `more` others).")
       .def("begin_optimizer_step", &begin_optimizer_step, py::arg("runs_closure"),
            "Before an optimizer step: whether its calls are left to the look after it.")
       .def("end_optimizer_step", &end_optimizer_step,
            "After an optimizer step: whether its calls were left, so the look is due.")
-      .def("judge_optimizer_update", &judge_optimizer_update, py::arg("optimizer"), py::arg("bad"),
-           "After an optimizer step whose calls were left: what holds NaN/inf now.");
+      .def(
+          "judge_optimizer_update",
+          [](Session& s, const std::string& optimizer, std::vector<std::string> bad) {
+            handle_event(s, judge_optimizer_update(s, optimizer, std::move(bad)));
+          },
+          py::arg("optimizer"), py::arg("bad"),
+          "After an optimizer step whose calls were left: what holds NaN/inf now.");
 }
 
 // torch.distributed: another rank's stop, as the watcher thread hands it over.
@@ -316,6 +347,7 @@ void bind_session(py::module_& m) {
   bind_run_facts(c);
   bind_msprobe26(c);
   bind_guard(c);
+  bind_step_looks(c);
   bind_peer_stop(c);
 }
 

@@ -7,6 +7,7 @@
 #include "live/capture/call_values.h"
 #include "live/crossing/python_crossing.h"
 #include "live/overflow/call_arguments.h"
+#include "live/session/overflow_control.h"
 
 namespace py = pybind11;
 
@@ -46,38 +47,6 @@ py::dict attr_dict(const std::vector<FactField>& fields) {
     if (f.attr) d[f.attr] = attr_value(f.value);
   }
   return d;
-}
-
-// Batched sync: reads every queued call's device statistics back at once, then stores and judges
-// the calls in the order they were made, as Session::add would have one by one. Returns what the
-// hooks must do; a raise carries how many calls ran after its call.
-std::vector<OverflowEvent> resolve_deferred(Session& session) {
-  std::vector<DeferredCall> batch = session.deferred().take();
-  std::vector<OverflowEvent> events;
-  if (batch.empty()) return events;
-  PendingStats* slots = session.hooks().capture.pending();
-  if (slots) {
-    PythonCrossing::WithoutGil no_gil;  // no thread waits on the GIL for a device
-    slots->resolve();                   // the one host sync of the batch
-  }
-  bool raising = false;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (slots) {
-      for_each_entry(batch[i].call.record, [&](Entry& e) {
-        if (e.pending_stats >= 0) slots->fill(e);
-      });
-    }
-    std::optional<OverflowEvent> event = session.add(std::move(batch[i].call), &batch[i].live);
-    if (!event) continue;
-    if (event->raise && !raising) {
-      raising = true;
-      raising_call_arguments() = std::move(batch[i].held);  // for its replay (python_side)
-      const auto later = static_cast<int64_t>(batch.size() - 1 - i);
-      event->facts.raised_calls_later = later;  // the report takes it when the stop is raised
-    }
-    events.push_back(std::move(*event));
-  }
-  return events;
 }
 
 // The end of the backward pass: runs on the thread that finished it, with the GIL (torch's
@@ -144,14 +113,6 @@ void replay_op(Session& session, const PythonSide& side, OverflowFacts& facts) {
     facts.replay.not_replayed = std::string("not replayed: ") + e.what();
   }
   fit_replay_advice(facts);  // the report takes the replays when the step is written
-}
-
-// One look at an optimizer step, judged with the program's line that called the step.
-void judge_look(Session& session, OverflowGuard::OptimizerLook look) {
-  if (auto event =
-          session.guard().judge_optimizer(std::move(look), session.hooks().codes.capture())) {
-    handle_overflow_event(session, *event);
-  }
 }
 
 }  // namespace
@@ -280,81 +241,16 @@ void end_step(Session& session) {
   session.step();
 }
 
-void judge_loss_scale(Session& session, double after, bool skipped) {
-  if (auto event = session.guard().judge_loss_scale(after, skipped))
-    handle_overflow_event(session, *event);
-}
-
-void judge_optimizer_gradients(Session& session, const std::string& optimizer,
-                               std::vector<std::string> bad, bool reduced) {
-  OverflowGuard::OptimizerLook look;
-  look.optimizer = optimizer;
-  look.bad = std::move(bad);
-  look.reduced = reduced;
-  judge_look(session, std::move(look));
-}
-
-void judge_optimizer_state(Session& session, const std::string& optimizer, const std::string& state,
-                           const std::string& parameter, size_t more) {
-  OverflowGuard::OptimizerLook look;
-  look.when = OverflowGuard::OptimizerLook::When::State;
-  look.optimizer = optimizer;
-  look.state = state;
-  look.parameter = parameter;
-  look.more = more;
-  judge_look(session, std::move(look));
+void handle_event(Session& session, const std::optional<OverflowEvent>& event) {
+  PythonCrossing::assert_gil();
+  if (event) handle_overflow_event(session, *event);
 }
 
 bool begin_optimizer_step(Session& session, bool runs_closure) {
-  const Config& config = session.config();
-  if (!config.watching() || config.level == Level::L0 || runs_closure ||
-      !session.hooks().gate.forward()) {
-    return false;
-  }
-  if (session.deferred().any()) flush_deferred(session);  // the step's calls so far, judged
-  // A flagged step is written whole: its optimizer's calls are recorded, as any other.
-  if (session.guard().step_flagged()) return false;
-  session.hooks().gate.leave_optimizer_step(true);
-  return true;
-}
-
-bool end_optimizer_step(Session& session) {
-  const bool left = session.hooks().gate.leaving_optimizer_step();
-  session.hooks().gate.leave_optimizer_step(false);
-  return left;
-}
-
-void judge_optimizer_settings(Session& session, const std::string& optimizer,
-                              std::vector<std::pair<std::string, double>> settings) {
-  OverflowGuard::OptimizerLook look;
-  look.when = OverflowGuard::OptimizerLook::When::Settings;
-  look.optimizer = optimizer;
-  look.settings = std::move(settings);
-  judge_look(session, std::move(look));
-}
-
-void judge_optimizer_update(Session& session, const std::string& optimizer,
-                            std::vector<std::string> bad) {
-  OverflowGuard::OptimizerLook look;
-  look.when = OverflowGuard::OptimizerLook::When::Update;
-  look.optimizer = optimizer;
-  look.bad = std::move(bad);
-  judge_look(session, std::move(look));
-}
-
-void mark_compiled_outputs(Session& session, pybind11::handle output) {
-  if (!session.config().watching() || !session.hooks().gate.forward()) return;
-  for (const LiveArg& arg : live_args_of(output.ptr())) {
-    if (arg.tensor.defined()) session.guard().mark_compiled_output(arg.tensor);
-    for (const at::Tensor& t : arg.items) session.guard().mark_compiled_output(t);
-  }
-}
-
-std::string stop_for_peer(Session& session, const PeerOverflow& peer) {
   PythonCrossing::assert_gil();
-  resolve_deferred(session);
-  raising_call_arguments().reset();  // kept for a replay that is not made here
-  return session.stop_for_peer(peer);
+  if (!may_leave_optimizer_calls(session, runs_closure)) return false;
+  if (session.deferred().any()) flush_deferred(session);  // the step's calls so far, judged
+  return leave_optimizer_calls(session);
 }
 
 }  // namespace msprobe
