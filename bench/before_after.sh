@@ -27,5 +27,6 @@ run() {  # label python package_root models_for_real_model_bench
 
 run "torch 1.13, before" /usr/bin/python3 "$BEFORE_1" resnet18
 run "torch 1.13, after" /usr/bin/python3 "$ROOT/python" resnet18
-run "torch 2.13, before" "$ROOT/build-torch2/venv/bin/python" "$BEFORE_2" hf_gpt2
-run "torch 2.13, after" "$ROOT/build-torch2/venv/bin/python" "$ROOT/build-torch2/pkg" hf_gpt2
+torch2="$("$ROOT/build-torch2/venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')"
+run "torch $torch2, before" "$ROOT/build-torch2/venv/bin/python" "$BEFORE_2" hf_gpt2
+run "torch $torch2, after" "$ROOT/build-torch2/venv/bin/python" "$ROOT/build-torch2/pkg" hf_gpt2
