@@ -25,8 +25,8 @@ namespace msprobe {
 
 struct StoredCall {
   CallRecord record;
-  // The step's epoch when the call was numbered (its StepTicket's): a call still running when its step ended (another
-  // thread's stop) is not the next step's. 0: numbered by no step counter.
+  // The step's epoch (its StepTicket's) when the call was numbered: a call still running when its
+  // step ended (another thread's stop) is not the next step's. 0: numbered by no step counter.
   uint64_t epoch = 0;
   StackPtr stack;                          // may be null (no Python frames)
   std::optional<std::string> parent;       // enclosing module call, for construct.json

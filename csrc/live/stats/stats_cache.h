@@ -31,6 +31,10 @@ struct DataStats {
 // Thread-safe: its own mutex (hooks run on autograd and user threads too).
 class StatsCache {
  public:
+  // With `tickets`, what the last step cached is let go at the first look of the next (a
+  // statistic still on the device names a slot that was the last step's).
+  explicit StatsCache(const StepTickets* tickets = nullptr) : step_(tickets) {}
+
   // Tensors smaller than this are cheaper to scan again than to look up.
   static constexpr int64_t kMinElements = 2048;
 
@@ -38,9 +42,6 @@ class StatsCache {
   static bool cacheable(const at::Tensor& t);
   std::optional<DataStats> find(const at::Tensor& t);
   void put(const at::Tensor& t, const DataStats& stats);
-  // With `tickets`, what the last step cached is let go at the first look of the next (a
-  // statistic still on the device names a slot that was the last step's).
-  explicit StatsCache(const StepTickets* tickets = nullptr) : step_(tickets) {}
   void clear();
 
   // For tests and benchmarks.
