@@ -20,8 +20,8 @@ def train(rank: int, world: int, proxy_port: int, dump: str, warm, go_home, pack
         torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     debugger = msprobe_cpp.PrecisionDebugger(task="overflow_check", level="L1", dump_path=dump)
-    step = 0
-    while not go_home.is_set():
+    step, leaving = 0, torch.zeros(1)
+    while not leaving.item():
         debugger.start(model)
         loss = model(torch.randn(4, 8)).sum()
         loss.backward()
@@ -33,6 +33,10 @@ def train(rank: int, world: int, proxy_port: int, dump: str, warm, go_home, pack
         if step == 3:
             warm[rank] = 1
         time.sleep(0.02)
+        # The ranks leave after the same step: one that left alone would sit in the barrier
+        # while the other waited in its next step's all-reduce, and both would hang.
+        leaving = torch.tensor([float(go_home.is_set())])
+        dist.all_reduce(leaving, op=dist.ReduceOp.MAX)
     dist.barrier()
     dist.destroy_process_group()
     os._exit(0)
