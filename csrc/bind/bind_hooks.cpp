@@ -84,7 +84,7 @@ void bind_hooks(py::module_& m) {
       "watch_compiling_flag",
       [](py::dict globals, py::str name) {
         PyUnicode_InternInPlace(&name.ptr());
-        watch_compiling_flag(globals.ptr(), name.ptr());
+        watch_compiling_flag(globals, name);
       },
       py::arg("globals"), py::arg("name"),
       "From now on, hooked calls made while globals[name] is True (torch.compile at work) go "
@@ -138,7 +138,7 @@ void bind_hooks(py::module_& m) {
       "Tensor.copy_ and zero_, under task overflow_check: the tensor's elements are written.");
   m.def(
       "set_process_group_facts",
-      [](py::object type, py::object facts) { set_process_group_facts(type.ptr(), facts.ptr()); },
+      [](py::object type, py::object facts) { set_process_group_facts(type, facts); },
       py::arg("type"), py::arg("facts"),
       "How a collective's process group is recorded (call_values.h).");
 }

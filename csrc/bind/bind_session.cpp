@@ -73,8 +73,8 @@ void set_python_side(Session& s, py::kwargs given) {
 
 // A started model's tensor as the hooks see it: a DTensor parameter by its shard (call_values).
 at::Tensor model_tensor(py::handle tensor, const char* method) {
-  if (!is_tensor(tensor.ptr())) throw py::type_error(std::string(method) + ": not a tensor");
-  py::object held = held_tensor_object(tensor.ptr());
+  if (!is_tensor(tensor)) throw py::type_error(std::string(method) + ": not a tensor");
+  py::object held = held_tensor_object(tensor);
   return THPVariable_Unpack(held ? held.ptr() : tensor.ptr());
 }
 

@@ -1,12 +1,12 @@
 #include "live/capture/call_stack.h"
 
-#include <frameobject.h>
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
 #include <fstream>
 
 #include "live/crossing/python_crossing.h"
+#include "live/crossing/python_frames.h"
 
 namespace msprobe {
 
@@ -54,8 +54,8 @@ std::string notebook_cell(const std::string& file) {
   }
 }
 
-std::string attr_string(PyObject* obj, const char* name) {
-  const py::object v = PythonCrossing::owned(PyObject_GetAttrString(obj, name));
+std::string attr_string(py::handle obj, const char* name) {
+  const py::object v = PythonCrossing::owned(PyObject_GetAttrString(obj.ptr(), name));
   std::string out;
   if (v && PyUnicode_Check(v.ptr())) {
     const char* s = PyUnicode_AsUTF8(v.ptr());
@@ -77,7 +77,7 @@ std::string strip(const std::string& s) {
 CodeRegistry::~CodeRegistry() {
   if (!Py_IsInitialized()) return;
   PythonCrossing::Gil gil;
-  for (PyObject* c : codes_) PythonCrossing::let_go(c);
+  for (py::handle c : codes_) PythonCrossing::let_go(c);
 }
 
 StackPtr CodeRegistry::capture() {
@@ -87,27 +87,22 @@ StackPtr CodeRegistry::capture() {
   thread_local CallStack frames;
   frames.clear();
   size_t hash = 0;
-  py::object frame = PythonCrossing::shared(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
+  py::object frame = PythonCrossing::shared(PythonFrames::current());
   while (frame && frames.size() < kMaxFrames) {
-    auto* f = reinterpret_cast<PyFrameObject*>(frame.ptr());
     // Registered below when the stack is new: until then the frame keeps its code alive.
-    const py::object code = PythonCrossing::owned(reinterpret_cast<PyObject*>(PyFrame_GetCode(f)));
-#if PY_VERSION_HEX >= 0x030B0000
+    const py::object code = PythonFrames::code(frame);
     // The line table is decoded only when the step is written.
-    const int offset = PyFrame_GetLasti(f);
-#else
-    const int offset = PyFrame_GetLineNumber(f);
-#endif
-    frames.push_back({code.ptr(), offset});
+    const int offset = PythonFrames::place(frame);
+    frames.push_back({code, offset});
     hash = hash * 1000003u ^ (reinterpret_cast<size_t>(code.ptr()) + static_cast<size_t>(offset));
-    frame = PythonCrossing::owned(reinterpret_cast<PyObject*>(PyFrame_GetBack(f)));
+    frame = PythonFrames::caller(frame);
   }
   auto [first, last] = interned_.equal_range(hash);
   for (auto it = first; it != last; ++it) {
     const CallStack& known = *it->second;
     if (known.size() == frames.size() &&
         std::equal(known.begin(), known.end(), frames.begin(), [](const Frame& a, const Frame& b) {
-          return a.code == b.code && a.offset == b.offset;
+          return a.code.is(b.code) && a.offset == b.offset;
         })) {
       return it->second;
     }
@@ -123,18 +118,14 @@ StackPtr CodeRegistry::capture() {
   return stack;
 }
 
-const CodeRegistry::CodeInfo& CodeRegistry::info(PyObject* code) {
+const CodeRegistry::CodeInfo& CodeRegistry::info(py::handle code) {
   auto it = infos_.find(code);
   if (it != infos_.end()) return it->second;
   return infos_[code] = {attr_string(code, "co_filename"), attr_string(code, "co_name")};
 }
 
 int CodeRegistry::line_of(const Frame& f) const {
-#if PY_VERSION_HEX >= 0x030B0000
-  return f.offset < 0 ? -1 : PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(f.code), f.offset);
-#else
-  return f.offset;
-#endif
+  return PythonFrames::line_at(f.code, f.offset);
 }
 
 const std::string& CodeRegistry::source_line(const std::string& file, int line) {

@@ -18,48 +18,47 @@ bool is_subclass(const at::Tensor& t) {
 }
 
 // The single inner tensor attribute named by __tensor_flatten__, or null.
-py::object flattened_inner(PyObject* obj) {
-  PyObject* flat = PyObject_CallMethod(obj, "__tensor_flatten__", nullptr);
+py::object flattened_inner(py::handle obj) {
+  const py::object flat =
+      PythonCrossing::owned(PyObject_CallMethod(obj.ptr(), "__tensor_flatten__", nullptr));
   if (!flat) {
     PythonCrossing::drop_error();
     return py::object();
   }
-  py::object owned = py::reinterpret_steal<py::object>(flat);
-  if (!PyTuple_Check(flat) || PyTuple_GET_SIZE(flat) < 1) return py::object();
-  PyObject* names = PyTuple_GET_ITEM(flat, 0);
-  if (!PySequence_Check(names) || PySequence_Size(names) != 1) {
+  if (!PyTuple_Check(flat.ptr()) || PyTuple_GET_SIZE(flat.ptr()) < 1) return py::object();
+  const py::handle names = PyTuple_GET_ITEM(flat.ptr(), 0);
+  if (!PySequence_Check(names.ptr()) || PySequence_Size(names.ptr()) != 1) {
     PythonCrossing::drop_error();
     return py::object();
   }
-  py::object name = py::reinterpret_steal<py::object>(PySequence_GetItem(names, 0));
+  const py::object name = PythonCrossing::owned(PySequence_GetItem(names.ptr(), 0));
   if (!name || !PyUnicode_Check(name.ptr())) {
     PythonCrossing::drop_error();
     return py::object();
   }
-  PyObject* inner = PyObject_GetAttr(obj, name.ptr());
+  py::object inner = PythonCrossing::owned(PyObject_GetAttr(obj.ptr(), name.ptr()));
   if (!inner) PythonCrossing::drop_error();
-  return py::reinterpret_steal<py::object>(inner);
+  return inner;
 }
 
 }  // namespace
 
-py::object held_tensor_object(PyObject* obj) {
+py::object held_tensor_object(py::handle obj) {
   PythonCrossing::assert_gil();
   if (!is_tensor(obj)) return py::object();
-  PyObject* at = obj;
+  py::handle at = obj;
   py::object keep;
   for (int depth = 0; depth < kMaxWrappers; ++depth) {
-    if (!is_subclass(THPVariable_Unpack(at))) return depth == 0 ? py::object() : keep;
+    if (!is_subclass(tensor_of(at))) return depth == 0 ? py::object() : keep;
     py::object inner = flattened_inner(at);
     if (!inner) {
       // A DTensor of a torch without __tensor_flatten__ still names its shard.
-      PyObject* shard = PyObject_GetAttrString(at, "_local_tensor");
-      if (!shard) PythonCrossing::drop_error();
-      inner = py::reinterpret_steal<py::object>(shard);
+      inner = PythonCrossing::owned(PyObject_GetAttrString(at.ptr(), "_local_tensor"));
+      if (!inner) PythonCrossing::drop_error();
     }
-    if (!inner || !is_tensor(inner.ptr()) || inner.ptr() == at) return py::object();
+    if (!inner || !is_tensor(inner) || inner.is(at)) return py::object();
     keep = std::move(inner);
-    at = keep.ptr();
+    at = keep;
   }
   return py::object();
 }
@@ -68,14 +67,13 @@ at::Tensor held_tensor(const at::Tensor& t) {
   if (!t.defined() || !is_subclass(t)) return at::Tensor();
   if (!Py_IsInitialized()) return at::Tensor();
   PythonCrossing::Gil gil;
-  PyObject* obj = THPVariable_Wrap(t);
+  const py::object obj = PythonCrossing::owned(THPVariable_Wrap(t));
   if (!obj) {
     PythonCrossing::drop_error();
     return at::Tensor();
   }
-  py::object owned = py::reinterpret_steal<py::object>(obj);
-  py::object inner = held_tensor_object(obj);
-  return inner ? THPVariable_Unpack(inner.ptr()) : at::Tensor();
+  const py::object inner = held_tensor_object(obj);
+  return inner ? tensor_of(inner) : at::Tensor();
 }
 
 }  // namespace msprobe

@@ -16,7 +16,7 @@ namespace msprobe {
 // The plain tensor that the tensor subclass `obj` holds: the one inner tensor of a traceable
 // wrapper subclass (`__tensor_flatten__`: DTensor's `_local_tensor`), followed down through
 // nested wrappers. Null where `obj` is no subclass or holds no single plain tensor. GIL required.
-pybind11::object held_tensor_object(PyObject* obj);
+pybind11::object held_tensor_object(pybind11::handle obj);
 
 // The same for a tensor met without its Python object (a gradient on an autograd thread): the
 // GIL is taken only for a subclass. Undefined where there is none.

@@ -12,18 +12,14 @@
 
 namespace msprobe {
 
-inline bool is_tensor(PyObject* obj) {
-  PyTypeObject* type = Py_TYPE(obj);
-  if (reinterpret_cast<PyObject*>(type) == THPVariableClass) return true;
+inline bool is_tensor(pybind11::handle obj) {
+  const PyTypeObject* type = Py_TYPE(obj.ptr());
+  if (static_cast<const void*>(type) == THPVariableClass) return true;
   if (type == &PyLong_Type || type == &PyFloat_Type || type == &PyTuple_Type ||
-      type == &PyList_Type || type == &PyBool_Type || type == &PyUnicode_Type || obj == Py_None) {
+      type == &PyList_Type || type == &PyBool_Type || type == &PyUnicode_Type || obj.is_none()) {
     return false;
   }
-  return THPVariable_Check(obj);
-}
-
-inline bool is_tensor(const pybind11::handle& h) {
-  return is_tensor(h.ptr());
+  return THPVariable_Check(obj.ptr());
 }
 
 // The tensor of an object is_tensor() said is one.

@@ -6,7 +6,7 @@
 //   does not know (the autograd engine's). Code that needs the GIL held says so with
 //   assert_gil(), checked in debug builds, as pybind11's gil.h checks its own.
 // - References: a local one is a pybind11::object (owned(), shared()): released on every path. A
-//   reference kept beyond one scope in a raw pointer (a thread's open module calls, the code
+//   reference kept beyond one scope in a handle (a thread's open module calls, the code
 //   registry, the logging sink) is taken with keep() and given back with let_go(), both here.
 // - Errors: a C-API probe that fails (a missing attribute, an unencodable string) leaves an
 //   error that is not the program's: drop_error() clears it, so the next C-API call starts
@@ -19,6 +19,7 @@
 #include <torch/csrc/Exceptions.h>
 
 #include <cassert>
+#include <functional>
 
 namespace msprobe {
 
@@ -45,23 +46,30 @@ class PythonCrossing {
   };
 
   // A new reference, released when the object goes. Null stays null.
-  static pybind11::object owned(PyObject* new_reference) {
+  static pybind11::object owned(pybind11::handle new_reference) {
     return pybind11::reinterpret_steal<pybind11::object>(new_reference);
   }
   // A borrowed reference, taken for as long as the object lives.
-  static pybind11::object shared(PyObject* borrowed) {
+  static pybind11::object shared(pybind11::handle borrowed) {
     return pybind11::reinterpret_borrow<pybind11::object>(borrowed);
   }
-  // A reference kept in a raw pointer beyond one scope; let_go() gives it back. Null is no-op.
-  static PyObject* keep(PyObject* borrowed) {
+  // A reference kept in a handle beyond one scope; let_go() gives it back. Null is a no-op.
+  static pybind11::handle keep(pybind11::handle borrowed) {
     assert_gil();
-    Py_XINCREF(borrowed);
-    return borrowed;
+    return borrowed.inc_ref();
   }
-  static void let_go(PyObject* kept) {
+  static void let_go(pybind11::handle kept) {
     assert_gil();
-    Py_XDECREF(kept);
+    kept.dec_ref();
   }
+  // Hashes and compares Python objects by identity: the key of a set or map of objects kept, or
+  // of objects known by identity only (a module whose call is open).
+  struct SameObject {
+    size_t operator()(pybind11::handle h) const noexcept {
+      return std::hash<const void*>()(h.ptr());
+    }
+    bool operator()(pybind11::handle a, pybind11::handle b) const noexcept { return a.is(b); }
+  };
 
   static void drop_error() { PyErr_Clear(); }
   // After a C-API call whose failure value is also a valid one (PyLong_AsLong's -1): true, and

@@ -99,24 +99,24 @@ py::object FreeBenchmark::call(const CheckedCall& call) {
   const bool selected = selects(call.name) &&
                         (section_.pert_mode != PertMode::ImprovePrecision ||
                          holds_low_precision(call.args) || holds_low_precision(call.kwargs));
-  if (!selected) return call.call_original(call.args.ptr(), call.kwargs.ptr());
+  if (!selected) return call.call_original(call.args, call.kwargs);
   const std::optional<size_t> fuzzed = fuzzed_argument(call.args);
   const std::string why_not = fuzzed ? skip_reason_of(call) : std::string();
   if (!fuzzed || !why_not.empty()) {
     if (!why_not.empty())
       say_once("skip " + call.api,
                "msprobe_cpp: free_benchmark: " + call.api + " is not checked: " + why_not);
-    return call.call_original(call.args.ptr(), call.kwargs.ptr());
+    return call.call_original(call.args, call.kwargs);
   }
   auto session = session_.lock();
   const int64_t step = session ? session->current_step() : 0;
   if (preheat_ && preheat_->counting(call.api, step))
-    return call.call_original(call.args.ptr(), call.kwargs.ptr());
+    return call.call_original(call.args, call.kwargs);
   // What an in-place call is about to write, as it was.
   py::object written_copy;
   if (writes_first_argument(call.api, call.kwargs) && call.args.size() > 0)
     written_copy = copy_tensors(call.args[0]);
-  py::object original = call.call_original(call.args.ptr(), call.kwargs.ptr());
+  py::object original = call.call_original(call.args, call.kwargs);
   const py::tuple args = rerun_inputs(call, written_copy);
   bool ran = false;
   try {
@@ -151,7 +151,7 @@ py::object FreeBenchmark::rerun(const CheckedCall& call, const py::tuple& args, 
     say(LogLevel::Debug, "msprobe_cpp: free_benchmark: for " + call.name + ", " + again.why_not);
   GeneratorStates generators;
   ran = true;
-  return call.call_original(again.args.ptr(), again.kwargs.ptr());
+  return call.call_original(again.args, again.kwargs);
 }
 
 void FreeBenchmark::say_once(const std::string& key, const std::string& text, bool warning) {

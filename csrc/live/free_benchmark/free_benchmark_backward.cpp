@@ -40,7 +40,7 @@ std::optional<std::optional<size_t>> gradient_output(const py::object& result) {
 }  // namespace
 
 py::object FreeBenchmark::call_backward(const CheckedCall& call) {
-  auto original = [&] { return call.call_original(call.args.ptr(), call.kwargs.ptr()); };
+  auto original = [&] { return call.call_original(call.args, call.kwargs); };
   const std::string name = backward_name_of(call.name);
   if (!selects(name) || !at::GradMode::is_enabled()) return original();
   auto keep = std::make_shared<BackwardCall>();

@@ -72,8 +72,8 @@ bool is_own_error(const py::error_already_set& error) {
 // The call wrote these: from now on their bytes are values.
 void note_written(py::handle written) {
   if (!written) return;
-  if (is_tensor(written.ptr())) {
-    unwritten_memory().written(THPVariable_Unpack(written.ptr()));
+  if (is_tensor(written)) {
+    unwritten_memory().written(tensor_of(written));
   } else if (PyList_Check(written.ptr()) || PyTuple_Check(written.ptr())) {
     for (py::handle item : written) note_written(item);
   }
@@ -83,30 +83,31 @@ void note_written(py::handle written) {
 
 namespace {
 
-void collect_grad_fns(PyObject* obj, std::vector<const torch::autograd::Node*>& out, int depth) {
+void collect_grad_fns(py::handle obj, std::vector<const torch::autograd::Node*>& out,
+                      int depth) {
   if (is_tensor(obj)) {
-    const torch::autograd::Node* fn = THPVariable_Unpack(obj).grad_fn().get();
+    const torch::autograd::Node* fn = tensor_of(obj).grad_fn().get();
     if (fn) out.push_back(fn);
-  } else if ((PyTuple_Check(obj) || PyList_Check(obj)) && depth < 4) {
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj); ++i) {
-      collect_grad_fns(PySequence_Fast_GET_ITEM(obj, i), out, depth + 1);
+  } else if (is_py_sequence(obj) && depth < 4) {
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj.ptr()); ++i) {
+      collect_grad_fns(PySequence_Fast_GET_ITEM(obj.ptr(), i), out, depth + 1);
     }
   }
 }
 
 // The autograd node that produced the call's first differentiable output, unless that node
 // existed before the call (an API that returned one of its inputs, like `x.to(x.dtype)`).
-NodePtr new_grad_fn(PyObject* result, const std::vector<const torch::autograd::Node*>& before) {
-  PyObject* first = result;
-  if (PyTuple_Check(result) || PyList_Check(result)) {
-    first = nullptr;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(result) && !first; ++i) {
-      PyObject* item = PySequence_Fast_GET_ITEM(result, i);
-      if (is_tensor(item) && THPVariable_Unpack(item).grad_fn()) first = item;
+NodePtr new_grad_fn(py::handle result, const std::vector<const torch::autograd::Node*>& before) {
+  py::handle first = result;
+  if (is_py_sequence(result)) {
+    first = py::handle();
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(result.ptr()) && !first; ++i) {
+      const py::handle item = PySequence_Fast_GET_ITEM(result.ptr(), i);
+      if (is_tensor(item) && tensor_of(item).grad_fn()) first = item;
     }
   }
   if (!first || !is_tensor(first)) return nullptr;
-  NodePtr fn = THPVariable_Unpack(first).grad_fn();
+  NodePtr fn = tensor_of(first).grad_fn();
   if (!fn) return nullptr;
   for (const auto* b : before) {
     if (b == fn.get()) return nullptr;
@@ -118,8 +119,9 @@ NodePtr new_grad_fn(PyObject* result, const std::vector<const torch::autograd::N
 
 // The original with the very argument tuple and dict we were given: pybind11's `*args, **kwargs`
 // unpacking would copy both on every call.
-py::object ApiHook::call_original(PyObject* args, PyObject* kwargs, bool program_call) const {
-  PyObject* result = PyObject_Call(original_.ptr(), args, kwargs);
+py::object ApiHook::call_original(py::handle args, py::handle kwargs, bool program_call) const {
+  py::object result =
+      PythonCrossing::owned(PyObject_Call(original_.ptr(), args.ptr(), kwargs.ptr()));
   if (!result) {
     // A collective inside the call that no hook sees (a DTensor's, made in C++) failed because
     // a peer stopped and left: that stop is the reason, raised as such (peer_stop.py's check
@@ -135,12 +137,14 @@ py::object ApiHook::call_original(PyObject* args, PyObject* kwargs, bool program
     throw py::error_already_set();
   }
   if (program_call && unwritten_memory().any()) note_writes(args, kwargs);
-  return py::reinterpret_steal<py::object>(result);
+  return result;
 }
 
-void ApiHook::note_writes(PyObject* args, PyObject* kwargs) const {
-  if (writes_first_arg_ && PyTuple_GET_SIZE(args) > 0) note_written(PyTuple_GET_ITEM(args, 0));
-  if (kwargs) note_written(PyDict_GetItemString(kwargs, "out"));  // borrowed, or null
+void ApiHook::note_writes(py::handle args, py::handle kwargs) const {
+  if (writes_first_arg_ && PyTuple_GET_SIZE(args.ptr()) > 0) {
+    note_written(PyTuple_GET_ITEM(args.ptr(), 0));
+  }
+  if (kwargs) note_written(PyDict_GetItemString(kwargs.ptr(), "out"));  // borrowed, or null
   if (written_.index >= 0) note_written(written_buffer(written_, args, kwargs));
 }
 
@@ -193,17 +197,20 @@ bool ApiHook::is_dropout(const std::string& api) {
   return false;
 }
 
-bool ApiHook::dropout_p_is_zero(PyObject* args, PyObject* kwargs) {
-  PyObject* p = PyTuple_GET_SIZE(args) >= 2 ? PyTuple_GET_ITEM(args, 1)
-                : kwargs                     ? PyDict_GetItemString(kwargs, "p")  // borrowed
-                                             : nullptr;
-  if (!p || !(PyFloat_Check(p) || PyLong_Check(p))) return false;  // 0.5 by default
-  const double value = PyFloat_AsDouble(p);
+bool ApiHook::dropout_p_is_zero(py::handle args, py::handle kwargs) {
+  py::handle p;
+  if (PyTuple_GET_SIZE(args.ptr()) >= 2) {
+    p = PyTuple_GET_ITEM(args.ptr(), 1);
+  } else if (kwargs) {
+    p = PyDict_GetItemString(kwargs.ptr(), "p");  // borrowed
+  }
+  if (!p || !(PyFloat_Check(p.ptr()) || PyLong_Check(p.ptr()))) return false;  // 0.5 by default
+  const double value = PyFloat_AsDouble(p.ptr());
   if (value == -1.0 && PythonCrossing::drop_error_if_set()) return false;
   return value == 0.0;
 }
 
-py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
+py::object ApiHook::call(py::handle args, py::handle kwargs) {
   PythonCrossing::assert_gil();
   std::shared_ptr<Session> session = current_session();
   // A peer's stop not raised here yet: the watcher thread may have ended this rank's step (the
@@ -231,7 +238,7 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   name.append(api_).append(1, '.').append(index).append(".forward");
   if (!session->config().records_calls()) {  // task free_benchmark: checked, not recorded
     if (CallChecker* checker = session->hooks().call_checker) {
-      auto run = [this](PyObject* a, PyObject* k) { return call_original(a, k, false); };
+      auto run = [this](py::handle a, py::handle k) { return call_original(a, k, false); };
       return checker->call({api_, name, original_, run, py::reinterpret_borrow<py::tuple>(args),
                             kwargs ? py::reinterpret_borrow<py::dict>(kwargs) : py::dict()});
     }
@@ -248,8 +255,9 @@ py::object ApiHook::call(PyObject* args, PyObject* kwargs) {
   return record(session, name, sel, epoch, args, kwargs);
 }
 
-void ApiHook::describe_inputs(StoredCall& call, LiveTensors* live, PyObject* args, PyObject* kwargs,
-                              const EntryOptions& all_read, bool limit_view_base) const {
+void ApiHook::describe_inputs(StoredCall& call, LiveTensors* live, py::handle args,
+                              py::handle kwargs, const EntryOptions& all_read,
+                              bool limit_view_base) const {
   // A view call reads no value of the tensor it takes a view of: a large one is left unread, so
   // that 1,000 narrows of a 500-million-element bucket cost 1,000 views.
   EntryOptions limited;
@@ -289,7 +297,8 @@ void ApiHook::mark_view_bases(StoredCall& call) const {
 }
 
 py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::string& name,
-                           const Selected& sel, uint64_t epoch, PyObject* args, PyObject* kwargs) {
+                           const Selected& sel, uint64_t epoch, py::handle args,
+                           py::handle kwargs) {
   Session& session = *owner;
   // A collective's statistics are needed at once: whether its input was anomalous is told to the
   // other ranks before it runs.
@@ -307,8 +316,8 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
   call.record.has_outputs = sel.outputs;
   std::vector<const torch::autograd::Node*> grad_fns_before;
   if (sel.backward && !session.hooks().format.backward_from_any_grad_fn) {
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
-      collect_grad_fns(PyTuple_GET_ITEM(args, i), grad_fns_before, 0);
+    for (const py::handle arg : py::reinterpret_borrow<py::tuple>(args)) {
+      collect_grad_fns(arg, grad_fns_before, 0);
     }
   }
   // The overflow guard traces anomalous entries back to their tensor objects.
@@ -333,7 +342,7 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
 
   if (sel.backward && !(dropout_ && session.hooks().format.backward_from_any_grad_fn &&
                         dropout_p_is_zero(args, kwargs))) {
-    if (auto fn = new_grad_fn(result.ptr(), grad_fns_before)) {
+    if (auto fn = new_grad_fn(result, grad_fns_before)) {
       add_backward_recorder(fn, owner, backward_name_of(name), call.stack, sel, call.parent, epoch);
     }
   }
@@ -345,15 +354,15 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
                            : py::handle();
   py::object outputs = written ? py::object(py::make_tuple(written)) : result;
   if (sel.outputs) {
-    call.record.outputs = item_entries(outputs.ptr(), options, options.stem(name, "output"),
+    call.record.outputs = item_entries(outputs, options, options.stem(name, "output"),
                                        watching ? &live.outputs : nullptr);
   }
   if (watching && view_of_first_arg_ && sel.inputs && sel.outputs) mark_view_bases(call);
   if (written && watching && !collective_input_anomaly && holds_any_anomaly(call.record)) {
-    const std::string key = written_.returns_source ? received_key(result.ptr()) : name;
+    const std::string key = written_.returns_source ? received_key(result) : name;
     if (!key.empty()) call.peer_rank = anomalous_collective_input_rank(session, key);
   }
-  const CallArguments arguments{&name, original_.ptr(), args, kwargs};
+  const CallArguments arguments{&name, original_, args, kwargs};
   CallArgumentsScope current(watching ? &arguments : current_call_arguments());
   submit(session, std::move(call), std::move(live));
   return result;

@@ -47,13 +47,14 @@ class ApiHook {
         counter_(ApiCounter::of(api_)) {}
 
   // `args`: the call's tuple; `kwargs`: its dict, or null when it has none.
-  pybind11::object call(PyObject* args, PyObject* kwargs);
+  pybind11::object call(pybind11::handle args, pybind11::handle kwargs);
   // n of this API's next call within the session's step: its name's counter, reset when the
   // step changes, so naming a call takes no lock and no lookup.
   int64_t next_index(Session& session);
   // `program_call`: the program's own call (not the tool's, nor one inside a hooked call), whose
   // writes are noted (note_writes).
-  pybind11::object call_original(PyObject* args, PyObject* kwargs, bool program_call) const;
+  pybind11::object call_original(pybind11::handle args, pybind11::handle kwargs,
+                                 bool program_call) const;
   const pybind11::object& original() const { return original_; }
   const std::string& api() const { return api_; }
 
@@ -61,18 +62,20 @@ class ApiHook {
   // A selected call: its inputs described, the original called, its outputs described, and the
   // call submitted (and its backward hooked).
   pybind11::object record(const std::shared_ptr<Session>& owner, const std::string& name,
-                          const Selected& sel, uint64_t epoch, PyObject* args, PyObject* kwargs);
+                          const Selected& sel, uint64_t epoch, pybind11::handle args,
+                          pybind11::handle kwargs);
   // `limit_view_base`: a view call's large base is left unread (EntryOptions::read_limit).
-  void describe_inputs(StoredCall& call, LiveTensors* live, PyObject* args, PyObject* kwargs,
-                       const EntryOptions& options, bool limit_view_base) const;
+  void describe_inputs(StoredCall& call, LiveTensors* live, pybind11::handle args,
+                       pybind11::handle kwargs, const EntryOptions& options,
+                       bool limit_view_base) const;
   // msprobe 26.x records no backward of a dropout with p == 0 (its list of dropout APIs).
   static bool is_dropout(const std::string& api);
-  static bool dropout_p_is_zero(PyObject* args, PyObject* kwargs);
+  static bool dropout_p_is_zero(pybind11::handle args, pybind11::handle kwargs);
   // A view call whose view holds NaN/inf: its unread base marked as holding them.
   void mark_view_bases(StoredCall& call) const;
   // What a call just wrote (its first argument, `out=`, a collective's buffer) is no longer
   // uninitialised memory (UnwrittenMemory::written).
-  void note_writes(PyObject* args, PyObject* kwargs) const;
+  void note_writes(pybind11::handle args, pybind11::handle kwargs) const;
 
   std::string api_;  // "Functional.linear"
   pybind11::object original_;

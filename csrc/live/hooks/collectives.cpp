@@ -38,34 +38,39 @@ WrittenArgument written_argument(const std::string& api) {
   return {};
 }
 
-pybind11::handle written_buffer(const WrittenArgument& w, PyObject* args, PyObject* kwargs) {
+pybind11::handle written_buffer(const WrittenArgument& w, pybind11::handle args,
+                                pybind11::handle kwargs) {
   if (w.index < 0) return {};
-  if (w.index < PyTuple_GET_SIZE(args)) return PyTuple_GET_ITEM(args, w.index);
-  if (kwargs) return PyDict_GetItemString(kwargs, w.keyword);
+  if (w.index < PyTuple_GET_SIZE(args.ptr())) return PyTuple_GET_ITEM(args.ptr(), w.index);
+  if (kwargs) return PyDict_GetItemString(kwargs.ptr(), w.keyword);
   return {};
 }
 
 namespace {
 
-std::string rank_text(PyObject* rank) {
-  if (!rank || !PyLong_Check(rank)) return "";
-  const long r = PyLong_AsLong(rank);
+std::string rank_text(pybind11::handle rank) {
+  if (!rank || !PyLong_Check(rank.ptr())) return "";
+  const long r = PyLong_AsLong(rank.ptr());
   if (r == -1 && PythonCrossing::drop_error_if_set()) return "";
   return std::to_string(r);
 }
 
 }  // namespace
 
-std::string sent_input_key(const std::string& api, PyObject* args, PyObject* kwargs) {
+std::string sent_input_key(const std::string& api, pybind11::handle args,
+                           pybind11::handle kwargs) {
   if (api != "Distributed.send") return "";
-  PyObject* dst = PyTuple_GET_SIZE(args) > 1 ? PyTuple_GET_ITEM(args, 1)
-                  : kwargs                   ? PyDict_GetItemString(kwargs, "dst")
-                                             : nullptr;
+  pybind11::handle dst;
+  if (PyTuple_GET_SIZE(args.ptr()) > 1) {
+    dst = PyTuple_GET_ITEM(args.ptr(), 1);
+  } else if (kwargs) {
+    dst = PyDict_GetItemString(kwargs.ptr(), "dst");
+  }
   const std::string r = rank_text(dst);
   return r.empty() ? r : "p2p>" + r;
 }
 
-std::string received_key(PyObject* source) {
+std::string received_key(pybind11::handle source) {
   const std::string r = rank_text(source);
   return r.empty() ? r : "p2p<" + r;
 }

@@ -22,13 +22,15 @@ struct WrittenArgument {
 WrittenArgument written_argument(const std::string& api);
 
 // The argument itself in a call, or null when the call did not pass it.
-pybind11::handle written_buffer(const WrittenArgument& w, PyObject* args, PyObject* kwargs);
+pybind11::handle written_buffer(const WrittenArgument& w, pybind11::handle args,
+                                pybind11::handle kwargs);
 
 // Point-to-point calls have no common name on both ranks to tell a NaN/inf input by: a send tells
 // it under "p2p>DST" (empty for any other call, or a destination that is not an int), and the
 // receive that pairs with it looks under "p2p<SRC", SRC being what recv returned. peer_stop.py
 // turns both into the same store key.
-std::string sent_input_key(const std::string& api, PyObject* args, PyObject* kwargs);
-std::string received_key(PyObject* source);
+std::string sent_input_key(const std::string& api, pybind11::handle args,
+                           pybind11::handle kwargs);
+std::string received_key(pybind11::handle source);
 
 }  // namespace msprobe

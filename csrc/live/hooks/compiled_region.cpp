@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "live/crossing/python_crossing.h"
+#include "live/crossing/python_frames.h"
 
 namespace msprobe {
 
@@ -13,8 +14,8 @@ namespace {
 
 std::atomic<bool> watching{false};
 // torch.compiler's dict and the flag's name; null before torch 2.x set them. Read with the GIL.
-PyObject* compiler_globals = nullptr;
-PyObject* compiling_flag = nullptr;
+pybind11::handle compiler_globals;
+pybind11::handle compiling_flag;
 // Written and read with the GIL held.
 std::vector<std::string>& runtime_prefixes() {
   static std::vector<std::string> prefixes;
@@ -48,26 +49,27 @@ bool compiled_runtime_file(const std::string& file) {
   return watching.load(std::memory_order_relaxed) && names_compiled_runtime(file);
 }
 
-void watch_compiling_flag(PyObject* globals, PyObject* name) {
+void watch_compiling_flag(pybind11::handle globals, pybind11::handle name) {
   PythonCrossing::assert_gil();
-  PyObject* const before[] = {compiler_globals, compiling_flag};
+  const pybind11::handle before[] = {compiler_globals, compiling_flag};
   compiler_globals = PythonCrossing::keep(globals);
   compiling_flag = PythonCrossing::keep(name);
-  for (PyObject* p : before) PythonCrossing::let_go(p);
+  for (pybind11::handle p : before) PythonCrossing::let_go(p);
 }
 
 bool called_by_compiled_region() {
   // Borrowed; the dict lookup of an interned name sets no error.
-  if (compiler_globals && PyDict_GetItem(compiler_globals, compiling_flag) == Py_True) return true;
+  if (compiler_globals &&
+      PyDict_GetItem(compiler_globals.ptr(), compiling_flag.ptr()) == Py_True) {
+    return true;
+  }
   if (!watching.load(std::memory_order_relaxed)) return false;
   // A C callable pushes no frame of its own: the current frame is its caller's.
-  PyFrameObject* frame = PyEval_GetFrame();
+  const pybind11::handle frame = PythonFrames::current();
   if (!frame) return false;
-  const pybind11::object code =
-      PythonCrossing::owned(reinterpret_cast<PyObject*>(PyFrame_GetCode(frame)));
+  const pybind11::object code = PythonFrames::code(frame);
   Py_ssize_t size = 0;
-  const char* file =
-      PyUnicode_AsUTF8AndSize(reinterpret_cast<PyCodeObject*>(code.ptr())->co_filename, &size);
+  const char* file = PyUnicode_AsUTF8AndSize(PythonFrames::file_of(code).ptr(), &size);
   if (!file) {
     PythonCrossing::drop_error();  // an unencodable file name is no compiled region's
     return false;

@@ -5,7 +5,7 @@
 // before that, the check is one relaxed load.
 #pragma once
 
-#include <Python.h>
+#include <pybind11/pybind11.h>
 
 #include <string>
 #include <vector>
@@ -23,7 +23,7 @@ bool compiled_runtime_file(const std::string& file);
 // torch.compile is at work (torch 2.x): torch.compiler's `_is_compiling_flag`, which it holds
 // True while it traces and compiles, when eager code it runs (fake-tensor propagation, AOTAutograd)
 // calls torch. `globals`: that module's dict, kept for good. GIL required.
-void watch_compiling_flag(PyObject* globals, PyObject* name);
+void watch_compiling_flag(pybind11::handle globals, pybind11::handle name);
 
 // Whether the current hooked call belongs to torch.compile: made while it compiles, or by a
 // compiled region's run time (the Python frame that called the hook). The GIL must be held.

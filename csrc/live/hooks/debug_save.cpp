@@ -129,7 +129,7 @@ void save_debug_value(const std::shared_ptr<Session>& session, py::handle variab
   const std::string backward = base + "_grad." + n + ".debug";
   const EntryOptions& options = s.hooks().capture.options();
   LiveArg live;
-  Entry value = value_entry(variable.ptr(), options, options.saver ? forward : "", &live);
+  Entry value = value_entry(variable, options, options.saver ? forward : "", &live);
   const uint64_t epoch = numbering.epoch();
   const bool grads = save_backward.ptr() == Py_True;
   Entry skeleton = grads ? skeleton_of(value) : Entry();

@@ -1,10 +1,10 @@
 #include "live/hooks/hook_scope.h"
 
-#include <frameobject.h>
-
 #include <algorithm>
+#include <utility>
 
 #include "live/crossing/python_crossing.h"
+#include "live/crossing/python_frames.h"
 
 namespace msprobe {
 
@@ -22,13 +22,12 @@ void drop_last(std::vector<OpenModuleCall>& calls) {
 
 // Whether `frame` is on this thread's Python stack. An open call's frame is a few frames up from
 // any call made inside it, so the walk is short unless the call is stale.
-bool on_stack(PyObject* frame) {
-  pybind11::object f = PythonCrossing::shared(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
+bool on_stack(pybind11::handle frame) {
+  pybind11::object f = PythonCrossing::shared(PythonFrames::current());
   bool found = false;
   for (int depth = 0; f && !found && depth < 256; ++depth) {
-    found = f.ptr() == frame;
-    f = PythonCrossing::owned(
-        reinterpret_cast<PyObject*>(PyFrame_GetBack(reinterpret_cast<PyFrameObject*>(f.ptr()))));
+    found = f.is(frame);
+    f = PythonFrames::caller(f);
   }
   return found;
 }
@@ -43,20 +42,19 @@ void prune_stale() {
 
 void push_module_call(OpenModuleCall&& call) {
   PythonCrossing::assert_gil();
-  call.frame = PythonCrossing::keep(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
+  call.frame = PythonCrossing::keep(PythonFrames::current());
   open_module_calls().push_back(std::move(call));
 }
 
-bool pop_module_call(PyObject* module, OpenModuleCall& out) {
+bool pop_module_call(pybind11::handle module, OpenModuleCall& out) {
   PythonCrossing::assert_gil();
   auto& calls = open_module_calls();
   auto mine = std::find_if(calls.rbegin(), calls.rend(),
-                           [&](const OpenModuleCall& c) { return c.module == module; });
+                           [&](const OpenModuleCall& c) { return c.module.is(module); });
   if (mine == calls.rend()) return false;
   while (calls.size() > static_cast<size_t>(calls.rend() - mine)) drop_last(calls);
   out = std::move(calls.back());
-  PythonCrossing::let_go(out.frame);
-  out.frame = nullptr;
+  PythonCrossing::let_go(std::exchange(out.frame, pybind11::handle()));
   calls.pop_back();
   return true;
 }

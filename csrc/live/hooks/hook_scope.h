@@ -37,10 +37,10 @@ struct ModuleBackwardStart;  // module_backward.h
 
 // A module forward in progress: its name and inputs, captured by the pre-hook.
 struct OpenModuleCall {
-  PyObject* module;  // identity only
+  pybind11::handle module;  // identity only
   // The frame of the module's call (torch's _call_impl), one reference held (push/pop below): while
   // it is on the Python stack the call is open; a forward that raised has left it.
-  PyObject* frame = nullptr;
+  pybind11::handle frame;
   std::string name;
   uint64_t epoch = 0;  // Session::epoch() when it was numbered
   Selected selected;
@@ -58,7 +58,7 @@ std::vector<OpenModuleCall>& open_module_calls();  // this thread's; read only t
 void push_module_call(OpenModuleCall&& call);
 // Closes the innermost open call of `module` and those opened inside it (they raised: their post
 // hooks never ran); false when `module` has none open. GIL required.
-bool pop_module_call(PyObject* module, OpenModuleCall& out);
+bool pop_module_call(pybind11::handle module, OpenModuleCall& out);
 // Forgets every open call (a new step: a forward cut short by an exception). GIL required.
 void clear_module_calls();
 
@@ -78,7 +78,7 @@ std::optional<std::string> construct_parent();
 // tensors it was given, for the guard (the damage rule judges what it returns; at L0, NaN/inf
 // that none of its arguments brought in was made by its own code).
 struct StartedModelCall {
-  PyObject* module;  // identity only
+  pybind11::handle module;  // identity only
   std::string class_name;
   std::vector<at::Tensor> args;
 };

@@ -44,37 +44,38 @@ bool same_edge(const Edge& a, const Edge& b) {
 // A dataclass's fields that hold a tensor or a tuple of tensors, in dir()'s (sorted) order, each
 // tuple's tensors in place of it: what msprobe 1.1.1 hooks of an output that is neither a tensor
 // nor a tuple (module_processer.py, filter_tensor_and_tuple). Borrowed: `output` holds them.
-void tensor_fields(PyObject* output, std::vector<PyObject*>& items) {
+void tensor_fields(pybind11::handle output, std::vector<pybind11::handle>& items) {
   const pybind11::object fields = PythonCrossing::owned(
-      PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(output)), "__dataclass_fields__"));
+      PyObject_GetAttrString(output.get_type().ptr(), "__dataclass_fields__"));
   if (!fields || !PyDict_Check(fields.ptr())) {
     PythonCrossing::drop_error();
     return;
   }
-  std::vector<std::pair<std::string, PyObject*>> named;
-  PyObject *key, *field;
-  Py_ssize_t pos = 0;
-  while (PyDict_Next(fields.ptr(), &pos, &key, &field)) {
-    const char* name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
+  std::vector<std::pair<std::string, pybind11::handle>> named;
+  for (const auto& field : pybind11::reinterpret_borrow<pybind11::dict>(fields)) {
+    const pybind11::handle key = field.first;
+    const char* name = PyUnicode_Check(key.ptr()) ? PyUnicode_AsUTF8(key.ptr()) : nullptr;
     // Borrowed after this: the output keeps it.
     const pybind11::object v =
-        PythonCrossing::owned(name ? PyObject_GetAttr(output, key) : nullptr);
+        PythonCrossing::owned(name ? PyObject_GetAttr(output.ptr(), key.ptr()) : nullptr);
     if (!v) {
       PythonCrossing::drop_error();
       continue;
     }
-    named.emplace_back(name, v.ptr());
+    named.emplace_back(name, v);
   }
-  std::sort(named.begin(), named.end());
+  std::sort(named.begin(), named.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [name, v] : named) {
     if (is_tensor(v)) {
       items.push_back(v);
-    } else if (PyTuple_Check(v) && PyTuple_GET_SIZE(v) > 0) {
+    } else if (PyTuple_Check(v.ptr()) && PyTuple_GET_SIZE(v.ptr()) > 0) {
+      const pybind11::tuple t = pybind11::reinterpret_borrow<pybind11::tuple>(v);
       bool all = true;
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); ++i)
-        all = all && is_tensor(PyTuple_GET_ITEM(v, i));
-      for (Py_ssize_t i = 0; all && i < PyTuple_GET_SIZE(v); ++i)
-        items.push_back(PyTuple_GET_ITEM(v, i));
+      for (const pybind11::handle item : t) all = all && is_tensor(item);
+      for (const pybind11::handle item : t) {
+        if (all) items.push_back(item);
+      }
     }
   }
 }
@@ -82,12 +83,12 @@ void tensor_fields(PyObject* output, std::vector<PyObject*>& items) {
 // The top-level values of a module's output, as msprobe's backward hooks see them: a tuple or
 // list's items, or the value itself; for a dataclass (Hugging Face's ModelOutput) its tensor
 // fields. Anything else (a plain dict) has none: no backward record, as in msprobe.
-std::vector<PyObject*> output_items(PyObject* output) {
-  std::vector<PyObject*> items;
-  if (PyTuple_Check(output) || PyList_Check(output)) {
-    PyObject* fast = output;  // tuples and lists are their own fast sequence
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); ++i) {
-      items.push_back(PySequence_Fast_GET_ITEM(fast, i));
+std::vector<pybind11::handle> output_items(pybind11::handle output) {
+  std::vector<pybind11::handle> items;
+  if (PyTuple_Check(output.ptr()) || PyList_Check(output.ptr())) {
+    // Tuples and lists are their own fast sequence.
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(output.ptr()); ++i) {
+      items.push_back(PySequence_Fast_GET_ITEM(output.ptr(), i));
     }
   } else if (is_tensor(output)) {
     items.push_back(output);
@@ -255,16 +256,15 @@ class InputHook : public torch::autograd::FunctionPostHook {
 
 }  // namespace
 
-std::shared_ptr<ModuleBackwardStart> module_backward_start(PyObject* args) {
+std::shared_ptr<ModuleBackwardStart> module_backward_start(pybind11::handle args) {
   if (!torch::autograd::GradMode::is_enabled()) return nullptr;
   auto start = std::make_shared<ModuleBackwardStart>();
   start->sequence_nr = at::sequence_number::peek();
-  if (PyTuple_Check(args)) {
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
-      PyObject* a = PyTuple_GET_ITEM(args, i);
+  if (PyTuple_Check(args.ptr())) {
+    for (const pybind11::handle a : pybind11::reinterpret_borrow<pybind11::tuple>(args)) {
       Edge edge;
       if (is_tensor(a)) {
-        const at::Tensor& t = THPVariable_Unpack(a);
+        const at::Tensor& t = tensor_of(a);
         if (t.requires_grad()) edge = torch::autograd::impl::gradient_edge(t);
       }
       start->inputs.push_back(std::move(edge));
@@ -299,11 +299,11 @@ struct OutputNodes {
   std::vector<std::vector<OutputHook::Use>> items, through;
 };
 
-OutputNodes output_nodes(const ModuleSpan& span, const std::vector<PyObject*>& items) {
+OutputNodes output_nodes(const ModuleSpan& span, const std::vector<pybind11::handle>& items) {
   OutputNodes out;
   for (size_t k = 0; k < items.size(); ++k) {
     if (!is_tensor(items[k])) continue;
-    const at::Tensor& t = THPVariable_Unpack(items[k]);
+    const at::Tensor& t = tensor_of(items[k]);
     if (!t.requires_grad() || !t.grad_fn()) continue;
     const Edge e = torch::autograd::impl::gradient_edge(t);
     size_t n = 0;
@@ -351,10 +351,11 @@ std::vector<std::pair<NodePtr, std::vector<InputHook::Use>>> input_feeders(
 
 void attach_module_backward(const std::shared_ptr<Session>& session,
                             const std::string& backward_key, const std::string& base,
-                            const ModuleBackwardStart& start, PyObject* output, StackPtr stack) {
+                            const ModuleBackwardStart& start, pybind11::handle output,
+                            StackPtr stack) {
   PythonCrossing::assert_gil();
   const ModuleSpan span{start, at::sequence_number::peek()};
-  const std::vector<PyObject*> items = output_items(output);
+  const std::vector<pybind11::handle> items = output_items(output);
   OutputNodes out = output_nodes(span, items);
   if (out.nodes.empty()) return;  // nothing of it takes a gradient: no backward, as in PyTorch
   auto feeders = input_feeders(span, out.nodes);

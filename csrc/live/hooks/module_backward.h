@@ -13,7 +13,7 @@
 // the outputs' nodes have), in the order PyTorch's hooks would fire.
 #pragma once
 
-#include <Python.h>
+#include <pybind11/pybind11.h>
 
 #include <memory>
 #include <string>
@@ -27,12 +27,13 @@ class Session;
 // What the forward pre-hook keeps: where each positional argument's gradient goes, and the first
 // autograd sequence number the forward can use. Null when grad mode is off. GIL required.
 struct ModuleBackwardStart;
-std::shared_ptr<ModuleBackwardStart> module_backward_start(PyObject* args);
+std::shared_ptr<ModuleBackwardStart> module_backward_start(pybind11::handle args);
 
 // At the forward hook: hooks the nodes of this module call, so that its backward is recorded as
 // `<backward_key>.<n>` (`base`: the module's name for selection). GIL required.
 void attach_module_backward(const std::shared_ptr<Session>& session,
                             const std::string& backward_key, const std::string& base,
-                            const ModuleBackwardStart& start, PyObject* output, StackPtr stack);
+                            const ModuleBackwardStart& start, pybind11::handle output,
+                            StackPtr stack);
 
 }  // namespace msprobe

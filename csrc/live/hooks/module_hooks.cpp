@@ -23,16 +23,16 @@ namespace {
 void record_inputs(Session& s, OpenModuleCall& open, py::handle inputs, py::handle kwargs) {
   const EntryOptions& options = s.hooks().capture.options(open.name);
   const bool watching = s.config().watching();
-  open.inputs = item_entries(inputs.ptr(), options, options.stem(open.name, "input"),
+  open.inputs = item_entries(inputs, options, options.stem(open.name, "input"),
                              watching ? &open.live.inputs : nullptr);
   open.kwargs =
-      kwarg_entries(kwargs.ptr(), options, open.name, watching ? &open.live.kwargs : nullptr);
+      kwarg_entries(kwargs, options, open.name, watching ? &open.live.kwargs : nullptr);
 }
 
 void hook_backward(const std::shared_ptr<Session>& s, const std::string& backward_key,
                    const std::string& base, const OpenModuleCall& open, py::handle output) {
   try {
-    attach_module_backward(s, backward_key, base, *open.backward, output.ptr(), open.stack);
+    attach_module_backward(s, backward_key, base, *open.backward, output, open.stack);
   } catch (const std::exception& e) {
     // The model must train on: this module's backward records are skipped, said once.
     if (s->said().first("module backward " + base)) {
@@ -54,7 +54,7 @@ StoredCall finished_call(Session& s, OpenModuleCall& open, py::handle output) {
   if (open.selected.outputs) {
     const EntryOptions& options = s.hooks().capture.options(call.record.name);
     call.record.outputs =
-        item_entries(output.ptr(), options, options.stem(call.record.name, "output"),
+        item_entries(output, options, options.stem(call.record.name, "output"),
                      s.config().watching() ? &open.live.outputs : nullptr);
   }
   call.stack = std::move(open.stack);
@@ -84,7 +84,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     if (s->peer_stop().stopped()) raise_peer_stop(*s);
     Selection& selection = s->hooks().selection;
     OpenModuleCall open;
-    open.module = module.ptr();
+    open.module = module;
     open.epoch = s->hooks().numbering.epoch();
     open.name = forward_key + "." + std::to_string(s->hooks().numbering.next_index(forward_key));
     if (!record) {
@@ -98,7 +98,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
       if (open.selected.inputs) record_inputs(*s, open, inputs, kwargs);
       open.stack = s->hooks().codes.capture();
     }
-    open.backward = module_backward_start(inputs.ptr());
+    open.backward = module_backward_start(inputs);
     push_module_call(std::move(open));
   };
 
@@ -106,7 +106,7 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
                                        py::handle output) {
     OpenModuleCall open;
     // A forward that began before collection started has no open call: nothing to record.
-    if (!pop_module_call(module.ptr(), open)) return;
+    if (!pop_module_call(module, open)) return;
     std::shared_ptr<Session> s = current_session();
     if (!s || !on(*s)) return;
     s->hooks().selection.end(open.name);
@@ -115,11 +115,11 @@ py::tuple make_module_hooks(const std::string& qualname, const std::string& clas
     // gradients.
     const bool parameters = s->hooks().format.module_parameters;
     if (parameters && open.selected.any() && s->config().collect().data_mode.backward)
-      hook_parameter_grads(s, module.ptr(), base);
+      hook_parameter_grads(s, module, base);
     if (!open.selected.forward) return;
     StoredCall call = finished_call(*s, open, output);
     if (parameters && open.selected.outputs) {
-      call.record.parameters = parameter_entries(*s, module.ptr(), call.record.name);
+      call.record.parameters = parameter_entries(*s, module, call.record.name);
       call.record.has_parameters = true;
     }
     submit(*s, std::move(call), std::move(open.live));
@@ -135,9 +135,9 @@ py::tuple make_model_hooks(const std::string& class_name) {
   auto pre = [class_name](py::handle module, py::handle inputs, py::handle kwargs) {
     std::shared_ptr<Session> s = current_session();
     if (!s || !s->config().watching()) return;
-    StartedModelCall call{module.ptr(), class_name, {}};
+    StartedModelCall call{module, class_name, {}};
     auto take = [&call](py::handle values) {
-      for (const LiveArg& a : live_args_of(values.ptr())) {
+      for (const LiveArg& a : live_args_of(values)) {
         if (a.tensor.defined()) call.args.push_back(a.tensor);
         call.args.insert(call.args.end(), a.items.begin(), a.items.end());
       }
@@ -150,7 +150,7 @@ py::tuple make_model_hooks(const std::string& class_name) {
   auto post = [key](py::handle module, py::handle /*inputs*/, py::handle output) {
     auto& calls = started_model_calls();
     auto mine = std::find_if(calls.rbegin(), calls.rend(),
-                             [&](const StartedModelCall& c) { return c.module == module.ptr(); });
+                             [&](const StartedModelCall& c) { return c.module.is(module); });
     if (mine == calls.rend()) return;
     StartedModelCall call = std::move(*mine);
     calls.erase(std::next(mine).base(), calls.end());  // with any left open inside it (raised)
@@ -166,7 +166,7 @@ py::tuple make_model_hooks(const std::string& class_name) {
     EntryOptions options = s->hooks().capture.options();
     options.pending = nullptr;
     options.saver = nullptr;
-    judged.record.outputs = item_entries(output.ptr(), options, "", &live.outputs);
+    judged.record.outputs = item_entries(output, options, "", &live.outputs);
     live.enclosing.push_back({"the started model " + call.class_name, std::move(call.args), true});
     judged.stack = s->hooks().codes.capture();
     warn_statistics_failure(*s, judged.record.name);

@@ -21,23 +21,21 @@ using torch::autograd::variable_list;
 // Calls `f(name, tensor)` for each of `module`'s own parameters, from its `_parameters` (what
 // named_parameters(recurse=False) walks), skipping those set to None. GIL required.
 template <typename F>
-void for_each_parameter(PyObject* module, F&& f) {
+void for_each_parameter(pybind11::handle module, F&& f) {
   const pybind11::object params =
-      pybind11::reinterpret_steal<pybind11::object>(PyObject_GetAttrString(module, "_parameters"));
+      PythonCrossing::owned(PyObject_GetAttrString(module.ptr(), "_parameters"));
   if (!params) {
     PythonCrossing::drop_error();  // not an nn.Module after all: it has none
     return;
   }
-  if (PyDict_Check(params.ptr())) {
-    PyObject *key = nullptr, *value = nullptr;
-    for (Py_ssize_t at = 0; PyDict_Next(params.ptr(), &at, &key, &value);) {
-      const char* name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
-      if (!name) {
-        PythonCrossing::drop_error();
-        continue;
-      }
-      if (is_tensor(value)) f(std::string(name), THPVariable_Unpack(value));
+  if (!PyDict_Check(params.ptr())) return;
+  for (const auto& [key, value] : pybind11::reinterpret_borrow<pybind11::dict>(params)) {
+    const char* name = PyUnicode_Check(key.ptr()) ? PyUnicode_AsUTF8(key.ptr()) : nullptr;
+    if (!name) {
+      PythonCrossing::drop_error();
+      continue;
     }
+    if (is_tensor(value)) f(std::string(name), tensor_of(value));
   }
 }
 
@@ -96,7 +94,8 @@ bool already_hooked(const torch::autograd::Node& node, const Session* s,
 
 }  // namespace
 
-std::vector<std::pair<std::string, Entry>> parameter_entries(Session& s, PyObject* module,
+std::vector<std::pair<std::string, Entry>> parameter_entries(Session& s,
+                                                             pybind11::handle module,
                                                              const std::string& call) {
   PythonCrossing::assert_gil();
   std::vector<std::pair<std::string, Entry>> out;
@@ -108,7 +107,7 @@ std::vector<std::pair<std::string, Entry>> parameter_entries(Session& s, PyObjec
   return out;
 }
 
-void hook_parameter_grads(const std::shared_ptr<Session>& s, PyObject* module,
+void hook_parameter_grads(const std::shared_ptr<Session>& s, pybind11::handle module,
                           const std::string& module_key) {
   PythonCrossing::assert_gil();
   for_each_parameter(module, [&](const std::string& name, const at::Tensor& param) {

@@ -3,7 +3,7 @@
 // gradients, taken where autograd accumulates each parameter's gradient.
 #pragma once
 
-#include <Python.h>
+#include <pybind11/pybind11.h>
 
 #include <memory>
 #include <string>
@@ -18,13 +18,14 @@ class Session;
 
 // The module's own parameters (not its submodules'), by name in registration order, as entries
 // of its forward call `call`. GIL required.
-std::vector<std::pair<std::string, Entry>> parameter_entries(Session& s, PyObject* module,
+std::vector<std::pair<std::string, Entry>> parameter_entries(Session& s,
+                                                             pybind11::handle module,
                                                              const std::string& call);
 
 // Hooks the gradient accumulation of each of the module's own parameters that requires grad
 // (once per autograd node: a module called twice in a step accumulates once), so that its
 // gradient is recorded in `<module_key>.parameters_grad.<k>`. GIL required.
-void hook_parameter_grads(const std::shared_ptr<Session>& s, PyObject* module,
+void hook_parameter_grads(const std::shared_ptr<Session>& s, pybind11::handle module,
                           const std::string& module_key);
 
 }  // namespace msprobe

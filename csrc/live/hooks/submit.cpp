@@ -84,11 +84,11 @@ void submit_backward(Session& session, const std::string& name, pybind11::handle
   LiveTensors live;
   const bool watching = session.config().watching();
   if (parts.inputs) {
-    call.record.inputs = item_entries(grads_in.ptr(), options, options.stem(name, "input"),
+    call.record.inputs = item_entries(grads_in, options, options.stem(name, "input"),
                                       watching ? &live.inputs : nullptr);
   }
   if (parts.outputs) {
-    call.record.outputs = item_entries(grads_out.ptr(), options, options.stem(name, "output"),
+    call.record.outputs = item_entries(grads_out, options, options.stem(name, "output"),
                                        watching ? &live.outputs : nullptr);
   }
   submit(session, std::move(call), std::move(live));

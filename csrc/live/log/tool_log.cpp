@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <utility>
 
 #include "live/crossing/python_crossing.h"
 
@@ -14,9 +15,10 @@ MessageQueue& said() {
   return *queue;
 }
 
-// Read and written with the GIL held; atomic so that a thread without it can see whether Python
+// Read and written with the GIL held. g_has_sink says, to a thread without it, whether Python
 // still takes lines at all.
-std::atomic<PyObject*> g_sink{nullptr};
+pybind11::handle g_sink;
+std::atomic<bool> g_has_sink{false};
 thread_local int t_queued_only = 0;
 
 void to_stderr(const Message& m) {
@@ -29,12 +31,12 @@ void to_stderr(const Message& m) {
 void deliver_to_python() {
   PythonCrossing::KeptError kept;
   said().deliver([](const Message& m) {
-    PyObject* sink = g_sink.load();
-    if (!sink) return to_stderr(m);
+    if (!g_sink) return to_stderr(m);
     const pybind11::object text = PythonCrossing::owned(
         PyUnicode_DecodeUTF8(m.text.data(), static_cast<Py_ssize_t>(m.text.size()), "replace"));
+    const int level = static_cast<int>(m.level);
     const pybind11::object result = PythonCrossing::owned(
-        text ? PyObject_CallFunction(sink, "iO", static_cast<int>(m.level), text.ptr()) : nullptr);
+        text ? PyObject_CallFunction(g_sink.ptr(), "iO", level, text.ptr()) : nullptr);
     if (!result) {
       // The logger failed (logging reports its handlers' own errors): the line is not lost.
       PythonCrossing::drop_error();
@@ -57,7 +59,7 @@ void say(LogLevel level, std::string text) {
   while (!text.empty() && text.back() == '\n') text.pop_back();
   said().post({level, std::move(text)});
   if (t_queued_only > 0) return;
-  if (!g_sink.load()) return said().deliver(to_stderr);
+  if (!g_has_sink.load()) return said().deliver(to_stderr);
   PythonCrossing::Gil gil;
   deliver_to_python();
 }
@@ -69,14 +71,15 @@ void say_warning(std::string text) {
 void deliver_said_lines() {
   PythonCrossing::assert_gil();
   // No look at the queue first: deliver() takes its lock once to find it empty.
-  if (!g_sink.load()) return said().deliver(to_stderr);
+  if (!g_has_sink.load()) return said().deliver(to_stderr);
   deliver_to_python();
 }
 
-void set_log_sink(PyObject* sink) {
+void set_log_sink(pybind11::handle sink) {
   PythonCrossing::assert_gil();
   if (!sink) deliver_said_lines();  // the lines said so far still reach the logger
-  PythonCrossing::let_go(g_sink.exchange(PythonCrossing::keep(sink)));
+  PythonCrossing::let_go(std::exchange(g_sink, PythonCrossing::keep(sink)));
+  g_has_sink.store(static_cast<bool>(g_sink));
 }
 
 }  // namespace msprobe

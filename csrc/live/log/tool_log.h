@@ -7,7 +7,7 @@
 // the GIL may wait for.
 #pragma once
 
-#include <Python.h>
+#include <pybind11/pybind11.h>
 
 #include <string>
 
@@ -30,8 +30,8 @@ class QueuedLinesOnly {
   QueuedLinesOnly& operator=(const QueuedLinesOnly&) = delete;
 };
 
-// `sink(level, text)` delivers a line (a new reference is kept); nullptr takes it back, and the
-// lines go to stderr from then on, as at exit. GIL required.
-void set_log_sink(PyObject* sink);
+// `sink(level, text)` delivers a line (a new reference is kept); a null handle takes it back,
+// and the lines go to stderr from then on, as at exit. GIL required.
+void set_log_sink(pybind11::handle sink);
 
 }  // namespace msprobe

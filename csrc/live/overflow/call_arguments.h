@@ -21,10 +21,10 @@
 namespace msprobe {
 
 struct CallArguments {
-  const std::string* name;  // "Tensor.__mul__.3.forward"
-  PyObject* original;       // the unhooked torch function
-  PyObject* args;           // tuple
-  PyObject* kwargs;         // dict or null
+  const std::string* name;     // "Tensor.__mul__.3.forward"
+  pybind11::handle original;  // the unhooked torch function
+  pybind11::handle args;      // tuple
+  pybind11::handle kwargs;    // dict or null
 };
 
 // Set by the API wrapper around the judging of its call (GIL held throughout): the innermost
@@ -56,8 +56,7 @@ class HeldArguments {
       : name_(*a.name),
         original_(pybind11::reinterpret_borrow<pybind11::object>(a.original)),
         args_(pybind11::reinterpret_borrow<pybind11::object>(a.args)),
-        kwargs_(a.kwargs ? pybind11::reinterpret_borrow<pybind11::object>(a.kwargs)
-                         : pybind11::object()) {
+        kwargs_(pybind11::reinterpret_borrow<pybind11::object>(a.kwargs)) {
     for (const auto* side : {&live.inputs, &live.kwargs}) {
       for (const LiveArg& arg : *side) {
         if (arg.tensor.defined()) versions_.emplace_back(arg.tensor, arg.tensor._version());
@@ -81,7 +80,7 @@ class HeldArguments {
   HeldArguments& operator=(const HeldArguments&) = delete;
 
   const std::string& name() const { return name_; }
-  CallArguments view() const { return {&name_, original_.ptr(), args_.ptr(), kwargs_.ptr()}; }
+  CallArguments view() const { return {&name_, original_, args_, kwargs_}; }
   // Whether an input tensor was written in place after the call.
   bool inputs_written_since() const {
     for (const auto& [t, version] : versions_) {

@@ -19,7 +19,7 @@ struct CheckedCall {
   const std::string& name;           // "Torch.add.0.forward"
   const pybind11::object& original;  // the API itself
   // Calls it as the hook calls it (a peer's stop explains a collective's failure).
-  FunctionRef<pybind11::object(PyObject*, PyObject*)> call_original;
+  FunctionRef<pybind11::object(pybind11::handle, pybind11::handle)> call_original;
   pybind11::tuple args;
   pybind11::dict kwargs;
 };

@@ -111,7 +111,7 @@ bool end_optimizer_step(Session& session) {
 
 void mark_compiled_outputs(Session& session, pybind11::handle output) {
   if (!session.config().watching() || !session.hooks().gate.forward()) return;
-  for (const LiveArg& arg : live_args_of(output.ptr())) {
+  for (const LiveArg& arg : live_args_of(output)) {
     if (arg.tensor.defined()) session.guard().mark_compiled_output(arg.tensor);
     for (const at::Tensor& t : arg.items) session.guard().mark_compiled_output(t);
   }
