@@ -141,7 +141,8 @@ bool is_sequence(py::handle o) {
 
 // A type's attribute, looked up on the type alone (no instance __getattr__ runs), or null.
 py::object type_attr(py::handle o, const char* name) {
-  py::object v = PythonCrossing::owned(PyObject_GetAttrString(o.get_type().ptr(), name));
+  py::object v =
+      PythonCrossing::owned(PyObject_GetAttrString(py::type::handle_of(o).ptr(), name));
   if (!v) PythonCrossing::drop_error();
   return v;
 }

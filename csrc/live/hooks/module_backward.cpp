@@ -46,7 +46,7 @@ bool same_edge(const Edge& a, const Edge& b) {
 // nor a tuple (module_processer.py, filter_tensor_and_tuple). Borrowed: `output` holds them.
 void tensor_fields(pybind11::handle output, std::vector<pybind11::handle>& items) {
   const pybind11::object fields = PythonCrossing::owned(
-      PyObject_GetAttrString(output.get_type().ptr(), "__dataclass_fields__"));
+      PyObject_GetAttrString(pybind11::type::handle_of(output).ptr(), "__dataclass_fields__"));
   if (!fields || !PyDict_Check(fields.ptr())) {
     PythonCrossing::drop_error();
     return;

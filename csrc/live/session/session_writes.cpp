@@ -115,7 +115,7 @@ std::string Session::write_step(WriteAt at, bool hand_over, const OverflowFacts*
   std::string error;
   {
     PythonCrossing::NoGil no_gil;
-    error = writer_.write(*done);
+    error = writer_.write_and_wait(*done);
     // A write that ends the step gives nothing back: advance() would let it go at once.
     if (at != WriteAt::Raise) take_back_calls(*done);
   }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <future>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -274,6 +276,19 @@ void StepWriter::write_later(std::shared_ptr<FinishedStep> step,
     write(*step);
     then(*step);
   });
+}
+
+std::string StepWriter::write_and_wait(FinishedStep& step) {
+  std::promise<std::string> written;
+  std::future<std::string> error = written.get_future();
+  thread_.post([&] {
+    try {
+      written.set_value(write(step));
+    } catch (...) {
+      written.set_exception(std::current_exception());  // raised here, as a write in place would
+    }
+  });
+  return error.get();  // a wait on the future's own state: no lock of ours
 }
 
 std::string StepWriter::write(FinishedStep& step) {

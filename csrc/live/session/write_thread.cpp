@@ -3,6 +3,8 @@
 #include <exception>
 #include <utility>
 
+#include <unistd.h>
+
 #include "live/log/tool_log.h"
 
 namespace msprobe {
@@ -22,7 +24,14 @@ WriteThread::~WriteThread() {
 
 void WriteThread::post(std::function<void()> job) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  if (thread_.joinable() && owner_ != getpid()) {
+    lock.unlock();
+    return job();
+  }
+  if (!thread_.joinable()) {
+    owner_ = getpid();
+    thread_ = std::thread([this] { run(); });
+  }
   changed_.wait(lock, [&] { return jobs_.size() < kWaitingJobs; });
   jobs_.push_back(std::move(job));
   changed_.notify_all();

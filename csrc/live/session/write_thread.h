@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include <sys/types.h>
+
 namespace msprobe {
 
 class WriteThread {
@@ -20,7 +22,9 @@ class WriteThread {
   WriteThread(const WriteThread&) = delete;
   WriteThread& operator=(const WriteThread&) = delete;
 
-  // Jobs must not take the GIL: post() and drain() may be called with it held.
+  // Jobs must not take the GIL: post() and drain() may be called with it held. In a process
+  // forked after the thread started (a DataLoader worker), which has no such thread, the job
+  // runs at once in the caller.
   void post(std::function<void()> job);
   // Returns once every job handed over has run.
   void drain();
@@ -34,6 +38,7 @@ class WriteThread {
   bool running_job_ = false;
   bool ending_ = false;
   std::thread thread_;  // started by the first post()
+  pid_t owner_ = 0;     // the process that started it
 };
 
 }  // namespace msprobe
