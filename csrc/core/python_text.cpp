@@ -53,7 +53,7 @@ std::string python_int_list(const std::vector<int64_t>& values) {
   return out + "]";
 }
 
-std::string csv_row(const std::vector<std::string>& fields) {
+std::string csv_row(const std::vector<std::string>& fields, const char* line_end) {
   std::string out;
   for (size_t i = 0; i < fields.size(); ++i) {
     if (i) out += ',';
@@ -69,7 +69,7 @@ std::string csv_row(const std::vector<std::string>& fields) {
     }
     out += '"';
   }
-  return out + "\r\n";
+  return out.append(line_end);
 }
 
 std::vector<std::string> parse_csv_line(const std::string& line) {

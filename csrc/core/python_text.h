@@ -15,8 +15,9 @@ std::string python_float(double x);
 std::string python_int_list(const std::vector<int64_t>& values);
 
 // One CSV row as Python's csv.writer writes it (excel dialect): fields joined by ',', a field
-// holding ',', '"', '\r' or '\n' quoted with its quotes doubled, the row ended by "\r\n".
-std::string csv_row(const std::vector<std::string>& fields);
+// holding ',', '"', '\r' or '\n' quoted with its quotes doubled, the row ended by "\r\n"
+// (pandas' to_csv ends it by "\n").
+std::string csv_row(const std::vector<std::string>& fields, const char* line_end = "\r\n");
 // The byte-order mark msprobe's write_csv puts first (encoding utf-8-sig).
 inline constexpr const char* kUtf8Bom = "\xEF\xBB\xBF";
 
