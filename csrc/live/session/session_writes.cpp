@@ -115,7 +115,10 @@ std::string Session::write_step(WriteAt at, bool hand_over, const OverflowFacts*
   std::string error;
   {
     PythonCrossing::NoGil no_gil;
-    error = writer_.write_and_wait(*done);
+    // A stop's step is written by the write thread, so that the stopping thread goes one way
+    // (docs/architecture.md, "The walk of one stop"); a step that goes on is written here: the
+    // hand-over costs a step more than the write (bench/README.md, issue 54).
+    error = at == WriteAt::Raise ? writer_.write_and_wait(*done) : writer_.write(*done);
     // A write that ends the step gives nothing back: advance() would let it go at once.
     if (at != WriteAt::Raise) take_back_calls(*done);
   }

@@ -52,9 +52,8 @@ class StepWriter {
   // that cannot be completed (a full disk) leaves nothing and returns why ("" when written); the
   // first such failure of a session is said on stderr. Thread-safe.
   std::string write(FinishedStep& step);
-  // write() on the write thread, waited for: the files of a step that ends here (a stop, a
-  // synchronous dump) are on disk when this returns, and the thread that ends the step never
-  // formats or writes them.
+  // write() on the write thread, waited for: a stop's files are on disk when this returns, and
+  // the stopping thread never formats or writes them.
   std::string write_and_wait(FinishedStep& step);
   // async_dump: writes `step` on the write thread and then calls `then(step)` there; returns at
   // once, or once there is room (write_thread.h).
