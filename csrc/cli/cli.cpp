@@ -6,6 +6,7 @@
 
 #include "cli/check_command.h"
 #include "cli/grad_compare_command.h"
+#include "cli/monitor_plot_command.h"
 
 #ifndef MSPROBE_VERSION
 #error "MSPROBE_VERSION must be defined by the build (CMake's project version)"
@@ -22,6 +23,7 @@ const char* kUsage =
     "                          [--format json|text] [--fail-on critical|high|medium]\n"
     "       msprobe-cpp replay DUMP_DIR [--format json|text]   (python -m msprobe_cpp replay)\n"
     "       msprobe-cpp grad-compare RUN1 RUN2 -o OUT [--threshold X]   (grad_probe runs)\n"
+    "       msprobe-cpp monitor-plot RUN -o OUT [--op OP]   (training monitor runs)\n"
     "       msprobe-cpp --version\n"
     "\n"
     "  PATH           a dump.json, or a folder searched for dump.json files\n"
@@ -125,6 +127,7 @@ int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   if (args[0] == "check") return check_main({args.begin() + 1, args.end()}, out, err, terminal);
   if (args[0] == "grad-compare") return grad_compare_main({args.begin() + 1, args.end()}, out, err);
+  if (args[0] == "monitor-plot") return monitor_plot_main({args.begin() + 1, args.end()}, out, err);
   err << "msprobe-cpp: unknown command \"" << args[0] << "\"\n" << kUsage;
   return 2;
 }

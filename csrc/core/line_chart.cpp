@@ -43,7 +43,7 @@ std::string text_at(double x, double y, const std::string& text, const char* anc
 
 std::string line_chart_svg(const std::string& title, const std::string& x_label,
                            const std::string& y_label, const std::vector<int64_t>& xs,
-                           const std::vector<double>& ys) {
+                           const std::vector<double>& ys, const std::vector<int64_t>& marked) {
   const double plot_w = kWidth - kLeft - kRight, plot_h = kHeight - kTop - kBottom;
   const double x0 = xs.empty() ? 0 : double(xs.front()), x1 = xs.empty() ? 1 : double(xs.back());
   double y1 = 1;
@@ -70,6 +70,12 @@ std::string line_chart_svg(const std::string& title, const std::string& x_label,
     points += number(px(double(xs[i]))) + "," + number(py(std::isfinite(ys[i]) ? ys[i] : 0)) + " ";
   out += "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"" + points +
          "\"/>\n";
+  for (size_t i = 0; i < xs.size() && i < ys.size(); ++i) {
+    if (std::find(marked.begin(), marked.end(), xs[i]) == marked.end()) continue;
+    out += "<circle class=\"alert\" cx=\"" + number(px(double(xs[i]))) + "\" cy=\"" +
+           number(py(std::isfinite(ys[i]) ? ys[i] : 0)) +
+           "\" r=\"5\" fill=\"none\" stroke=\"red\" stroke-width=\"2\"/>\n";
+  }
   out += text_at(kWidth / 2, kTop - 14, title, "middle");
   out += text_at(kLeft + plot_w / 2, kHeight - 16, x_label, "middle");
   out += text_at(18, kTop + plot_h / 2, y_label, "middle",

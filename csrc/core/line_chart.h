@@ -8,9 +8,10 @@
 
 namespace msprobe {
 
-// y is drawn from 0 to 1 (a similarity), or to the largest value when that is larger.
+// y is drawn from 0 to 1 (a similarity), or to the largest value when that is larger. The points
+// whose x is in `marked` get a red ring (a monitor's alert at that step).
 std::string line_chart_svg(const std::string& title, const std::string& x_label,
                            const std::string& y_label, const std::vector<int64_t>& xs,
-                           const std::vector<double>& ys);
+                           const std::vector<double>& ys, const std::vector<int64_t>& marked = {});
 
 }  // namespace msprobe

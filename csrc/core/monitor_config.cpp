@@ -17,9 +17,9 @@ constexpr config_checks::EnumName<MonitorOp> kOps[] = {
     {"mean", MonitorOp::Mean}, {"shape", MonitorOp::Shape}, {"dtype", MonitorOp::Dtype},
 };
 
-constexpr config_checks::EnumName<MonitorConfig::Format> kFormats[] = {
-    {"csv", MonitorConfig::Format::Csv},
-    {"tensorboard", MonitorConfig::Format::TensorBoard},
+constexpr config_checks::EnumName<MonitorOutput::Format> kFormats[] = {
+    {"csv", MonitorOutput::Format::Csv},
+    {"tensorboard", MonitorOutput::Format::TensorBoard},
 };
 
 constexpr config_checks::EnumName<MonitorAlertRule::Kind> kRules[] = {
@@ -98,10 +98,10 @@ void parse_alert(const json& v, const Loc& at, MonitorConfig& out) {
   if (!rules) config_checks::fail_missing(at.child("rules"), "a list of rules");
   if (!rules->is_array()) fail(at.child("rules"), "a list of rules", *rules);
   for (size_t i = 0; i < rules->size(); ++i) {
-    out.alert_rules.push_back(parse_rule((*rules)[i], at.child("rules").item(i)));
+    out.alerts.rules.push_back(parse_rule((*rules)[i], at.child("rules").item(i)));
   }
   if (const json* dump = config_checks::find(v, "dump")) {
-    out.alert_dump = config_checks::parse_bool(*dump, at.child("dump"));
+    out.alerts.dump = config_checks::parse_bool(*dump, at.child("dump"));
   }
 }
 
@@ -111,7 +111,7 @@ void parse_cc(const json& v, const Loc& at, MonitorConfig& out) {
   for (const char* key : {"enable", "cc_pre_hook", "cc_log_only"}) {
     if (const json* b = config_checks::find(v, key)) {
       const bool on = config_checks::parse_bool(*b, at.child(key));
-      if (std::string(key) == "enable") out.cc_enabled = on;
+      if (std::string(key) == "enable") out.families.cc_enabled = on;
     }
   }
   if (const json* lines = config_checks::find(v, "cc_codeline")) {
@@ -131,60 +131,62 @@ struct MonitorKey {
   Reader read;
 };
 
-#define MONITOR_BOOL(name) \
+#define MONITOR_BOOL(part, name)                                   \
   {#name, [](const json& v, const Loc& at, MonitorConfig& c) { \
-     c.name = config_checks::parse_bool(v, at);                 \
+     c.part.name = config_checks::parse_bool(v, at);            \
    }}
 
 const MonitorKey kMonitorKeys[] = {
     {"targets", [](const json& v, const Loc& at, MonitorConfig& c) {
        c.targets = parse_targets(v, at);
      }},
-    MONITOR_BOOL(all_xy),
-    MONITOR_BOOL(xy_distribution),
-    MONITOR_BOOL(forward_only),
-    MONITOR_BOOL(backward_only),
-    MONITOR_BOOL(wg_distribution),
-    MONITOR_BOOL(mv_distribution),
-    MONITOR_BOOL(ur_distribution),
-    MONITOR_BOOL(param_distribution),
-    MONITOR_BOOL(mg_direction),
+    MONITOR_BOOL(families, all_xy),
+    MONITOR_BOOL(families, xy_distribution),
+    MONITOR_BOOL(families, forward_only),
+    MONITOR_BOOL(families, backward_only),
+    MONITOR_BOOL(families, wg_distribution),
+    MONITOR_BOOL(families, mv_distribution),
+    MONITOR_BOOL(families, ur_distribution),
+    MONITOR_BOOL(families, param_distribution),
+    MONITOR_BOOL(families, mg_direction),
     {"cc_distribution", &parse_cc},
-    {"ops", [](const json& v, const Loc& at, MonitorConfig& c) { c.ops = parse_ops(v, at); }},
+    {"ops", [](const json& v, const Loc& at, MonitorConfig& c) {
+       c.output.ops = parse_ops(v, at);
+     }},
     {"eps", [](const json& v, const Loc& at, MonitorConfig& c) {
-       c.eps = parse_number(v, at, "a number >= 0");
+       c.output.eps = parse_number(v, at, "a number >= 0");
      }},
     {"ndigits", [](const json& v, const Loc& at, MonitorConfig& c) {
        // msprobe keeps its default for 0.
        const int64_t n = parse_int_in(v, at, 0, 20, "an integer from 1 to 20");
-       if (n > 0) c.ndigits = static_cast<int>(n);
+       if (n > 0) c.output.ndigits = static_cast<int>(n);
      }},
     {"start_step", [](const json& v, const Loc& at, MonitorConfig& c) {
-       c.start_step = parse_int_in(v, at, 0, INT64_MAX, "an integer >= 0");
+       c.schedule.start_step = parse_int_in(v, at, 0, INT64_MAX, "an integer >= 0");
      }},
     {"step_interval", [](const json& v, const Loc& at, MonitorConfig& c) {
-       c.step_interval = parse_int_in(v, at, 1, INT64_MAX, "an integer >= 1");
+       c.schedule.step_interval = parse_int_in(v, at, 1, INT64_MAX, "an integer >= 1");
      }},
     {"collect_times", [](const json& v, const Loc& at, MonitorConfig& c) {
        // msprobe stops after one written step when it is 0.
        const int64_t n = parse_int_in(v, at, 0, INT64_MAX, "an integer >= 0");
-       c.collect_times = std::max<int64_t>(1, n);
+       c.schedule.collect_times = std::max<int64_t>(1, n);
      }},
     {"module_ranks", [](const json& v, const Loc& at, MonitorConfig& c) {
-       c.module_ranks = parse_ranks(v, at);
+       c.output.module_ranks = parse_ranks(v, at);
      }},
     {"format", [](const json& v, const Loc& at, MonitorConfig& c) {
-       c.format = config_checks::parse_enum(v, at, kFormats);
+       c.output.format = config_checks::parse_enum(v, at, kFormats);
      }},
     {"alert", &parse_alert},
-    MONITOR_BOOL(squash_name),
-    MONITOR_BOOL(print_struct),
+    MONITOR_BOOL(output, squash_name),
+    MONITOR_BOOL(output, print_struct),
     {"step_count_per_record", [](const json& v, const Loc& at, MonitorConfig& c) {
-       c.step_count_per_record = parse_int_in(v, at, 1, 999999, "an integer from 1 to 999999");
+       c.schedule.step_count_per_record = parse_int_in(v, at, 1, 999999, "an integer from 1 to 999999");
      }},
-    MONITOR_BOOL(dynamic_on),
-    MONITOR_BOOL(monitor_mbs_grad),
-    MONITOR_BOOL(stack_info),
+    MONITOR_BOOL(schedule, dynamic_on),
+    MONITOR_BOOL(families, monitor_mbs_grad),
+    MONITOR_BOOL(output, stack_info),
     {"append_output", [](const json& v, const Loc& at, MonitorConfig&) {
        if (!v.is_array()) fail(at, "a list", v);
        refuse_unless_off(v, at, "it reuses the folders of an earlier distributed run: not built");
@@ -228,13 +230,13 @@ MonitorConfig parse_monitor_config(const json& doc, const std::string& source) {
     }
   }
   errors.throw_if_any();
-  if (config.targets.empty() && config.xy_distribution) config.all_xy = true;
-  if (config.ur_distribution && config.format == MonitorConfig::Format::Csv) {
-    config.ur_distribution = false;
+  if (config.targets.empty() && config.families.xy_distribution) config.families.all_xy = true;
+  if (config.families.ur_distribution && config.output.format == MonitorOutput::Format::Csv) {
+    config.families.ur_distribution = false;
     config.notes.push_back(
         "ur_distribution is not supported in CSV format, cancel ur_distribution");
   }
-  if (config.forward_only && config.backward_only) {
+  if (config.families.forward_only && config.families.backward_only) {
     config.notes.push_back("not enable backward_only and forward_only simultaneously");
   }
   return config;

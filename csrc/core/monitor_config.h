@@ -26,9 +26,8 @@ struct MonitorAlertRule {
                                     // is skipped, as msprobe skips it
 };
 
-struct MonitorConfig {
-  // Module names (keys of `targets`), in the file's order; empty: every module and parameter.
-  std::vector<std::string> targets;
+// Which of msprobe's statistics families are recorded.
+struct MonitorFamilies {
   bool all_xy = false;
   bool xy_distribution = false;
   bool forward_only = false;
@@ -39,23 +38,43 @@ struct MonitorConfig {
   bool param_distribution = false;
   bool mg_direction = false;
   bool cc_enabled = false;  // cc_distribution.enable
-  std::vector<MonitorOp> ops = {MonitorOp::Norm, MonitorOp::Shape, MonitorOp::Dtype};
-  double eps = 1e-8;
-  int ndigits = 6;
+  bool monitor_mbs_grad = false;
+};
+
+// Which steps are written, and how many steps a file holds.
+struct MonitorSchedule {
   int64_t start_step = 0;
   int64_t step_interval = 1;
   int64_t collect_times = 100000000;
+  int64_t step_count_per_record = 1;
+  bool dynamic_on = false;
+};
+
+// What the files hold and where they go.
+struct MonitorOutput {
+  std::vector<MonitorOp> ops = {MonitorOp::Norm, MonitorOp::Shape, MonitorOp::Dtype};
+  double eps = 1e-8;
+  int ndigits = 6;
   std::vector<int64_t> module_ranks;  // empty: every rank writes
   enum class Format { Csv, TensorBoard };
   Format format = Format::Csv;
-  std::vector<MonitorAlertRule> alert_rules;
-  bool alert_dump = false;  // anomaly_detected/rank<R>/anomaly.json
   bool squash_name = false;
   bool print_struct = false;
-  int64_t step_count_per_record = 1;
-  bool dynamic_on = false;
-  bool monitor_mbs_grad = false;
   bool stack_info = false;
+};
+
+struct MonitorAlerts {
+  std::vector<MonitorAlertRule> rules;
+  bool dump = false;  // anomaly_detected/rank<R>/anomaly.json
+};
+
+struct MonitorConfig {
+  // Module names (keys of `targets`), in the file's order; empty: every module and parameter.
+  std::vector<std::string> targets;
+  MonitorFamilies families;
+  MonitorSchedule schedule;
+  MonitorOutput output;
+  MonitorAlerts alerts;
   // What msprobe would say when it reads this file and goes on (ur_distribution cancelled,
   // both forward_only and backward_only): said once by the monitor.
   std::vector<std::string> notes;

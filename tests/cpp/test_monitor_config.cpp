@@ -25,7 +25,7 @@ std::string error_of(const json& doc) {
 
 std::vector<std::string> op_names(const MonitorConfig& c) {
   std::vector<std::string> names;
-  for (MonitorOp op : c.ops) names.emplace_back(monitor_op_name(op));
+  for (MonitorOp op : c.output.ops) names.emplace_back(monitor_op_name(op));
   return names;
 }
 
@@ -34,17 +34,17 @@ std::vector<std::string> op_names(const MonitorConfig& c) {
 TEST(MonitorConfig, DefaultsAreMsprobes) {
   const MonitorConfig c = parse_monitor_config(json::object(), "monitor.json");
   EXPECT_TRUE(c.targets.empty());
-  EXPECT_FALSE(c.xy_distribution);
-  EXPECT_FALSE(c.all_xy);
+  EXPECT_FALSE(c.families.xy_distribution);
+  EXPECT_FALSE(c.families.all_xy);
   EXPECT_EQ(op_names(c), (std::vector<std::string>{"norm", "shape", "dtype"}));
-  EXPECT_EQ(c.eps, 1e-8);
-  EXPECT_EQ(c.ndigits, 6);
-  EXPECT_EQ(c.start_step, 0);
-  EXPECT_EQ(c.step_interval, 1);
-  EXPECT_EQ(c.collect_times, 100000000);
-  EXPECT_EQ(c.step_count_per_record, 1);
-  EXPECT_EQ(c.format, MonitorConfig::Format::Csv);
-  EXPECT_TRUE(c.alert_rules.empty());
+  EXPECT_EQ(c.output.eps, 1e-8);
+  EXPECT_EQ(c.output.ndigits, 6);
+  EXPECT_EQ(c.schedule.start_step, 0);
+  EXPECT_EQ(c.schedule.step_interval, 1);
+  EXPECT_EQ(c.schedule.collect_times, 100000000);
+  EXPECT_EQ(c.schedule.step_count_per_record, 1);
+  EXPECT_EQ(c.output.format, MonitorOutput::Format::Csv);
+  EXPECT_TRUE(c.alerts.rules.empty());
   EXPECT_TRUE(c.notes.empty());
 }
 
@@ -58,20 +58,20 @@ TEST(MonitorConfig, ReadsTheConfigOfMsprobesOwnExample) {
               "dump": true}})");
   const MonitorConfig c = parse_monitor_config(doc, "monitor.json");
   EXPECT_EQ(c.targets, (std::vector<std::string>{"fc1", "fc2"}));
-  EXPECT_TRUE(c.xy_distribution && c.wg_distribution && c.mv_distribution);
-  EXPECT_TRUE(c.param_distribution);
-  EXPECT_FALSE(c.all_xy);  // targets named
+  EXPECT_TRUE(c.families.xy_distribution && c.families.wg_distribution && c.families.mv_distribution);
+  EXPECT_TRUE(c.families.param_distribution);
+  EXPECT_FALSE(c.families.all_xy);  // targets named
   EXPECT_EQ(op_names(c), (std::vector<std::string>{"min", "max", "norm", "zeros", "nans", "mean",
                                                    "shape", "dtype"}));
-  ASSERT_EQ(c.alert_rules.size(), 1u);
-  EXPECT_EQ(c.alert_rules[0].kind, MonitorAlertRule::Kind::Turbulence);
-  EXPECT_EQ(c.alert_rules[0].threshold, 0.5);
-  EXPECT_TRUE(c.alert_dump);
+  ASSERT_EQ(c.alerts.rules.size(), 1u);
+  EXPECT_EQ(c.alerts.rules[0].kind, MonitorAlertRule::Kind::Turbulence);
+  EXPECT_EQ(c.alerts.rules[0].threshold, 0.5);
+  EXPECT_TRUE(c.alerts.dump);
 }
 
 TEST(MonitorConfig, XyWithoutTargetsWatchesEveryModule) {
   const MonitorConfig c = parse_monitor_config(json{{"xy_distribution", true}}, "m.json");
-  EXPECT_TRUE(c.all_xy);
+  EXPECT_TRUE(c.families.all_xy);
 }
 
 TEST(MonitorConfig, NamedShapeAndDtypeKeepTheirPlace) {
@@ -85,18 +85,18 @@ TEST(MonitorConfig, NamedShapeAndDtypeKeepTheirPlace) {
 TEST(MonitorConfig, SaysWhatMsprobeSaysWhenItGoesOn) {
   const MonitorConfig c = parse_monitor_config(
       json{{"ur_distribution", true}, {"forward_only", true}, {"backward_only", true}}, "m.json");
-  EXPECT_FALSE(c.ur_distribution);
+  EXPECT_FALSE(c.families.ur_distribution);
   EXPECT_EQ(c.notes.size(), 2u);
   const MonitorConfig tb = parse_monitor_config(
       json{{"ur_distribution", true}, {"format", "tensorboard"}}, "m.json");
-  EXPECT_TRUE(tb.ur_distribution);
+  EXPECT_TRUE(tb.families.ur_distribution);
 }
 
 TEST(MonitorConfig, ZeroNdigitsAndCollectTimesAreMsprobes) {
   const MonitorConfig c =
       parse_monitor_config(json{{"ndigits", 0}, {"collect_times", 0}}, "m.json");
-  EXPECT_EQ(c.ndigits, 6);
-  EXPECT_EQ(c.collect_times, 1);
+  EXPECT_EQ(c.output.ndigits, 6);
+  EXPECT_EQ(c.schedule.collect_times, 1);
 }
 
 TEST(MonitorConfig, ABadValueIsOneLineNamingFileFieldValueAndWhatIsAllowed) {
