@@ -131,9 +131,9 @@ struct MonitorKey {
   Reader read;
 };
 
-#define MONITOR_BOOL(part, name)                                   \
+#define MONITOR_BOOL(part, name)                           \
   {#name, [](const json& v, const Loc& at, MonitorConfig& c) { \
-     c.part.name = config_checks::parse_bool(v, at);            \
+     c.part.name = config_checks::parse_bool(v, at);           \
    }}
 
 const MonitorKey kMonitorKeys[] = {
@@ -182,7 +182,8 @@ const MonitorKey kMonitorKeys[] = {
     MONITOR_BOOL(output, squash_name),
     MONITOR_BOOL(output, print_struct),
     {"step_count_per_record", [](const json& v, const Loc& at, MonitorConfig& c) {
-       c.schedule.step_count_per_record = parse_int_in(v, at, 1, 999999, "an integer from 1 to 999999");
+       c.schedule.step_count_per_record =
+           parse_int_in(v, at, 1, 999999, "an integer from 1 to 999999");
      }},
     MONITOR_BOOL(schedule, dynamic_on),
     MONITOR_BOOL(families, monitor_mbs_grad),
