@@ -14,6 +14,7 @@
 #include "live/capture/call_values.h"
 #include "live/crossing/python_crossing.h"
 #include "live/log/tool_log.h"
+#include "live/monitor/monitor_stats.h"
 #include "live/overflow/model_tensors.h"
 #include "live/overflow/overflow_watch.h"
 #include "live/stats/stats_cache.h"
@@ -211,6 +212,23 @@ std::pair<std::vector<bool>, std::vector<std::string>> defer_calls(
   return {due, taken};
 }
 
+// The training monitor's values of `tensor` for msprobe's op names, as the Python values its
+// DataFrame gets: int, float, str, or None.
+py::list monitor_values_of(const at::Tensor& tensor, const std::vector<std::string>& ops,
+                           double eps) {
+  const MonitorConfig config = parse_monitor_config({{"ops", ops}}, "_units");
+  py::list out;
+  for (const MonitorValue& v : monitor_values(tensor, config.output.ops, eps)) {
+    switch (v.kind) {
+      case MonitorValue::Kind::Missing: out.append(py::none()); break;
+      case MonitorValue::Kind::Integer: out.append(py::int_(v.integer)); break;
+      case MonitorValue::Kind::Real: out.append(py::float_(v.real)); break;
+      case MonitorValue::Kind::Text: out.append(py::str(v.text)); break;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_units(py::module_& units) {
@@ -244,6 +262,8 @@ void bind_units(py::module_& units) {
   units.def("write_step", &write_step, py::arg("dump_path"), py::arg("step"), py::arg("rank"),
             py::arg("names"));
   units.def("defer_calls", &defer_calls, py::arg("sync"), py::arg("batch_calls"), py::arg("names"));
+  units.def("monitor_values", &monitor_values_of, py::arg("tensor"), py::arg("ops"),
+            py::arg("eps") = 1e-8);
 }
 
 }  // namespace msprobe

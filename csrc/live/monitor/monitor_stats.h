@@ -1,0 +1,21 @@
+// The training monitor's statistics of one tensor (issue 55): msprobe 26.2.0's ops
+// (pytorch/monitor/module_metric.py over features.py; docs/monitor-reference.md §4) computed as
+// it computes them, so that the values, and the CSVs made of them (core/monitor_csv.h), are its
+// own: min and max in the tensor's dtype, norm and mean in float64, zeros as the share of
+// |x| < eps, nans counted, id for a 0-d tensor alone, shape and dtype as Python prints them. An
+// op that fails on the tensor (min of an empty one) gives nan, as msprobe's.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "core/monitor_config.h"
+#include "core/monitor_csv.h"
+
+namespace msprobe {
+
+std::vector<MonitorValue> monitor_values(const at::Tensor& x, const std::vector<MonitorOp>& ops,
+                                         double eps);
+
+}  // namespace msprobe

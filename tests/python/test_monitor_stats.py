@@ -1,0 +1,96 @@
+"""The training monitor's statistics of one tensor (issue 55, live/monitor/monitor_stats.h),
+through the test extension: the values msprobe 26.2.0's TrainerMon puts in its CSVs, computed as
+its ops compute them (module_metric.py; docs/monitor-reference.md §4). Against msprobe's own
+metric functions where 26.2.0 is installed (the torch 2.13 venv), and against those formulas
+written out here on every torch."""
+import math
+
+import pytest
+import torch
+
+import msprobe_cpp  # noqa: F401  torch and the engine first
+import msprobe_cpp_units as units
+from msprobe_runs import msprobe_version
+from testenv import devices
+
+OPS = ["min", "max", "norm", "zeros", "nans", "id", "mean", "shape", "dtype"]
+
+
+def tensors(device):
+    torch.manual_seed(0)
+    return {
+        "float32": torch.randn(16, 8, device=device),
+        "with zeros and nan": torch.tensor([0.0, 1e-9, -2.0, float("nan"), 3.0], device=device),
+        "with inf": torch.tensor([1.0, float("inf"), -5.0], device=device),
+        "bfloat16": torch.randn(4, 4, device=device).to(torch.bfloat16),
+        "float16": (torch.randn(7, device=device) * 100).half(),
+        "int64": torch.arange(-3, 9, device=device),
+        "0-d": torch.tensor(2.5, device=device),
+        "empty": torch.zeros(0, 3, device=device),
+    }
+
+
+def formulas(x: torch.Tensor, eps: float = 1e-8):
+    """msprobe 26.2.0's ops, as docs/monitor-reference.md §4 states them, each item() taken."""
+    def guarded(f):
+        try:
+            return f()
+        except RuntimeError:
+            return float("nan")
+    with torch.no_grad():
+        return [
+            guarded(lambda: torch.min(x).item()),
+            guarded(lambda: torch.max(x).item()),
+            torch.norm(x.to(torch.float64), p=2).item(),
+            float("nan") if x.numel() == 0 else (torch.sum(torch.abs(x) < eps) / x.numel()).item(),
+            torch.isnan(x).sum().item(),
+            x.item() if x.dim() == 0 else None,
+            torch.mean(x.to(torch.float64)).item(),
+            str(list(x.shape)),
+            str(x.dtype),
+        ]
+
+
+def same(ours, theirs):
+    assert type(ours) is type(theirs) or (ours is None and theirs is None), (ours, theirs)
+    if isinstance(theirs, float) and math.isnan(theirs):
+        assert math.isnan(ours)
+    else:
+        assert ours == theirs
+
+
+@pytest.mark.parametrize("device", devices(), indirect=True)
+def test_each_op_is_msprobes_formula(device):
+    for name, x in tensors(device).items():
+        ours = units.monitor_values(x, OPS)
+        for op, a, b in zip(OPS, ours, formulas(x)):
+            try:
+                same(a, b)
+            except AssertionError as e:
+                raise AssertionError(f"{name}, {op}: ours {a!r}, msprobe's {b!r}") from e
+
+
+def test_eps_is_the_zeros_threshold():
+    x = torch.tensor([0.0, 1e-6, 1e-3, 1.0])
+    assert units.monitor_values(x, ["zeros"], 1e-8)[0] == 0.25
+    assert units.monitor_values(x, ["zeros"], 1e-2)[0] == 0.75
+
+
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+def test_each_op_is_msprobes_own():
+    from msprobe.pytorch.monitor.module_metric import get_metrics
+    for name, x in tensors("cpu").items():
+        theirs = get_metrics(OPS, {"t": x}, 1e-8)["t"]
+        for op, ours in zip(OPS, units.monitor_values(x, OPS)):
+            value = theirs[op]
+            if torch.is_tensor(value):
+                value = value.item()
+            elif op == "shape":
+                value = str(list(value))
+            elif op == "dtype":
+                value = str(value)
+            try:
+                same(ours, value)
+            except AssertionError as e:
+                raise AssertionError(f"{name}, {op}: ours {ours!r}, msprobe's {value!r}") from e
