@@ -316,9 +316,8 @@ py::object ApiHook::record(const std::shared_ptr<Session>& owner, const std::str
   call.record.has_outputs = sel.outputs;
   std::vector<const torch::autograd::Node*> grad_fns_before;
   if (sel.backward && !session.hooks().format.backward_from_any_grad_fn) {
-    for (const py::handle arg : py::reinterpret_borrow<py::tuple>(args)) {
+    for (const py::handle arg : py::reinterpret_borrow<py::tuple>(args))
       collect_grad_fns(arg, grad_fns_before, 0);
-    }
   }
   // The overflow guard traces anomalous entries back to their tensor objects.
   LiveTensors live;
