@@ -1,5 +1,5 @@
-// msprobe's in-process tasks besides the dump: _C.GradMonitor (task grad_probe) and
-// _C.FreeBenchmark (task free_benchmark).
+// msprobe's in-process tasks besides the dump: _C.GradMonitor (task grad_probe),
+// _C.FreeBenchmark (task free_benchmark) and _C.TrainerMonitor (TrainerMon's task monitor).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -11,11 +11,85 @@
 #include "live/free_benchmark/free_benchmark.h"
 #include "live/grad_probe/grad_monitor.h"
 #include "live/hooks/hook_scope.h"
+#include "live/monitor/trainer_monitor.h"
 #include "live/session/session.h"
 
 namespace py = pybind11;
 
 namespace msprobe {
+namespace {
+
+// [(name, param, grad or None, in the optimizer's state, exp_avg or None, exp_avg_sq or None)].
+std::vector<StepParameter> step_parameters(const std::vector<py::tuple>& items) {
+  const auto tensor = [](py::handle h) { return h.is_none() ? at::Tensor() : h.cast<at::Tensor>(); };
+  std::vector<StepParameter> params;
+  params.reserve(items.size());
+  for (const py::tuple& item : items) {
+    params.push_back({item[0].cast<std::string>(), tensor(item[1]), tensor(item[2]),
+                      item[3].cast<bool>(), tensor(item[4]), tensor(item[5])});
+  }
+  return params;
+}
+
+// TrainerMon's session: its config file read (ConfigError), its processor made.
+std::shared_ptr<Session> monitor_session(const std::string& config_path,
+                                         const std::string& output_root,
+                                         const std::string& package_dir) {
+  auto session = std::make_shared<Session>(load_monitor_config_file(config_path, output_root),
+                                           package_dir, config_path);
+  install_task_processor(session);
+  return session;
+}
+
+void bind_monitor(py::module_& m) {
+  m.def("monitor_session", &monitor_session, py::arg("config_path"), py::arg("output_root"),
+        py::arg("package_dir"),
+        "TrainerMon's session: its config validated (ConfigError); its processor is its "
+        "task_processor.");
+  py::class_<TrainerMonitor, TaskProcessor, std::shared_ptr<TrainerMonitor>>(
+      m, "TrainerMonitor", "TrainerMon: msprobe's training monitor, step by step.")
+      .def("begin", &TrainerMonitor::begin, py::arg("first_step"), py::arg("rank"),
+           "set_monitor(): the first step's number and this rank (-1: not distributed).")
+      .def("watches", &TrainerMonitor::watches, py::arg("vpp_stage"), py::arg("name"),
+           "Whether the config's targets take this parameter.")
+      .def(
+          "watch",
+          [](TrainerMonitor& t, const std::vector<std::pair<std::string, at::Tensor>>& params) {
+            t.watch(params);
+          },
+          py::arg("params"), "The watched [(\"<vpp>:<name>\", parameter)], in the model's order.")
+      .def("collects", &TrainerMonitor::collects, "Whether the current step is written.")
+      .def(
+          "before_step",
+          [](TrainerMonitor& t, const std::vector<py::tuple>& params, bool has_state) {
+            ReentryGuard unhooked;
+            t.before_step(step_parameters(params), has_state);
+          },
+          py::arg("params"), py::arg("optimizer_has_state"),
+          "Before the optimizer's step: [(name, param, grad, in_state, exp_avg, exp_avg_sq)].")
+      .def(
+          "after_step",
+          [](TrainerMonitor& t, const std::vector<py::tuple>& params) {
+            ReentryGuard unhooked;
+            t.after_step(step_parameters(params));
+          },
+          py::arg("params"), "After the optimizer's step: the same list.")
+      .def("end_step", &TrainerMonitor::end_step, "The step's files handed over; the next step.")
+      .def_property_readonly("step", &TrainerMonitor::step, "The current step's number.")
+      .def_property_readonly("finished", &TrainerMonitor::finished,
+                             "collect_times steps were written.")
+      .def_property_readonly("run_folder", &TrainerMonitor::run_folder,
+                             "<output root>/<time>-rank<R>-<id>, or \"\" where nothing is written.")
+      .def(
+          "drain",
+          [](TrainerMonitor& t) {
+            PythonCrossing::WithoutGil waits;  // for the write thread, which never takes it
+            t.drain();
+          },
+          "Returns once every step handed over is on disk.");
+}
+
+}  // namespace
 
 void bind_tasks(py::module_& m) {
   // Made by the session (task_registry.cpp) and reached as Session.task_processor, as the
@@ -61,6 +135,7 @@ void bind_tasks(py::module_& m) {
 
   py::class_<FreeBenchmark, TaskProcessor, std::shared_ptr<FreeBenchmark>>(
       m, "FreeBenchmark", "Task free_benchmark: each selected API call run again and compared.");
+  bind_monitor(m);
 }
 
 }  // namespace msprobe

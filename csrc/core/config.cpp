@@ -373,6 +373,7 @@ class TopLevel {
 }  // namespace
 
 const char* to_string(Task t) {
+  if (t == Task::Monitor) return "monitor";  // TrainerMon's, never a config.json's
   return name_of(kTasks, t);
 }
 

@@ -14,12 +14,15 @@
 #include "core/free_benchmark_rules.h"
 #include "core/msprobe26_keys.h"
 #include "core/grad_summary.h"
+#include "core/monitor_config.h"
 #include "core/range_list.h"
 
 namespace msprobe {
 
 // Structure: msprobe 26.x's, the calls' names and places without their values.
-enum class Task { Statistics, Tensor, OverflowCheck, GradProbe, FreeBenchmark, Structure };
+// Monitor: msprobe's TrainerMon (its own config file, core/monitor_config.h); never a
+// config.json's task.
+enum class Task { Statistics, Tensor, OverflowCheck, GradProbe, FreeBenchmark, Structure, Monitor };
 // Debug: msprobe 26.x's, where nothing is hooked and PrecisionDebugger.save() records.
 enum class Level { L0, L1, Mix, Debug };
 enum class SummaryMode { Statistics, Md5, Xor };  // Xor: msprobe 26.x's
@@ -102,6 +105,8 @@ struct Config {
   Msprobe26Keys msprobe26;
   // Accepted but worth a word (a deprecated key): one line each, for the program to say.
   std::vector<std::string> warnings;
+  // Task monitor: TrainerMon's config (load_monitor_config_file).
+  MonitorConfig monitor;
 
   // The section that scope/list/data_mode come from for the chosen task.
   const CollectSection& collect() const { return task == Task::Tensor ? tensor : statistics; }
@@ -109,9 +114,9 @@ struct Config {
   bool watching() const { return task == Task::OverflowCheck; }
   // Tasks that hook calls and write dumps (statistics, tensor, overflow_check); grad_probe does
   // neither: start(), stop() and step() do nothing for it, as in msprobe.
-  bool dumps_calls() const { return task != Task::GradProbe; }
+  bool dumps_calls() const { return task != Task::GradProbe && task != Task::Monitor; }
   // free_benchmark checks each selected API call by running it again; it records none.
-  bool records_calls() const { return task != Task::GradProbe && task != Task::FreeBenchmark; }
+  bool records_calls() const { return dumps_calls() && task != Task::FreeBenchmark; }
 };
 
 // The line said at the first start() (issue 44): what the tool does to this run: the task, the
@@ -135,6 +140,10 @@ Config parse_config_text(const std::string& text, const std::string& source,
 
 // Reads and validates a config file; a missing file or bad JSON is a ConfigError naming the file
 // (and line and column for JSON errors).
+// TrainerMon's config file (msprobe 26.2.0's keys, core/monitor_config.h) as the config of a
+// session of task monitor whose files go under `output_root` (MONITOR_OUTPUT_DIR). Throws
+// ConfigError.
+Config load_monitor_config_file(const std::string& path, const std::string& output_root);
 Config load_config_file(const std::string& path,
                         const nlohmann::json& overrides = nlohmann::json::object());
 

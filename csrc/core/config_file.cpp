@@ -103,6 +103,20 @@ Config load_config_file(const std::string& path, const nlohmann::json& overrides
   return parse_config_text(text, path, overrides, config_dir(path));
 }
 
+Config load_monitor_config_file(const std::string& path, const std::string& output_root) {
+  std::string text;
+  try {
+    text = read_text_file(path);
+  } catch (const FileError& e) {
+    throw ConfigError(path + ": cannot read the monitor's config file: " + e.reason());
+  }
+  Config config;
+  config.task = Task::Monitor;
+  config.dump_path = output_root;
+  config.monitor = parse_monitor_config(parse_json_text(text, path), path);
+  return config;
+}
+
 Config parse_config_text(const std::string& text, const std::string& source,
                          const nlohmann::json& overrides, const std::string& base_dir) {
   json doc = parse_json_text(text, source);

@@ -223,6 +223,7 @@ MonitorConfig parse_monitor_config(const json& doc, const std::string& source) {
   const Loc top(source);
   config_checks::require_object(doc, top);
   MonitorConfig config;
+  config.source = source;
   ErrorList errors;
   errors.attempt([&] { config_checks::check_keys(doc, top, monitor_key_names()); });
   for (const MonitorKey& k : kMonitorKeys) {

@@ -69,6 +69,7 @@ struct MonitorAlerts {
 };
 
 struct MonitorConfig {
+  std::string source;  // the file, for messages
   // Module names (keys of `targets`), in the file's order; empty: every module and parameter.
   std::vector<std::string> targets;
   MonitorFamilies families;

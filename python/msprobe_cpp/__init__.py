@@ -22,6 +22,7 @@ atexit.register(log.close)
 from ._C import ConfigError, RulesError, WriteError
 from .debugger import PrecisionDebugger, module_dump, module_dump_end, write_at_exit
 from .errors import DistributedStopError, Overflow, OverflowError  # noqa: A004 - a RuntimeError
+from .monitor import TrainerMon
 from .seed import seed_all
 
 __version__: str = _C.__version__
@@ -31,7 +32,7 @@ for _error in (ConfigError, RulesError, WriteError):
     _error.__module__ = __name__
 del _error
 
-__all__ = ["PrecisionDebugger", "seed_all", "module_dump", "module_dump_end", "Overflow",
+__all__ = ["PrecisionDebugger", "TrainerMon", "seed_all", "module_dump", "module_dump_end", "Overflow",
            "OverflowError", "DistributedStopError", "ConfigError", "RulesError", "WriteError"]
 
 atexit.register(write_at_exit)

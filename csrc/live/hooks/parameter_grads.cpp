@@ -92,7 +92,36 @@ bool already_hooked(const torch::autograd::Node& node, const Session* s,
   return false;
 }
 
+// on_accumulated_grad's hook: it calls back while its token lives.
+class AccumulatedGradCallback : public torch::autograd::FunctionPostHook {
+ public:
+  AccumulatedGradCallback(std::weak_ptr<void> token, at::Tensor param,
+                          std::function<void(const at::Tensor&)> after)
+      : token_(std::move(token)), param_(std::move(param)), after_(std::move(after)) {}
+
+  variable_list operator()(const variable_list& outputs, const variable_list& /*inputs*/) override {
+    if (!token_.expired()) after_(param_);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<void> token_;
+  at::Tensor param_;  // the node holds it already (AccumulateGrad::variable): no cycle added
+  std::function<void(const at::Tensor&)> after_;
+};
+
 }  // namespace
+
+std::shared_ptr<void> on_accumulated_grad(const at::Tensor& param,
+                                          std::function<void(const at::Tensor&)> after) {
+  PythonCrossing::assert_gil();
+  auto node = torch::autograd::impl::grad_accumulator(param);
+  if (!node) return nullptr;  // a parameter that takes no gradient
+  // The token owns the node: the accumulator, and the hook on it, outlive each step's graph.
+  std::shared_ptr<void> token = std::make_shared<decltype(node)>(node);
+  node->add_post_hook(std::make_unique<AccumulatedGradCallback>(token, param, std::move(after)));
+  return token;
+}
 
 std::vector<std::pair<std::string, Entry>> parameter_entries(Session& s,
                                                              pybind11::handle module,

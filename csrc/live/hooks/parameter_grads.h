@@ -5,6 +5,9 @@
 
 #include <pybind11/pybind11.h>
 
+#include <ATen/ATen.h>
+
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -27,5 +30,13 @@ std::vector<std::pair<std::string, Entry>> parameter_entries(Session& s,
 // gradient is recorded in `<module_key>.parameters_grad.<k>`. GIL required.
 void hook_parameter_grads(const std::shared_ptr<Session>& s, pybind11::handle module,
                           const std::string& module_key);
+
+// Calls `after(param)` each time autograd has accumulated `param`'s gradient into param.grad,
+// on the thread that runs that part of the backward, for as long as the returned token lives.
+// The token keeps the parameter's accumulator node alive, so that one hook serves every step
+// (the training monitor's unreduced gradients, msprobe's AccumulateGrad hook). Called with the
+// GIL; `after` runs without it.
+std::shared_ptr<void> on_accumulated_grad(const at::Tensor& param,
+                                          std::function<void(const at::Tensor&)> after);
 
 }  // namespace msprobe

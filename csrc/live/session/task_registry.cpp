@@ -2,6 +2,7 @@
 #include "core/config.h"
 #include "live/free_benchmark/free_benchmark.h"
 #include "live/grad_probe/grad_monitor.h"
+#include "live/monitor/trainer_monitor.h"
 #include "live/session/session.h"
 #include "live/session/task_processor.h"
 
@@ -23,6 +24,7 @@ struct TaskRegistration {
 constexpr TaskRegistration kRegistrations[] = {
     {Task::GradProbe, &make<GradMonitor>},
     {Task::FreeBenchmark, &make<FreeBenchmark>},
+    {Task::Monitor, &make<TrainerMonitor>},
 };
 
 }  // namespace

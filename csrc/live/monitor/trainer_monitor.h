@@ -1,0 +1,113 @@
+// Task monitor (issue 55): msprobe 26.2.0's TrainerMon, as the processor of a session of its own
+// (registered in task_registry.cpp; python/msprobe_cpp/monitor.py installs it). Its CSVs are
+// msprobe's (core/monitor_csv.h), its values msprobe's ops (monitor_stats.h), its steps
+// msprobe's: the wrapper of the optimizer's step forwards each step here, which decides whether
+// it is written (start_step, step_interval, collect_times, module_ranks) and what it holds.
+// Built so far: the parameter families, read around the optimizer step (grad_reduced, exp_avg,
+// exp_avg_sq, param_origin, param_updated); the modules' activations and the unreduced
+// gradients come through the hooks next (docs/decisions.md, "The training monitor").
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/monitor_config.h"
+#include "core/monitor_csv.h"
+#include "live/session/task_processor.h"
+#include "live/session/write_thread.h"
+
+namespace msprobe {
+
+// A watched parameter at an optimizer step, as the step wrapper forwards it.
+struct StepParameter {
+  std::string name;  // "0:fc1.weight": the model chunk (msprobe's vpp stage), then the name
+  at::Tensor param;
+  at::Tensor grad;        // undefined: the parameter has none
+  bool in_state = false;  // the optimizer keeps state for it
+  at::Tensor exp_avg;     // undefined where the state has none
+  at::Tensor exp_avg_sq;
+};
+
+class TrainerMonitor final : public TaskProcessor {
+ public:
+  explicit TrainerMonitor(const TaskParts& parts);
+  ~TrainerMonitor();  // every step handed over is written first
+
+  // set_monitor(): the first step's number (start_iteration) and this rank (-1: not distributed);
+  // makes the run's folder, <output root>/<time>-rank<R>-<id>, when this rank writes.
+  void begin(int64_t first_step, int rank);
+  // Whether parameter `name` of model chunk `vpp_stage` is watched: msprobe's targets, each a
+  // prefix of "<vpp_stage>:<name>" (every parameter without targets).
+  bool watches(int vpp_stage, const std::string& name) const;
+  // The watched parameters, in the model's order; with wg_distribution, the hooks on their
+  // gradients' accumulation (grad_unreduced). GIL required.
+  void watch(const std::vector<std::pair<std::string, at::Tensor>>& params);
+  // Whether the current step is written.
+  bool collects() const;
+  // Before the optimizer's step: grad_reduced, exp_avg and exp_avg_sq (where the optimizer has
+  // state at all), param_origin. `params` in the model's order.
+  void before_step(const std::vector<StepParameter>& params, bool optimizer_has_state);
+  // After it: param_updated.
+  void after_step(const std::vector<StepParameter>& params);
+  // Hands the step's rows to the write thread when the step is written; then the next step.
+  void end_step();
+  int64_t step() const { return step_; }
+  // collect_times steps were written: msprobe removes its hooks.
+  bool finished() const { return written_steps_ >= config_.schedule.collect_times; }
+  const std::string& run_folder() const { return run_folder_; }
+  // Returns once every step handed over is on disk; says the writes that failed.
+  void drain();
+
+ private:
+  // Rows by name, in the order each name first came, as msprobe's dicts keep them.
+  class RowTable {
+   public:
+    void put(const std::string& name, std::vector<MonitorValue> values);
+    std::vector<MonitorRow> rows(int64_t step) const;
+    bool empty() const { return names_.empty(); }
+    void clear();
+
+   private:
+    std::vector<std::string> names_;
+    std::map<std::string, std::vector<MonitorValue>> values_;
+  };
+  // wg_distribution's unreduced gradients: written by the accumulator hooks, on the threads that
+  // run the backward, while `collecting` (the step is written); read at the step's end.
+  struct UnreducedGrads {
+    std::atomic<bool> collecting{false};
+    std::mutex mu;
+    RowTable rows;  // guarded by mu
+  };
+  std::vector<MonitorValue> values_of(const at::Tensor& t) const;
+  std::vector<MonitorValue> missing_values() const;
+  void write_table(const std::string& prefix, const RowTable& table);
+  void failed(const std::string& why);
+  void say_failures();
+
+  const MonitorConfig config_;
+  const std::string output_root_;
+  const std::string time_tag_;  // "Dec06_06-45-53": when the monitor was made
+  std::string run_folder_;
+  std::vector<std::string> op_names_;
+  int64_t step_ = 0;
+  int rank_ = -1;
+  int64_t written_steps_ = 0;
+  bool said_no_state_ = false;
+  // msprobe never clears its gradient rows: a name not refreshed in a step is written again
+  // with its last values. The others are this step's.
+  RowTable grad_reduced_, exp_avg_, exp_avg_sq_, param_origin_, param_updated_;
+  const std::shared_ptr<UnreducedGrads> unreduced_ = std::make_shared<UnreducedGrads>();
+  std::vector<std::shared_ptr<void>> grad_hooks_;  // on_accumulated_grad's tokens
+  std::mutex failed_mu_;
+  std::vector<std::string> failed_;  // the write thread's errors, said by the training thread
+  WriteThread writes_;               // last: its destructor finishes the jobs first
+};
+
+}  // namespace msprobe

@@ -1,0 +1,103 @@
+"""msprobe's training monitor, TrainerMon (mindstudio-probe 26.2.0's API and config), run by the
+C++ engine's task monitor (csrc/live/monitor/trainer_monitor.h), which decides which steps are
+written and what they hold. This module installs and forwards: it wraps the optimizer's step,
+as msprobe does, and hands each step's parameters, gradients and Adam moments over.
+
+    from msprobe_cpp import TrainerMon          # or: from msprobe_cpp.monitor import TrainerMon
+    monitor = TrainerMon("monitor_config.json", params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer)
+
+Built so far: wg_distribution, mv_distribution, param_distribution (docs/monitor.md).
+"""
+import atexit
+import os
+import weakref
+from typing import Any, List, Optional, Tuple
+
+import torch
+
+from . import _C
+from .ranks import current_rank
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_LIVE: "weakref.WeakSet[TrainerMon]" = weakref.WeakSet()
+
+
+@atexit.register
+def _drain_at_exit() -> None:
+    """The steps written last are on disk when Python ends, whoever still holds a monitor."""
+    for monitor in list(_LIVE):
+        monitor.drain()
+
+
+def _int_argument(name: str, value: Any, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"TrainerMon.set_monitor({name}={value!r}): expected an integer >= {least}")
+    return value
+
+
+class TrainerMon:
+    """TrainerMon(config_file_path, process_group=None, params_have_main_grad=True, opt_ty=None):
+    msprobe 26.2.0's signature. Its files go under $MONITOR_OUTPUT_DIR (./monitor_output), read
+    when it is made, as msprobe reads it. `opt_ty` is ignored, as there."""
+
+    def __init__(self, config_file_path: str, process_group: Any = None, params_have_main_grad: bool = True,
+                 opt_ty: Optional[str] = None) -> None:
+        output_root = os.environ.get("MONITOR_OUTPUT_DIR", "./monitor_output")
+        self._session = _C.monitor_session(os.fspath(config_file_path), output_root, PACKAGE_DIR)
+        self._monitor = self._session.task_processor
+        self._params_have_main_grad = bool(params_have_main_grad)
+        self._params: List[Tuple[str, torch.nn.Parameter]] = []
+        self._optimizer: Optional[torch.optim.Optimizer] = None
+        _LIVE.add(self)
+
+    def set_monitor(self, model: Any, optimizer: torch.optim.Optimizer, grad_acc_steps: int = 1,
+                    tp_group: Any = None, dp_group: Any = None, start_iteration: int = 0) -> None:
+        """Watches `model` (a module, or a list of model chunks) and steps with `optimizer`."""
+        _int_argument("grad_acc_steps", grad_acc_steps, 1)
+        first_step = _int_argument("start_iteration", start_iteration, 0)
+        chunks = model if isinstance(model, (list, tuple)) else [model]
+        self._params = [(f"{vpp}:{name}", param)
+                        for vpp, chunk in enumerate(chunks)
+                        for name, param in chunk.named_parameters()
+                        if param.requires_grad and self._monitor.watches(vpp, name)]
+        self._monitor.begin(first_step, current_rank())
+        self._monitor.watch([(name, param) for name, param in self._params])
+        self._wrap_step(optimizer)
+
+    def _wrap_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # msprobe replaces the instance's step: the class's, and other optimizers, stay as they are.
+        self._optimizer = optimizer
+        original = optimizer.step
+        monitor = self
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            collects = monitor._monitor.collects()
+            if collects:
+                monitor._monitor.before_step(monitor._step_parameters(), bool(optimizer.state))
+            out = original(*args, **kwargs)
+            if collects:
+                monitor._monitor.after_step(monitor._step_parameters())
+            monitor._monitor.end_step()
+            if monitor._monitor.finished:
+                optimizer.step = original  # msprobe removes its hooks after collect_times steps
+            return out
+
+        step.__wrapped__ = original  # type: ignore[attr-defined]
+        optimizer.step = step
+
+    def _step_parameters(self) -> list:
+        state = self._optimizer.state if self._optimizer is not None else {}
+        out = []
+        for name, param in self._params:
+            grad = getattr(param, "main_grad", None) if self._params_have_main_grad else param.grad
+            if grad is not None and grad.__class__.__name__ == "DTensor":
+                grad = grad.to_local()
+            kept = state.get(param) if param in state else None
+            out.append((name, param.detach(), None if grad is None else grad.detach(), kept is not None,
+                        (kept or {}).get("exp_avg"), (kept or {}).get("exp_avg_sq")))
+        return out
+
+    def drain(self) -> None:
+        """Returns once every written step is on disk."""
+        self._monitor.drain()

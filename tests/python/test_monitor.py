@@ -1,0 +1,188 @@
+"""TrainerMon, msprobe's training monitor (issue 55), in the families built so far: wg_distribution
+(grad_unreduced, grad_reduced), mv_distribution (exp_avg, exp_avg_sq) and param_distribution
+(param_origin, param_updated). Against msprobe 26.2.0's own TrainerMon where it is installed (the
+torch 2.13 venv): the same run, the same CSV files, byte for byte. On every torch: the training
+is unaltered, the steps written are the config's, and what is not built is refused by name."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import msprobe_cpp
+from monitor_peer import csv_files
+from msprobe_runs import msprobe_version
+from testenv import PACKAGE_ROOT
+
+HERE = pathlib.Path(__file__).resolve().parent
+FAMILIES = {"wg_distribution": True, "mv_distribution": True, "param_distribution": True}
+
+
+def peer_run(tool: str, config: dict, out: pathlib.Path, steps: int = 4) -> dict:
+    path = out.parent / f"{out.name}.json"
+    path.write_text(json.dumps(config))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, str(HERE / "monitor_peer.py"), tool, str(path), str(out), str(steps)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return csv_files(str(out))
+
+
+@pytest.mark.slow
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+@pytest.mark.parametrize("config", [
+    {"targets": {"fc1": {}, "fc2": {}}, **FAMILIES, "ops": ["min", "max", "norm", "zeros", "nans", "mean", "id"]},
+    {**FAMILIES, "start_step": 1, "step_interval": 2, "step_count_per_record": 2, "ndigits": 4},
+    {"targets": {"fc2": {}}, "param_distribution": True, "collect_times": 2, "ops": ["dtype", "max"]},
+], ids=["targets-all-ops", "steps-and-files", "one-target-collect-times"])
+def test_the_csvs_are_msprobes_own(tmp_path, config):
+    theirs = peer_run("msprobe", config, tmp_path / "msprobe")
+    ours = peer_run("msprobe_cpp", config, tmp_path / "ours")
+    assert any(name.startswith("param_origin") for name in theirs), sorted(theirs)
+    assert sorted(ours) == sorted(theirs)
+    for name in theirs:
+        assert ours[name] == theirs[name], name
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(4, 8)
+        self.fc2 = torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def train(steps: int, monitor_config=None, out=None, monkeypatch=None):
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    if monitor_config is not None:
+        path = out.parent / "monitor.json"
+        path.write_text(json.dumps(monitor_config))
+        monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(out))
+        monitor = msprobe_cpp.TrainerMon(str(path), params_have_main_grad=False)
+        monitor.set_monitor(model, optimizer)
+    x, y = torch.randn(16, 4), torch.randn(16, 2)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    if monitor_config is not None:
+        monitor.drain()
+    return losses, {k: v.clone() for k, v in model.state_dict().items()}, model
+
+
+def test_training_is_bit_identical_and_each_family_is_written(tmp_path, monkeypatch):
+    bare_losses, bare_state, _ = train(3)
+    losses, state, _ = train(3, FAMILIES, tmp_path / "out", monkeypatch)
+    assert losses == bare_losses
+    assert all(torch.equal(state[k], bare_state[k]) for k in bare_state)
+    files = csv_files(str(tmp_path / "out"))
+    assert sorted(files) == sorted(
+        [f"{p}_{s}-{s}.csv" for s in range(3)
+         for p in ("grad_unreduced", "grad_reduced", "param_origin", "param_updated")]
+        + [f"{p}_{s}-{s}.csv" for s in (1, 2) for p in ("exp_avg", "exp_avg_sq")])  # Adam has no state at 0
+    assert files["grad_reduced_0-0.csv"].splitlines()[0] == "vpp_stage,name,step,norm,shape,dtype"
+    assert [line.split(",")[1] for line in files["grad_reduced_0-0.csv"].splitlines()[1:]] == [
+        "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    # Autograd accumulates fc2's gradients first: msprobe's grad_unreduced order.
+    assert [line.split(",")[1] for line in files["grad_unreduced_0-0.csv"].splitlines()[1:]] == [
+        "fc2.bias", "fc2.weight", "fc1.bias", "fc1.weight"]
+
+
+def test_the_values_are_the_tensors_statistics(tmp_path, monkeypatch):
+    _, _, model = train(1, {"param_distribution": True, "ops": ["min", "max", "norm", "mean"]},
+                        tmp_path / "out", monkeypatch)
+    rows = {line.split(",")[1]: line.split(",") for line in
+            csv_files(str(tmp_path / "out"))["param_updated_0-0.csv"].splitlines()[1:]}
+    w = model.fc1.weight.detach()
+    assert rows["fc1.weight"][3:7] == [repr(round(v, 6)) for v in (
+        w.min().item(), w.max().item(), torch.norm(w.double()).item(), torch.mean(w.double()).item())]
+
+
+@pytest.mark.parametrize("schedule, written", [
+    ({"start_step": 2}, [2, 3, 4, 5]),
+    ({"step_interval": 3}, [0, 3]),
+    ({"start_step": 1, "step_interval": 2, "collect_times": 2}, [1, 3]),
+])
+def test_the_steps_written_are_the_configs(tmp_path, monkeypatch, schedule, written):
+    train(6, {"param_distribution": True, **schedule}, tmp_path / "out", monkeypatch)
+    steps = sorted(int(name.split("_")[-1].split("-")[0]) for name in csv_files(str(tmp_path / "out"))
+                   if name.startswith("param_origin"))
+    assert steps == written
+
+
+def test_a_start_iteration_numbers_the_steps(tmp_path, monkeypatch):
+    path = tmp_path / "monitor.json"
+    path.write_text(json.dumps({"param_distribution": True, "step_count_per_record": 10}))
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = msprobe_cpp.TrainerMon(str(path), params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer, start_iteration=7)
+    for _ in range(4):
+        optimizer.zero_grad()
+        model(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+    monitor.drain()
+    files = csv_files(str(tmp_path / "out"))
+    assert sorted(files) == ["param_origin_0-9.csv", "param_origin_10-19.csv",
+                             "param_updated_0-9.csv", "param_updated_10-19.csv"]
+    assert [line.split(",")[2] for line in files["param_origin_0-9.csv"].splitlines()[1:]][::4] == ["7", "8", "9"]
+
+
+def test_what_is_not_built_is_refused_by_name(tmp_path):
+    path = tmp_path / "monitor.json"
+    path.write_text(json.dumps({"xy_distribution": True, "format": "tensorboard",
+                                "alert": {"rules": [{"rule_name": "AnomalyNan"}]}}))
+    with pytest.raises(msprobe_cpp.ConfigError) as e:
+        msprobe_cpp.TrainerMon(str(path))
+    lines = str(e.value).splitlines()
+    assert f"{path}: xy_distribution: not built yet (issue 55)" in lines
+    assert f'{path}: format "tensorboard": not built yet (issue 55)' in lines
+    assert f"{path}: alert.rules: not built yet (issue 55)" in lines
+
+
+def test_a_bad_config_is_one_line_per_key(tmp_path):
+    path = tmp_path / "monitor.json"
+    path.write_text(json.dumps({"ndigits": 30, "ops": ["p99"]}))
+    with pytest.raises(msprobe_cpp.ConfigError) as e:
+        msprobe_cpp.TrainerMon(str(path))
+    assert str(e.value).splitlines() == [
+        f"{path}: ops[0]: expected one of norm, min, max, zeros, nans, id, mean, shape, dtype, got \"p99\"",
+        f"{path}: ndigits: expected an integer from 1 to 20, got 30"]
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(msprobe_cpp.ConfigError, match="broken.json:1:2: invalid JSON"):
+        msprobe_cpp.TrainerMon(str(tmp_path / "broken.json"))
+
+
+@pytest.mark.parametrize("argument, value, message", [
+    ("grad_acc_steps", 0, "TrainerMon.set_monitor(grad_acc_steps=0): expected an integer >= 1"),
+    ("start_iteration", -1, "TrainerMon.set_monitor(start_iteration=-1): expected an integer >= 0"),
+    ("start_iteration", 1.5, "TrainerMon.set_monitor(start_iteration=1.5): expected an integer >= 0"),
+])
+def test_set_monitors_arguments_are_checked(tmp_path, monkeypatch, argument, value, message):
+    path = tmp_path / "monitor.json"
+    path.write_text("{}")
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = optimizer.step
+    with pytest.raises(ValueError) as e:
+        msprobe_cpp.TrainerMon(str(path)).set_monitor(model, optimizer, **{argument: value})
+    assert str(e.value) == message
+    assert optimizer.step == step  # nothing installed
+
+
+def test_the_monitor_is_importable_as_msprobes_is():
+    from msprobe_cpp.monitor import TrainerMon
+    assert TrainerMon is msprobe_cpp.TrainerMon
