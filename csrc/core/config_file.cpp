@@ -93,27 +93,26 @@ std::string config_dir(const std::string& path) {
 
 }  // namespace
 
-Config load_config_file(const std::string& path, const nlohmann::json& overrides) {
-  std::string text;
+// A config file's text; one that cannot be read is a ConfigError naming `what` it is.
+static std::string read_config_text(const std::string& path, const char* what) {
   try {
-    text = read_text_file(path);
+    return read_text_file(path);
   } catch (const FileError& e) {
-    throw ConfigError(path + ": cannot read config file: " + e.reason());
+    throw ConfigError(path + ": cannot read " + what + ": " + e.reason());
   }
-  return parse_config_text(text, path, overrides, config_dir(path));
+}
+
+Config load_config_file(const std::string& path, const nlohmann::json& overrides) {
+  return parse_config_text(read_config_text(path, "config file"), path, overrides,
+                           config_dir(path));
 }
 
 Config load_monitor_config_file(const std::string& path, const std::string& output_root) {
-  std::string text;
-  try {
-    text = read_text_file(path);
-  } catch (const FileError& e) {
-    throw ConfigError(path + ": cannot read the monitor's config file: " + e.reason());
-  }
   Config config;
   config.task = Task::Monitor;
   config.dump_path = output_root;
-  config.monitor = parse_monitor_config(parse_json_text(text, path), path);
+  config.monitor = parse_monitor_config(
+      parse_json_text(read_config_text(path, "the monitor's config file"), path), path);
   return config;
 }
 
