@@ -49,9 +49,15 @@ void bind_monitor(py::module_& m) {
   py::class_<TrainerMonitor, TaskProcessor, std::shared_ptr<TrainerMonitor>>(
       m, "TrainerMonitor", "TrainerMon: msprobe's training monitor, step by step.")
       .def("begin", &TrainerMonitor::begin, py::arg("first_step"), py::arg("rank"),
-           "set_monitor(): the first step's number and this rank (-1: not distributed).")
+           py::arg("micro_steps"),
+           "set_monitor(): the first step's number, this rank (-1: not distributed), "
+           "grad_acc_steps.")
       .def("watches", &TrainerMonitor::watches, py::arg("vpp_stage"), py::arg("name"),
            "Whether the config's targets take this parameter.")
+      .def("watches_module", &TrainerMonitor::watches_module, py::arg("vpp_stage"),
+           py::arg("name"), "Whether xy_distribution watches this module.")
+      .def("module_hooks", &TrainerMonitor::module_hooks, py::arg("tag"),
+           "(pre_hook, forward_hook) of watched module \"<vpp>:<name>\", with_kwargs=True.")
       .def(
           "watch",
           [](TrainerMonitor& t, const std::vector<std::pair<std::string, at::Tensor>>& params) {

@@ -7,9 +7,11 @@ as msprobe does, and hands each step's parameters, gradients and Adam moments ov
     monitor = TrainerMon("monitor_config.json", params_have_main_grad=False)
     monitor.set_monitor(model, optimizer)
 
-Built so far: wg_distribution, mv_distribution, param_distribution (docs/monitor.md).
+Built so far: xy_distribution, wg_distribution, mv_distribution, param_distribution
+(docs/monitor.md).
 """
 import atexit
+import inspect
 import os
 import weakref
 from typing import Any, List, Optional, Tuple
@@ -20,6 +22,7 @@ from . import _C
 from .ranks import current_rank
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_HOOKS_TAKE_KWARGS = "with_kwargs" in inspect.signature(torch.nn.Module.register_forward_hook).parameters
 _LIVE: "weakref.WeakSet[TrainerMon]" = weakref.WeakSet()
 
 
@@ -49,6 +52,7 @@ class TrainerMon:
         self._params_have_main_grad = bool(params_have_main_grad)
         self._params: List[Tuple[str, torch.nn.Parameter]] = []
         self._optimizer: Optional[torch.optim.Optimizer] = None
+        self._handles: List[Any] = []
         _LIVE.add(self)
 
     def set_monitor(self, model: Any, optimizer: torch.optim.Optimizer, grad_acc_steps: int = 1,
@@ -61,9 +65,28 @@ class TrainerMon:
                         for vpp, chunk in enumerate(chunks)
                         for name, param in chunk.named_parameters()
                         if param.requires_grad and self._monitor.watches(vpp, name)]
-        self._monitor.begin(first_step, current_rank())
+        self._monitor.begin(first_step, current_rank(), grad_acc_steps)
         self._monitor.watch([(name, param) for name, param in self._params])
+        for vpp, chunk in enumerate(chunks):
+            self._hook_modules(vpp, chunk)
         self._wrap_step(optimizer)
+
+    def _hook_modules(self, vpp: int, chunk: torch.nn.Module) -> None:
+        # xy_distribution: C++ hooks on the watched modules, as msprobe hooks them (the forward
+        # with its keyword arguments); the backward is taken on the forward's own autograd nodes.
+        for name, module in chunk.named_modules():
+            if not self._monitor.watches_module(vpp, name):
+                continue
+            if module.__class__.__name__ == "FullyShardedDataParallel":
+                continue  # msprobe skips FSDP1's wrapper: its inner module is the one watched
+            pre, post = self._monitor.module_hooks(f"{vpp}:{name}")
+            if _HOOKS_TAKE_KWARGS:
+                self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+                self._handles.append(module.register_forward_hook(post, with_kwargs=True))
+            else:  # torch 1.x: no keyword arguments reach a hook
+                self._handles.append(module.register_forward_pre_hook(pre))
+                self._handles.append(module.register_forward_hook(
+                    lambda m, args, output, post=post: post(m, args, None, output)))
 
     def _wrap_step(self, optimizer: torch.optim.Optimizer) -> None:
         # msprobe replaces the instance's step: the class's, and other optimizers, stay as they are.
@@ -81,6 +104,9 @@ class TrainerMon:
             monitor._monitor.end_step()
             if monitor._monitor.finished:
                 optimizer.step = original  # msprobe removes its hooks after collect_times steps
+                for handle in monitor._handles:
+                    handle.remove()
+                monitor._handles.clear()
             return out
 
         step.__wrapped__ = original  # type: ignore[attr-defined]

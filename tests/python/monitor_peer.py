@@ -2,7 +2,10 @@
 (issue 55): the same seeded model, batches and optimizer for both, so that their CSVs can be
 compared file by file. Run in the 26.2.0 venv (build-torch213/venv), where both import:
 
-    python monitor_peer.py {msprobe,msprobe_cpp} CONFIG.json OUT_DIR [STEPS]
+    python monitor_peer.py {msprobe,msprobe_cpp} CONFIG.json OUT_DIR [STEPS [MODEL [GRAD_ACC]]]
+
+MODEL is `net` (two linears) or `xy` (modules with several positional inputs, a keyword input,
+a tuple output holding None, one module called twice), GRAD_ACC the micro batches of a step.
 
 OUT_DIR gets the monitor's files (MONITOR_OUTPUT_DIR); `csv_files(OUT_DIR)` reads them back keyed
 by file name, the run folder's time and id left out."""
@@ -12,7 +15,8 @@ import sys
 from typing import Dict
 
 
-def train(tool: str, config_path: str, out: str, steps: int = 3) -> None:
+def train(tool: str, config_path: str, out: str, steps: int = 3, model_kind: str = "net",
+          grad_acc: int = 1) -> None:
     os.environ["MONITOR_OUTPUT_DIR"] = out  # both read it when the monitor is made
     import torch
     from torch import nn
@@ -31,15 +35,39 @@ def train(tool: str, config_path: str, out: str, steps: int = 3) -> None:
         def forward(self, x):
             return self.fc2(self.relu(self.fc1(x)))
 
+    class Pair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+
+        def forward(self, x, y, scale=None):
+            h = self.a(x) + y
+            return h * scale, h.sum(dim=1), None
+
+    class XyNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(4, 8)
+            self.pair = Pair()
+            self.fc2 = nn.Linear(8, 8)
+            self.head = nn.Linear(8, 2)
+
+        def forward(self, x):
+            h = self.fc1(x)
+            h, s, _ = self.pair(h, torch.relu(h), scale=torch.full_like(h, 0.5))
+            h = self.fc2(torch.relu(self.fc2(h)))
+            return self.head(h) + s.unsqueeze(1)
+
     torch.manual_seed(0)
-    model = Net()
+    model = Net() if model_kind == "net" else XyNet()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     monitor = TrainerMon(config_path, params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer, grad_acc_steps=1)
-    x, y = torch.randn(16, 4), torch.randn(16, 2)
+    monitor.set_monitor(model, optimizer, grad_acc_steps=grad_acc)
+    batches = [(torch.randn(16, 4), torch.randn(16, 2)) for _ in range(grad_acc)]
     for _ in range(steps):
         optimizer.zero_grad()
-        nn.functional.mse_loss(model(x), y).backward()
+        for x, y in batches:
+            (nn.functional.mse_loss(model(x), y) / grad_acc).backward()
         optimizer.step()
 
 
@@ -55,4 +83,6 @@ def csv_files(out: str) -> Dict[str, str]:
 
 
 if __name__ == "__main__":
-    train(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 3)
+    args = sys.argv[1:]
+    train(args[0], args[1], args[2], int(args[3]) if len(args) > 3 else 3,
+          args[4] if len(args) > 4 else "net", int(args[5]) if len(args) > 5 else 1)

@@ -98,52 +98,44 @@ std::vector<pybind11::handle> output_items(pybind11::handle output) {
   return items;
 }
 
-// One module call's backward while it runs. Shared by the hooks on its nodes.
-struct Pending {
-  std::weak_ptr<Session> session;
-  std::string key, base;
-  StackPtr stack;
-  std::mutex mu;
-  variable_list grads_in;   // per output item: the record's `input`
-  variable_list grads_out;  // per positional argument: its `output`
-  size_t waiting = 0;       // counted hooks still to run before the record is made
-  size_t counted = 0;
-  // This pass's call (kBackwardScopes): opened by the first output hook that runs.
-  bool opened = false;
+// A module call's backward recorded into its session, as `<key>.<n>`.
+class SessionBackward final : public ModuleBackwardReceiver {
+ public:
+  SessionBackward(std::weak_ptr<Session> session, std::string key, std::string base,
+                  StackPtr stack)
+      : session_(std::move(session)),
+        key_(std::move(key)),
+        base_(std::move(base)),
+        stack_(std::move(stack)) {}
+
+  // Numbered and opened as msprobe's backward pre-hook does on torch 2.x.
+  void pass_begins() override {
+    if (!kBackwardScopes) return;
+    std::shared_ptr<Session> s = session_.lock();
+    if (!s || !s->hooks().gate.backward()) return;
+    Opened o;
+    o.epoch = s->hooks().numbering.epoch();
+    o.name = key_ + "." + std::to_string(s->hooks().numbering.next_index(key_));
+    o.parent = s->hooks().backward_scope.open(o.name);
+    call_ = std::move(o);
+  }
+
+  std::function<void()> pass_ends(variable_list into, variable_list out_of) override {
+    return [this, into = std::move(into), out_of = std::move(out_of),
+            opened = std::exchange(call_, std::nullopt)]() mutable {
+      record(std::move(into), std::move(out_of), std::move(opened));
+    };
+  }
+
+ private:
   struct Opened {
     std::string name;
     uint64_t epoch = 0;
     std::optional<std::string> parent;
   };
-  std::optional<Opened> call;
 
-  // Under `mu`, at the first output hook of a pass: numbered and opened as msprobe's backward
-  // pre-hook does on torch 2.x.
-  void open() {
-    if (!kBackwardScopes || opened) return;
-    opened = true;
-    std::shared_ptr<Session> s = session.lock();
-    if (!s || !s->hooks().gate.backward()) return;
-    Opened o;
-    o.epoch = s->hooks().numbering.epoch();
-    o.name = key + "." + std::to_string(s->hooks().numbering.next_index(key));
-    o.parent = s->hooks().backward_scope.open(o.name);
-    call = std::move(o);
-  }
-
-  // Called by a counted hook, under `mu`: the record, when this was the last one.
-  std::optional<std::pair<variable_list, variable_list>> done() {
-    if (--waiting != 0) return std::nullopt;
-    waiting = counted;  // retain_graph: the next pass records again
-    auto out = std::make_pair(std::move(grads_in), std::move(grads_out));
-    grads_in.assign(out.first.size(), at::Tensor());
-    grads_out.assign(out.second.size(), at::Tensor());
-    return out;
-  }
-
-  // After done(), outside `mu`; `opened_call` is what open() made for this pass.
   void record(variable_list in, variable_list out, std::optional<Opened> opened_call) {
-    std::shared_ptr<Session> s = session.lock();
+    std::shared_ptr<Session> s = session_.lock();
     if (!s) return;
     if (kBackwardScopes) {
       if (!opened_call) return;  // not collecting when it opened
@@ -155,20 +147,48 @@ struct Pending {
       o = std::move(*opened_call);
     } else {
       o.epoch = s->hooks().numbering.epoch();
-      o.name = key + "." + std::to_string(s->hooks().numbering.next_index(key));
+      o.name = key_ + "." + std::to_string(s->hooks().numbering.next_index(key_));
     }
-    const Selected sel = s->hooks().selection.module_backward(o.name, base);
+    const Selected sel = s->hooks().selection.module_backward(o.name, base_);
     if (!sel.backward) return;
-    StoredCall c = backward_call(o.name, sel, stack, std::nullopt);
+    StoredCall c = backward_call(o.name, sel, stack_, std::nullopt);
     c.epoch = o.epoch;
     c.parent = std::move(o.parent);
     record_backward(*s, std::move(c), in, out);
   }
 
-  // Under `mu`, with done()'s result: this pass's call, and a fresh start for the next pass.
-  std::optional<Opened> take_call() {
-    opened = false;
-    return std::exchange(call, std::nullopt);
+  std::weak_ptr<Session> session_;
+  std::string key_, base_;
+  StackPtr stack_;
+  std::optional<Opened> call_;  // this pass's, under the call's lock
+};
+
+// One module call's backward while it runs. Shared by the hooks on its nodes.
+struct Pending {
+  std::shared_ptr<ModuleBackwardReceiver> receiver;
+  std::mutex mu;
+  variable_list grads_in;   // per output item: what flows into the module
+  variable_list grads_out;  // per positional argument: what flows out to it
+  size_t waiting = 0;       // counted hooks still to run before the pass ends
+  size_t counted = 0;
+  bool begun = false;  // this pass's first output hook ran
+
+  // Under `mu`, at each output hook.
+  void begin() {
+    if (std::exchange(begun, true)) return;
+    receiver->pass_begins();
+  }
+
+  // Called by a counted hook, under `mu`: what to run once `mu` is let go, when this was the
+  // last one.
+  std::function<void()> done() {
+    if (--waiting != 0) return nullptr;
+    waiting = counted;  // retain_graph: the next pass is handed over again
+    begun = false;
+    variable_list in = std::move(grads_in), out = std::move(grads_out);
+    grads_in.assign(in.size(), at::Tensor());
+    grads_out.assign(out.size(), at::Tensor());
+    return receiver->pass_ends(std::move(in), std::move(out));
   }
 };
 
@@ -199,11 +219,10 @@ class OutputHook : public torch::autograd::FunctionPreHook {
         counted_(counted) {}
 
   variable_list operator()(const variable_list& grads) override {
-    std::optional<std::pair<variable_list, variable_list>> ready;
-    std::optional<Pending::Opened> call;
+    std::function<void()> ready;
     {
       std::lock_guard<std::mutex> lock(p_->mu);
-      p_->open();
+      p_->begin();
       for (const Use& u : items_) {
         if (u.input_nr < grads.size()) p_->grads_in[u.item] = grads[u.input_nr];
       }
@@ -211,9 +230,8 @@ class OutputHook : public torch::autograd::FunctionPreHook {
         if (u.input_nr < grads.size()) add_to(p_->grads_out[u.item], grads[u.input_nr]);
       }
       if (counted_) ready = p_->done();
-      if (ready) call = p_->take_call();
     }
-    if (ready) p_->record(std::move(ready->first), std::move(ready->second), std::move(call));
+    if (ready) ready();
     return grads;
   }
 
@@ -235,17 +253,15 @@ class InputHook : public torch::autograd::FunctionPostHook {
       : p_(std::move(p)), uses_(std::move(uses)) {}
 
   variable_list operator()(const variable_list& outputs, const variable_list& /*inputs*/) override {
-    std::optional<std::pair<variable_list, variable_list>> ready;
-    std::optional<Pending::Opened> call;
+    std::function<void()> ready;
     {
       std::lock_guard<std::mutex> lock(p_->mu);
       for (const Use& u : uses_) {
         if (u.output < outputs.size()) add_to(p_->grads_out[u.arg], outputs[u.output]);
       }
       ready = p_->done();
-      if (ready) call = p_->take_call();
     }
-    if (ready) p_->record(std::move(ready->first), std::move(ready->second), std::move(call));
+    if (ready) ready();
     return outputs;
   }
 
@@ -349,10 +365,8 @@ std::vector<std::pair<NodePtr, std::vector<InputHook::Use>>> input_feeders(
 
 }  // namespace
 
-void attach_module_backward(const std::shared_ptr<Session>& session,
-                            const std::string& backward_key, const std::string& base,
-                            const ModuleBackwardStart& start, pybind11::handle output,
-                            StackPtr stack) {
+void attach_backward_receiver(const ModuleBackwardStart& start, pybind11::handle output,
+                              std::shared_ptr<ModuleBackwardReceiver> receiver) {
   PythonCrossing::assert_gil();
   const ModuleSpan span{start, at::sequence_number::peek()};
   const std::vector<pybind11::handle> items = output_items(output);
@@ -361,10 +375,7 @@ void attach_module_backward(const std::shared_ptr<Session>& session,
   auto feeders = input_feeders(span, out.nodes);
 
   auto p = std::make_shared<Pending>();
-  p->session = session;
-  p->key = backward_key;
-  p->base = base;
-  p->stack = std::move(stack);
+  p->receiver = std::move(receiver);
   p->grads_in.resize(items.size());
   p->grads_out.resize(start.inputs.size());
   // Without an input that takes a gradient, the record is made when the outputs' nodes have run
@@ -387,6 +398,16 @@ void attach_module_backward(const std::shared_ptr<Session>& session,
     node->add_post_hook(std::make_unique<InputHook>(p, std::move(uses)));
   }
   p->waiting = p->counted;
+}
+
+void attach_module_backward(const std::shared_ptr<Session>& session,
+                            const std::string& backward_key, const std::string& base,
+                            const ModuleBackwardStart& start, pybind11::handle output,
+                            StackPtr stack) {
+  PythonCrossing::assert_gil();
+  attach_backward_receiver(
+      start, output,
+      std::make_shared<SessionBackward>(session, backward_key, base, std::move(stack)));
 }
 
 }  // namespace msprobe

@@ -15,6 +15,9 @@
 
 #include <pybind11/pybind11.h>
 
+#include <torch/csrc/autograd/function_hook.h>
+
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,6 +31,25 @@ class Session;
 // autograd sequence number the forward can use. Null when grad mode is off. GIL required.
 struct ModuleBackwardStart;
 std::shared_ptr<ModuleBackwardStart> module_backward_start(pybind11::handle args);
+
+// Who is handed a module call's backward, pass by pass (a pass: one backward through it).
+// Its calls come from the autograd threads, under the call's own lock, one pass after another.
+class ModuleBackwardReceiver {
+ public:
+  virtual ~ModuleBackwardReceiver() = default;
+  // The first of the call's hooks in a pass has run.
+  virtual void pass_begins() {}
+  // Every gradient of the pass is in: `into`, per output item, what flows into the module;
+  // `out_of`, per positional argument, what flows out to it (undefined: none). Returns what to
+  // run once the call's lock is let go (the record), or nothing.
+  virtual std::function<void()> pass_ends(torch::autograd::variable_list into,
+                                          torch::autograd::variable_list out_of) = 0;
+};
+
+// At the forward hook: hooks the nodes of this module call, so that `receiver` is handed each
+// pass of its backward. GIL required.
+void attach_backward_receiver(const ModuleBackwardStart& start, pybind11::handle output,
+                              std::shared_ptr<ModuleBackwardReceiver> receiver);
 
 // At the forward hook: hooks the nodes of this module call, so that its backward is recorded as
 // `<backward_key>.<n>` (`base`: the module's name for selection). GIL required.

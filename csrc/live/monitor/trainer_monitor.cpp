@@ -39,17 +39,6 @@ std::string run_id() {
   return text;
 }
 
-// "0:fc1.weight" -> vpp stage "0", name "fc1.weight".
-MonitorRow row_of(const std::string& tag, int64_t step, std::vector<MonitorValue> values) {
-  MonitorRow r;
-  const size_t colon = tag.find(':');
-  r.vpp_stage = tag.substr(0, colon);
-  r.name = colon == std::string::npos ? "" : tag.substr(colon + 1);
-  r.step = step;
-  r.values = std::move(values);
-  return r;
-}
-
 // The keys whose files are not made here yet (issue 55): refused, one line each, rather than
 // left out of the run without a word.
 void refuse_unbuilt(const MonitorConfig& c) {
@@ -57,7 +46,6 @@ void refuse_unbuilt(const MonitorConfig& c) {
   const auto refuse = [&](bool on, const char* key) {
     if (on) lines.push_back(c.source + ": " + key + ": not built yet (issue 55)");
   };
-  refuse(c.families.xy_distribution, "xy_distribution");
   refuse(c.families.mg_direction, "mg_direction");
   refuse(c.families.cc_enabled, "cc_distribution.enable");
   refuse(c.families.monitor_mbs_grad, "monitor_mbs_grad");
@@ -76,27 +64,11 @@ void refuse_unbuilt(const MonitorConfig& c) {
 
 }  // namespace
 
-void TrainerMonitor::RowTable::put(const std::string& name, std::vector<MonitorValue> values) {
-  auto [it, added] = values_.insert_or_assign(name, std::move(values));
-  if (added) names_.push_back(name);
-}
-
-std::vector<MonitorRow> TrainerMonitor::RowTable::rows(int64_t step) const {
-  std::vector<MonitorRow> out;
-  out.reserve(names_.size());
-  for (const std::string& name : names_) out.push_back(row_of(name, step, values_.at(name)));
-  return out;
-}
-
-void TrainerMonitor::RowTable::clear() {
-  names_.clear();
-  values_.clear();
-}
-
 TrainerMonitor::TrainerMonitor(const TaskParts& parts)
     : config_(parts.config.monitor),
       output_root_(parts.config.dump_path),
-      time_tag_(shanghai_time_tag()) {
+      time_tag_(shanghai_time_tag()),
+      hook_rows_(std::make_shared<MonitorHookRows>(config_.output.ops, config_.output.eps)) {
   refuse_unbuilt(config_);
   for (MonitorOp op : config_.output.ops) op_names_.emplace_back(monitor_op_name(op));
   for (const std::string& note : config_.notes) say_warning(note);
@@ -106,10 +78,11 @@ TrainerMonitor::~TrainerMonitor() {
   writes_.drain();
 }
 
-void TrainerMonitor::begin(int64_t first_step, int rank) {
+void TrainerMonitor::begin(int64_t first_step, int rank, int64_t micro_steps) {
   step_ = first_step;
   rank_ = rank;
-  unreduced_->collecting = collects();
+  hook_rows_->set_micro_steps(micro_steps);
+  hook_rows_->set_collecting(collects());
   if (!config_.output.module_ranks.empty() && rank < 0) return;  // msprobe writes nothing then
   run_folder_ = (std::filesystem::path(output_root_) /
                  (time_tag_ + "-rank" + std::to_string(rank < 0 ? 0 : rank) + "-" + run_id()))
@@ -135,15 +108,28 @@ void TrainerMonitor::watch(const std::vector<std::pair<std::string, at::Tensor>>
   PythonCrossing::assert_gil();
   if (!config_.families.wg_distribution) return;
   for (const auto& [name, param] : params) {
-    auto after = [grads = unreduced_, name = name, ops = config_.output.ops,
-                  eps = config_.output.eps](const at::Tensor& p) {
-      if (!grads->collecting.load(std::memory_order_relaxed) || !p.grad().defined()) return;
-      std::vector<MonitorValue> values = monitor_values(p.grad(), ops, eps);
-      std::lock_guard<std::mutex> lock(grads->mu);
-      grads->rows.put(name, std::move(values));
+    auto after = [rows = hook_rows_, name = name](const at::Tensor& p) {
+      if (p.grad().defined()) rows->accumulated(name, p.grad());
     };
     if (auto token = on_accumulated_grad(param, std::move(after))) grad_hooks_.push_back(token);
   }
+}
+
+bool TrainerMonitor::watches_module(int vpp_stage, const std::string& name) const {
+  if (!config_.families.xy_distribution) return false;
+  if (config_.families.all_xy || config_.targets.empty()) return true;
+  const std::string tagged = std::to_string(vpp_stage) + ":" + name;
+  for (const std::string& target : config_.targets) {
+    const bool has_chunk = target.find(':') != std::string::npos;
+    if (tagged == (has_chunk ? target : std::to_string(vpp_stage) + ":" + target)) return true;
+  }
+  return false;
+}
+
+pybind11::tuple TrainerMonitor::module_hooks(const std::string& tag) const {
+  PythonCrossing::assert_gil();
+  const MonitorFamilies& f = config_.families;
+  return make_observer_hooks(hook_rows_, tag, !f.backward_only, !f.forward_only);
 }
 
 bool TrainerMonitor::collects() const {
@@ -200,13 +186,14 @@ void TrainerMonitor::after_step(const std::vector<StepParameter>& params) {
   }
 }
 
-void TrainerMonitor::write_table(const std::string& prefix, const RowTable& table) {
+void TrainerMonitor::write_table(const std::string& prefix, const MonitorRowTable& table) {
   if (table.empty() || run_folder_.empty()) return;
   const std::string path =
       (std::filesystem::path(run_folder_) /
        monitor_csv_name(prefix, step_, config_.schedule.step_count_per_record))
           .string();
-  std::string header = monitor_csv_header(false, op_names_);
+  const bool micro_step = prefix == "actv" || prefix == "actv_grad";
+  std::string header = monitor_csv_header(micro_step, op_names_);
   std::string rows = monitor_csv_rows(table.rows(step_), config_.output.ndigits);
   writes_.post([this, path, header = std::move(header), rows = std::move(rows)] {
     std::error_code ec;
@@ -222,10 +209,9 @@ void TrainerMonitor::write_table(const std::string& prefix, const RowTable& tabl
 void TrainerMonitor::end_step() {
   if (collects()) {
     ++written_steps_;
-    {
-      std::lock_guard<std::mutex> lock(unreduced_->mu);
-      write_table("grad_unreduced", unreduced_->rows);
-    }
+    hook_rows_->take([this](const char* prefix, const MonitorRowTable& table) {
+      write_table(prefix, table);
+    });
     write_table("grad_reduced", grad_reduced_);
     write_table("exp_avg", exp_avg_);
     write_table("exp_avg_sq", exp_avg_sq_);
@@ -233,7 +219,7 @@ void TrainerMonitor::end_step() {
     write_table("param_updated", param_updated_);
   }
   ++step_;
-  unreduced_->collecting = collects();
+  hook_rows_->set_collecting(collects());
   if (finished()) grad_hooks_.clear();  // msprobe removes its hooks after collect_times steps
   say_failures();
 }

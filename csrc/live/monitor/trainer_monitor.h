@@ -8,6 +8,8 @@
 // gradients come through the hooks next (docs/decisions.md, "The training monitor").
 #pragma once
 
+#include <pybind11/pybind11.h>
+
 #include <ATen/ATen.h>
 
 #include <atomic>
@@ -20,6 +22,8 @@
 
 #include "core/monitor_config.h"
 #include "core/monitor_csv.h"
+#include "core/monitor_row_table.h"
+#include "live/monitor/hook_rows.h"
 #include "live/session/task_processor.h"
 #include "live/session/write_thread.h"
 
@@ -40,15 +44,22 @@ class TrainerMonitor final : public TaskProcessor {
   explicit TrainerMonitor(const TaskParts& parts);
   ~TrainerMonitor();  // every step handed over is written first
 
-  // set_monitor(): the first step's number (start_iteration) and this rank (-1: not distributed);
-  // makes the run's folder, <output root>/<time>-rank<R>-<id>, when this rank writes.
-  void begin(int64_t first_step, int rank);
+  // set_monitor(): the first step's number (start_iteration), this rank (-1: not distributed)
+  // and the micro steps of a step (grad_acc_steps); makes the run's folder,
+  // <output root>/<time>-rank<R>-<id>, when this rank writes.
+  void begin(int64_t first_step, int rank, int64_t micro_steps);
   // Whether parameter `name` of model chunk `vpp_stage` is watched: msprobe's targets, each a
   // prefix of "<vpp_stage>:<name>" (every parameter without targets).
   bool watches(int vpp_stage, const std::string& name) const;
   // The watched parameters, in the model's order; with wg_distribution, the hooks on their
   // gradients' accumulation (grad_unreduced). GIL required.
   void watch(const std::vector<std::pair<std::string, at::Tensor>>& params);
+  // Whether module `name` of model chunk `vpp_stage` is watched (xy_distribution): its name is
+  // one of the targets, or all_xy.
+  bool watches_module(int vpp_stage, const std::string& name) const;
+  // (pre_hook, forward_hook) for watched module "<vpp_stage>:<name>", to be registered with
+  // with_kwargs=True. GIL required.
+  pybind11::tuple module_hooks(const std::string& tag) const;
   // Whether the current step is written.
   bool collects() const;
   // Before the optimizer's step: grad_reduced, exp_avg and exp_avg_sq (where the optimizer has
@@ -66,28 +77,9 @@ class TrainerMonitor final : public TaskProcessor {
   void drain();
 
  private:
-  // Rows by name, in the order each name first came, as msprobe's dicts keep them.
-  class RowTable {
-   public:
-    void put(const std::string& name, std::vector<MonitorValue> values);
-    std::vector<MonitorRow> rows(int64_t step) const;
-    bool empty() const { return names_.empty(); }
-    void clear();
-
-   private:
-    std::vector<std::string> names_;
-    std::map<std::string, std::vector<MonitorValue>> values_;
-  };
-  // wg_distribution's unreduced gradients: written by the accumulator hooks, on the threads that
-  // run the backward, while `collecting` (the step is written); read at the step's end.
-  struct UnreducedGrads {
-    std::atomic<bool> collecting{false};
-    std::mutex mu;
-    RowTable rows;  // guarded by mu
-  };
   std::vector<MonitorValue> values_of(const at::Tensor& t) const;
   std::vector<MonitorValue> missing_values() const;
-  void write_table(const std::string& prefix, const RowTable& table);
+  void write_table(const std::string& prefix, const MonitorRowTable& table);
   void failed(const std::string& why);
   void say_failures();
 
@@ -102,8 +94,8 @@ class TrainerMonitor final : public TaskProcessor {
   bool said_no_state_ = false;
   // msprobe never clears its gradient rows: a name not refreshed in a step is written again
   // with its last values. The others are this step's.
-  RowTable grad_reduced_, exp_avg_, exp_avg_sq_, param_origin_, param_updated_;
-  const std::shared_ptr<UnreducedGrads> unreduced_ = std::make_shared<UnreducedGrads>();
+  MonitorRowTable grad_reduced_, exp_avg_, exp_avg_sq_, param_origin_, param_updated_;
+  const std::shared_ptr<MonitorHookRows> hook_rows_;  // what the hooks saw this step
   std::vector<std::shared_ptr<void>> grad_hooks_;  // on_accumulated_grad's tokens
   std::mutex failed_mu_;
   std::vector<std::string> failed_;  // the write thread's errors, said by the training thread

@@ -1,0 +1,60 @@
+#include "live/monitor/hook_rows.h"
+
+#include <cmath>
+#include <utility>
+
+#include "live/monitor/monitor_stats.h"
+
+namespace msprobe {
+
+MonitorHookRows::MonitorHookRows(std::vector<MonitorOp> ops, double eps)
+    : ops_(std::move(ops)), eps_(eps) {}
+
+int64_t MonitorHookRows::next_micro(std::map<std::string, int64_t>& counters,
+                                    const std::string& name) {
+  int64_t& counter = counters[name];
+  const int64_t micro = counter;
+  counter = (counter + 1) % micro_steps_;
+  return micro;
+}
+
+void MonitorHookRows::put_slots(MonitorRowTable& table, const std::string& name, const char* side,
+                                int64_t micro, const ObservedTensors& slots) {
+  const std::string suffix = ":" + std::to_string(micro);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    std::string tag = name + "." + side;
+    if (slots.size() > 1) tag += "_" + std::to_string(i);
+    // msprobe fills a slot without a tensor with nan, shape and dtype too.
+    table.put(tag + suffix,
+              slots[i].defined()
+                  ? monitor_values(slots[i], ops_, eps_)
+                  : std::vector<MonitorValue>(ops_.size(), MonitorValue::of_real(std::nan(""))));
+  }
+}
+
+void MonitorHookRows::forward(const std::string& name, ObservedTensors inputs,
+                              ObservedTensors outputs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [table, added] = actv_.try_emplace(name);
+  if (added) module_order_.push_back(name);
+  const int64_t micro = next_micro(forward_micro_, name);
+  put_slots(table->second, name, "input", micro, inputs);
+  put_slots(table->second, name, "output", micro, outputs);
+}
+
+void MonitorHookRows::backward(const std::string& name, ObservedTensors input_grads,
+                               ObservedTensors output_grads) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t micro = next_micro(backward_micro_, name);
+  put_slots(actv_grad_, name, "input", micro, input_grads);
+  put_slots(actv_grad_, name, "output", micro, output_grads);
+}
+
+void MonitorHookRows::accumulated(const std::string& tag, const at::Tensor& grad) {
+  if (!observing()) return;
+  std::vector<MonitorValue> values = monitor_values(grad, ops_, eps_);
+  std::lock_guard<std::mutex> lock(mu_);
+  unreduced_.put(tag, std::move(values));
+}
+
+}  // namespace msprobe

@@ -1,0 +1,73 @@
+// What the training monitor's hooks see during a step (issue 55), kept until the step's end:
+// the modules' activations and their gradients (xy_distribution: actv, actv_grad) and the
+// parameters' gradients where autograd accumulates them (wg_distribution: grad_unreduced). The
+// hooks run on the training thread (forwards) and on the threads that run the backward; each
+// table is guarded by one lock, and nothing is computed on a step that is not written.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/monitor_config.h"
+#include "core/monitor_row_table.h"
+#include "live/hooks/module_observer.h"
+
+namespace msprobe {
+
+class MonitorHookRows final : public ModuleObserver {
+ public:
+  MonitorHookRows(std::vector<MonitorOp> ops, double eps);
+  // grad_acc_steps: a module's calls are numbered 0 to micro_steps - 1, then again. Set before
+  // any hook is registered.
+  void set_micro_steps(int64_t micro_steps) { micro_steps_ = micro_steps < 1 ? 1 : micro_steps; }
+
+  // Whether the step under way is written: the hooks look only then.
+  void set_collecting(bool on) { collecting_.store(on, std::memory_order_relaxed); }
+  bool observing() const override { return collecting_.load(std::memory_order_relaxed); }
+
+  void forward(const std::string& name, ObservedTensors inputs, ObservedTensors outputs) override;
+  void backward(const std::string& name, ObservedTensors input_grads,
+                ObservedTensors output_grads) override;
+  // A watched parameter's gradient, just accumulated.
+  void accumulated(const std::string& tag, const at::Tensor& grad);
+
+  // The step's end: `write(prefix, table)` for each table with rows, in msprobe's order (each
+  // module's activations one write, in the order the modules were first called; then the
+  // activations' gradients; then the unreduced gradients). The activations are then cleared;
+  // the gradients are kept, as msprobe keeps them.
+  template <typename Write>
+  void take(Write&& write) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& module : module_order_) {
+      MonitorRowTable& table = actv_[module];
+      if (!table.empty()) write("actv", table);
+      table.clear();
+    }
+    if (!actv_grad_.empty()) write("actv_grad", actv_grad_);
+    if (!unreduced_.empty()) write("grad_unreduced", unreduced_);
+  }
+
+ private:
+  // Each slot's row: "<name>.<side>:<micro>" for one slot, "<name>.<side>_<i>:<micro>" for several.
+  void put_slots(MonitorRowTable& table, const std::string& name, const char* side,
+                 int64_t micro, const ObservedTensors& slots);
+  int64_t next_micro(std::map<std::string, int64_t>& counters, const std::string& name);
+
+  const std::vector<MonitorOp> ops_;
+  const double eps_;
+  int64_t micro_steps_ = 1;
+  std::atomic<bool> collecting_{false};
+  std::mutex mu_;
+  // Guarded by mu_:
+  std::vector<std::string> module_order_;  // by first forward
+  std::map<std::string, MonitorRowTable> actv_;
+  std::map<std::string, int64_t> forward_micro_, backward_micro_;
+  MonitorRowTable actv_grad_, unreduced_;
+};
+
+}  // namespace msprobe
