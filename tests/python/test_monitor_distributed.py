@@ -6,9 +6,9 @@ gradient, grad_reduced the gradient after DDP's all-reduce (the same on both ran
 `module_ranks: [1]` makes rank 1 alone write. Under FSDP2 (fully_shard) each rank's values are
 its local shards' (the shape column: the shard's for grad_reduced, the DTensor's whole shape for
 param_* and exp_avg*, as msprobe 26.2.0 writes them). In every run the losses and the final state
-are bit-identical to the same run without the monitor. Two xfail(strict) tests hold what msprobe
-26.2.0 does and this product does not yet: no run folder on a rank outside module_ranks, and
-grad_unreduced under FSDP2 (both pass on msprobe's own TrainerMon run in this worker).
+are bit-identical to the same run without the monitor. An xfail(strict) test holds what msprobe
+26.2.0 does and this product does not: grad_unreduced under FSDP2 (it passes on msprobe's own
+TrainerMon run in this worker; docs/monitor.md says why it is not done here).
 
 This file is also the ranks' worker (dist_runs.run_ranks(worker=this file)):
 
@@ -308,10 +308,6 @@ def test_ddp_module_ranks_1_makes_rank_1_alone_write(ddp_run):
         assert (folders[1] / f).read_text() == (full / f).read_text(), f
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "product: with module_ranks [1] rank 0 still makes an empty run folder <time>-rank0-<id> "
-    "(TrainerMonitor::begin makes it on every rank); msprobe 26.2.0 makes the writer, and its "
-    "folder, only on a rank that writes"))
 def test_ddp_module_ranks_1_rank_0_makes_no_run_folder(ddp_run):
     """msprobe 26.2.0 makes a run folder only on a rank of module_ranks (its writer is made only
     there): with module_ranks [1], the output folder holds rank 1's run folder alone."""

@@ -83,7 +83,9 @@ void TrainerMonitor::begin(int64_t first_step, int rank, int64_t micro_steps) {
   rank_ = rank;
   hook_rows_->set_micro_steps(micro_steps);
   hook_rows_->set_collecting(collects());
-  if (!config_.output.module_ranks.empty() && rank < 0) return;  // msprobe writes nothing then
+  // msprobe makes its writer, and the run's folder, only on the ranks that write.
+  const auto& ranks = config_.output.module_ranks;
+  if (!ranks.empty() && std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) return;
   run_folder_ = (std::filesystem::path(output_root_) /
                  (time_tag_ + "-rank" + std::to_string(rank < 0 ? 0 : rank) + "-" + run_id()))
                     .string();
