@@ -21,7 +21,9 @@ namespace {
 
 // [(name, param, grad or None, in the optimizer's state, exp_avg or None, exp_avg_sq or None)].
 std::vector<StepParameter> step_parameters(const std::vector<py::tuple>& items) {
-  const auto tensor = [](py::handle h) { return h.is_none() ? at::Tensor() : h.cast<at::Tensor>(); };
+  const auto tensor = [](py::handle h) {
+    return h.is_none() ? at::Tensor() : h.cast<at::Tensor>();
+  };
   std::vector<StepParameter> params;
   params.reserve(items.size());
   for (const py::tuple& item : items) {
@@ -52,6 +54,9 @@ void bind_monitor(py::module_& m) {
            py::arg("micro_steps"),
            "set_monitor(): the first step's number, this rank (-1: not distributed), "
            "grad_acc_steps.")
+      .def("place", &TrainerMonitor::place, py::arg("pp_stage"), py::arg("group_mates"),
+           py::arg("module_classes"),
+           "anomaly.json's pp_stage and group_mates; each module's class by \"<vpp>:<name>\".")
       .def("watches", &TrainerMonitor::watches, py::arg("vpp_stage"), py::arg("name"),
            "Whether the config's targets take this parameter.")
       .def("watches_module", &TrainerMonitor::watches_module, py::arg("vpp_stage"),

@@ -19,6 +19,7 @@ class MonitorRowTable {
   // The rows for step `step`: the tag split on ':' as msprobe splits it (chunk, name, then the
   // columns after the step).
   std::vector<MonitorRow> rows(int64_t step) const;
+  const std::vector<std::string>& tags() const { return tags_; }  // in rows()'s order
   bool empty() const { return tags_.empty(); }
   size_t size() const { return tags_.size(); }
   void clear();

@@ -50,6 +50,7 @@ class TrainerMon:
         self._session = _C.monitor_session(os.fspath(config_file_path), output_root, PACKAGE_DIR)
         self._monitor = self._session.task_processor
         self._params_have_main_grad = bool(params_have_main_grad)
+        self._process_group = process_group
         self._params: List[Tuple[str, torch.nn.Parameter]] = []
         self._optimizer: Optional[torch.optim.Optimizer] = None
         self._handles: List[Any] = []
@@ -66,10 +67,21 @@ class TrainerMon:
                         for name, param in chunk.named_parameters()
                         if param.requires_grad and self._monitor.watches(vpp, name)]
         self._monitor.begin(first_step, current_rank(), grad_acc_steps)
+        self._monitor.place(*self._group_place(), {f"{vpp}:{name}": type(module).__name__
+                                                   for vpp, chunk in enumerate(chunks)
+                                                   for name, module in chunk.named_modules()})
         self._monitor.watch([(name, param) for name, param in self._params])
         for vpp, chunk in enumerate(chunks):
             self._hook_modules(vpp, chunk)
         self._wrap_step(optimizer)
+
+    def _group_place(self) -> Tuple[int, List[int]]:
+        # anomaly.json's pp_stage and group_mates: this rank in the monitor's group, and its ranks.
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            return 0, [0]
+        group = self._process_group if isinstance(self._process_group, dist.ProcessGroup) else dist.group.WORLD
+        return dist.get_group_rank(group, dist.get_rank()), list(dist.get_process_group_ranks(group))
 
     def _hook_modules(self, vpp: int, chunk: torch.nn.Module) -> None:
         # xy_distribution: C++ hooks on the watched modules, as msprobe hooks them (the forward

@@ -4,6 +4,7 @@
 
 #include "live/capture/is_tensor.h"
 #include "live/crossing/python_crossing.h"
+#include "live/crossing/python_frames.h"
 #include "live/hooks/module_backward.h"
 
 namespace py = pybind11;
@@ -73,6 +74,24 @@ bool in_training(py::handle module) {
   return PyObject_IsTrue(training.ptr()) == 1;
 }
 
+// "<file>:<line>" of the innermost frame outside torch and this package: the user's line that
+// called the module. GIL required.
+std::string caller_line() {
+  PythonCrossing::assert_gil();
+  for (py::object frame = py::reinterpret_borrow<py::object>(PythonFrames::current()); frame;
+       frame = PythonFrames::caller(frame)) {
+    const py::object code = PythonFrames::code(frame);
+    if (!code) break;
+    const std::string file = py::str(PythonFrames::file_of(code)).cast<std::string>();
+    if (file.find("/torch/") != std::string::npos ||
+        file.find("/msprobe_cpp/") != std::string::npos || file.rfind("<frozen", 0) == 0) {
+      continue;
+    }
+    return file + ":" + std::to_string(PythonFrames::line_at(code, PythonFrames::place(frame)));
+  }
+  return "";
+}
+
 }  // namespace
 
 py::tuple make_observer_hooks(std::shared_ptr<ModuleObserver> observer, const std::string& name,
@@ -84,10 +103,12 @@ py::tuple make_observer_hooks(std::shared_ptr<ModuleObserver> observer, const st
     auto start = module_backward_start(args);
     if (start) forwards->open.emplace_back(module, std::move(start));
   };
-  auto post = [observer, forwards, name, forward, backward](
+  auto sourced = std::make_shared<bool>(false);  // GIL-guarded, as the hooks
+  auto post = [observer, forwards, sourced, name, forward, backward](
                   py::handle module, py::handle args, py::handle kwargs, py::handle output) {
     std::shared_ptr<ModuleBackwardStart> start = backward ? forwards->take(module) : nullptr;
     if (!observer->observing() || !in_training(module)) return;
+    if (!std::exchange(*sourced, true)) observer->called_from(name, caller_line());
     if (forward) {
       ObservedTensors inputs;
       add_tensors(args, inputs);

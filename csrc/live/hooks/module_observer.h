@@ -28,6 +28,9 @@ class ModuleObserver {
   // each element; anything else, none). GIL held.
   virtual void forward(const std::string& name, ObservedTensors inputs,
                        ObservedTensors outputs) = 0;
+  // Where the module was first called from while observed: "<file>:<line>", the innermost frame
+  // outside torch and this package. GIL held.
+  virtual void called_from(const std::string& /*name*/, const std::string& /*source*/) {}
   // A pass of its backward: the gradients flowing out to each positional argument, and in from
   // each output item. On the thread that runs the backward, without the GIL.
   virtual void backward(const std::string& name, ObservedTensors input_grads,

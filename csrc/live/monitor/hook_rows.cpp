@@ -18,12 +18,14 @@ int64_t MonitorHookRows::next_micro(std::map<std::string, int64_t>& counters,
   return micro;
 }
 
-void MonitorHookRows::put_slots(MonitorRowTable& table, const std::string& name, const char* side,
-                                int64_t micro, const ObservedTensors& slots) {
+void MonitorHookRows::put_slots(MonitorRowTable& table, const std::string& family,
+                                const std::string& name, const char* side, int64_t micro,
+                                const ObservedTensors& slots) {
   const std::string suffix = ":" + std::to_string(micro);
   for (size_t i = 0; i < slots.size(); ++i) {
     std::string tag = name + "." + side;
     if (slots.size() > 1) tag += "_" + std::to_string(i);
+    register_call_locked(tag + suffix + "/" + family);
     // msprobe fills a slot without a tensor with nan, shape and dtype too.
     table.put(tag + suffix,
               slots[i].defined()
@@ -38,23 +40,56 @@ void MonitorHookRows::forward(const std::string& name, ObservedTensors inputs,
   auto [table, added] = actv_.try_emplace(name);
   if (added) module_order_.push_back(name);
   const int64_t micro = next_micro(forward_micro_, name);
-  put_slots(table->second, name, "input", micro, inputs);
-  put_slots(table->second, name, "output", micro, outputs);
+  put_slots(table->second, "actv", name, "input", micro, inputs);
+  put_slots(table->second, "actv", name, "output", micro, outputs);
 }
 
 void MonitorHookRows::backward(const std::string& name, ObservedTensors input_grads,
                                ObservedTensors output_grads) {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t micro = next_micro(backward_micro_, name);
-  put_slots(actv_grad_, name, "input", micro, input_grads);
-  put_slots(actv_grad_, name, "output", micro, output_grads);
+  put_slots(actv_grad_, "actv_grad", name, "input", micro, input_grads);
+  put_slots(actv_grad_, "actv_grad", name, "output", micro, output_grads);
 }
 
 void MonitorHookRows::accumulated(const std::string& tag, const at::Tensor& grad) {
   if (!observing()) return;
   std::vector<MonitorValue> values = monitor_values(grad, ops_, eps_);
   std::lock_guard<std::mutex> lock(mu_);
+  register_call_locked(tag + "/acc_grad");
   unreduced_.put(tag, std::move(values));
+}
+
+void MonitorHookRows::called_from(const std::string& name, const std::string& source) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sources_[name] = source;
+}
+
+void MonitorHookRows::register_call_locked(const std::string& key) {
+  call_ids_[key] = next_call_id_++;
+}
+
+void MonitorHookRows::register_call(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  register_call_locked(key);
+}
+
+int64_t MonitorHookRows::call_id(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = call_ids_.find(key);
+  return it == call_ids_.end() ? -1 : it->second;
+}
+
+void MonitorHookRows::reset_calls() {
+  std::lock_guard<std::mutex> lock(mu_);
+  call_ids_.clear();
+  next_call_id_ = 0;
+}
+
+std::string MonitorHookRows::source_of(const std::string& module) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sources_.find(module);
+  return it == sources_.end() ? "" : it->second;
 }
 
 }  // namespace msprobe

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/monitor_config.h"
@@ -33,8 +34,17 @@ class MonitorHookRows final : public ModuleObserver {
   void forward(const std::string& name, ObservedTensors inputs, ObservedTensors outputs) override;
   void backward(const std::string& name, ObservedTensors input_grads,
                 ObservedTensors output_grads) override;
+  void called_from(const std::string& name, const std::string& source) override;
   // A watched parameter's gradient, just accumulated.
   void accumulated(const std::string& tag, const at::Tensor& grad);
+
+  // msprobe's call ids: the order in which the step's tags came ("<tag>/<family>": the forward's
+  // and the backward's slots, each accumulation, each optimizer moment), for its anomaly.json.
+  void register_call(const std::string& key);
+  int64_t call_id(const std::string& key) const;  // -1: it did not come
+  void reset_calls();
+  // Where module "<vpp>:<name>" was first called from; "" if it was not seen.
+  std::string source_of(const std::string& module) const;
 
   // The step's end: `write(prefix, table)` for each table with rows, in msprobe's order (each
   // module's activations one write, in the order the modules were first called; then the
@@ -42,32 +52,40 @@ class MonitorHookRows final : public ModuleObserver {
   // the gradients are kept, as msprobe keeps them.
   template <typename Write>
   void take(Write&& write) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const std::string& module : module_order_) {
-      MonitorRowTable& table = actv_[module];
-      if (!table.empty()) write("actv", table);
-      table.clear();
+    std::vector<std::pair<const char*, MonitorRowTable>> taken;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const std::string& module : module_order_) {
+        MonitorRowTable& table = actv_[module];
+        if (!table.empty()) taken.emplace_back("actv", std::move(table));
+        table.clear();
+      }
+      if (!actv_grad_.empty()) taken.emplace_back("actv_grad", actv_grad_);
+      if (!unreduced_.empty()) taken.emplace_back("grad_unreduced", unreduced_);
     }
-    if (!actv_grad_.empty()) write("actv_grad", actv_grad_);
-    if (!unreduced_.empty()) write("grad_unreduced", unreduced_);
+    for (const auto& [prefix, table] : taken) write(prefix, table);
   }
 
  private:
   // Each slot's row: "<name>.<side>:<micro>" for one slot, "<name>.<side>_<i>:<micro>" for several.
-  void put_slots(MonitorRowTable& table, const std::string& name, const char* side,
-                 int64_t micro, const ObservedTensors& slots);
+  void put_slots(MonitorRowTable& table, const std::string& family, const std::string& name,
+                 const char* side, int64_t micro, const ObservedTensors& slots);
+  void register_call_locked(const std::string& key);
   int64_t next_micro(std::map<std::string, int64_t>& counters, const std::string& name);
 
   const std::vector<MonitorOp> ops_;
   const double eps_;
   int64_t micro_steps_ = 1;
   std::atomic<bool> collecting_{false};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   // Guarded by mu_:
   std::vector<std::string> module_order_;  // by first forward
   std::map<std::string, MonitorRowTable> actv_;
   std::map<std::string, int64_t> forward_micro_, backward_micro_;
   MonitorRowTable actv_grad_, unreduced_;
+  std::map<std::string, int64_t> call_ids_;
+  int64_t next_call_id_ = 0;
+  std::map<std::string, std::string> sources_;
 };
 
 }  // namespace msprobe

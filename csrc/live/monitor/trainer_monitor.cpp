@@ -53,7 +53,6 @@ void refuse_unbuilt(const MonitorConfig& c) {
   refuse(c.output.squash_name, "squash_name");
   refuse(c.output.print_struct, "print_struct");
   refuse(c.output.stack_info, "stack_info");
-  refuse(!c.alerts.rules.empty(), "alert.rules");
   refuse(c.schedule.dynamic_on, "dynamic_on");
   if (lines.empty()) return;
   std::string text = lines.front();
@@ -68,7 +67,8 @@ TrainerMonitor::TrainerMonitor(const TaskParts& parts)
     : config_(parts.config.monitor),
       output_root_(parts.config.dump_path),
       time_tag_(shanghai_time_tag()),
-      hook_rows_(std::make_shared<MonitorHookRows>(config_.output.ops, config_.output.eps)) {
+      hook_rows_(std::make_shared<MonitorHookRows>(config_.output.ops, config_.output.eps)),
+      alerting_(config_, parts.config.overflow_check.headroom, hook_rows_) {
   refuse_unbuilt(config_);
   for (MonitorOp op : config_.output.ops) op_names_.emplace_back(monitor_op_name(op));
   for (const std::string& note : config_.notes) say_warning(note);
@@ -92,6 +92,18 @@ void TrainerMonitor::begin(int64_t first_step, int rank, int64_t micro_steps) {
   std::error_code ec;
   std::filesystem::create_directories(run_folder_, ec);
   if (ec) failed(run_folder_ + ": cannot make the run's folder: " + ec.message());
+  // msprobe's anomaly.json is beside the run folders, reset to {} when the monitor starts.
+  const std::string anomaly_folder = alerting_.begin(output_root_, rank);
+  if (anomaly_folder.empty()) return;
+  std::filesystem::create_directories(anomaly_folder, ec);
+  if (ec) failed(anomaly_folder + ": cannot make the folder: " + ec.message());
+  write_text(anomaly_folder + "/anomaly.json", "{}");
+  std::filesystem::remove(anomaly_folder + "/anomaly_context.json", ec);
+}
+
+void TrainerMonitor::place(int pp_stage, std::vector<int> group_mates,
+                           std::map<std::string, std::string> module_classes) {
+  alerting_.place(pp_stage, std::move(group_mates), std::move(module_classes));
 }
 
 bool TrainerMonitor::watches(int vpp_stage, const std::string& name) const {
@@ -158,7 +170,9 @@ void TrainerMonitor::before_step(const std::vector<StepParameter>& params,
                                  bool optimizer_has_state) {
   if (config_.families.wg_distribution) {
     for (const StepParameter& p : params) {
-      if (p.grad.defined()) grad_reduced_.put(p.name, values_of(p.grad));
+      if (!p.grad.defined()) continue;
+      hook_rows_->register_call(p.name + "/post_grad");
+      grad_reduced_.put(p.name, values_of(p.grad));
     }
   }
   exp_avg_.clear();
@@ -166,6 +180,12 @@ void TrainerMonitor::before_step(const std::vector<StepParameter>& params,
   if (config_.families.mv_distribution && !optimizer_has_state && !said_no_state_) {
     said_no_state_ = true;  // msprobe's line, said once: Adam has no state before its first step
     say_warning("optimizer state can not accessed");
+  }
+  if (config_.families.mv_distribution) {
+    // msprobe numbers every watched parameter's moments in its call ids, state or not.
+    for (const char* family : {"/exp_avg", "/exp_avg_sq"}) {
+      for (const StepParameter& p : params) hook_rows_->register_call(p.name + family);
+    }
   }
   if (config_.families.mv_distribution && optimizer_has_state) {
     for (const StepParameter& p : params) {
@@ -190,6 +210,7 @@ void TrainerMonitor::after_step(const std::vector<StepParameter>& params) {
 
 void TrainerMonitor::write_table(const std::string& prefix, const MonitorRowTable& table) {
   if (table.empty() || run_folder_.empty()) return;
+  if (alerting_.on()) alerting_.scan(prefix, table, step_);
   const std::string path =
       (std::filesystem::path(run_folder_) /
        monitor_csv_name(prefix, step_, config_.schedule.step_count_per_record))
@@ -219,11 +240,32 @@ void TrainerMonitor::end_step() {
     write_table("exp_avg_sq", exp_avg_sq_);
     write_table("param_origin", param_origin_);
     write_table("param_updated", param_updated_);
+    write_anomalies();
+    hook_rows_->reset_calls();
   }
   ++step_;
   hook_rows_->set_collecting(collects());
   if (finished()) grad_hooks_.clear();  // msprobe removes its hooks after collect_times steps
   say_failures();
+}
+
+void TrainerMonitor::write_anomalies() {
+  for (auto& [path, text] : alerting_.step_written()) write_text(path, std::move(text));
+}
+
+void TrainerMonitor::write_text(const std::string& path, std::string text) {
+  writes_.post([this, path, text = std::move(text)] {
+    const std::string part = path + ".part";
+    {
+      std::ofstream out(part, std::ios::trunc | std::ios::binary);
+      out << text;
+      out.flush();
+      if (!out) return failed(path + ": cannot write");
+    }
+    std::error_code ec;
+    std::filesystem::rename(part, path, ec);  // whole or not at all
+    if (ec) failed(path + ": cannot write: " + ec.message());
+  });
 }
 
 void TrainerMonitor::drain() {

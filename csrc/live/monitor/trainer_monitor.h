@@ -24,6 +24,7 @@
 #include "core/monitor_csv.h"
 #include "core/monitor_row_table.h"
 #include "live/monitor/hook_rows.h"
+#include "live/monitor/monitor_alerting.h"
 #include "live/session/task_processor.h"
 #include "live/session/write_thread.h"
 
@@ -48,6 +49,10 @@ class TrainerMonitor final : public TaskProcessor {
   // and the micro steps of a step (grad_acc_steps); makes the run's folder,
   // <output root>/<time>-rank<R>-<id>, when this rank writes.
   void begin(int64_t first_step, int rank, int64_t micro_steps);
+  // Where this rank stands for anomaly.json (pp_stage, group_mates) and each module's class by
+  // "<vpp>:<name>" (the calls an alert names). Before the first step.
+  void place(int pp_stage, std::vector<int> group_mates,
+             std::map<std::string, std::string> module_classes);
   // Whether parameter `name` of model chunk `vpp_stage` is watched: msprobe's targets, each a
   // prefix of "<vpp_stage>:<name>" (every parameter without targets).
   bool watches(int vpp_stage, const std::string& name) const;
@@ -81,6 +86,8 @@ class TrainerMonitor final : public TaskProcessor {
   std::vector<MonitorValue> missing_values() const;
   void write_table(const std::string& prefix, const MonitorRowTable& table);
   void failed(const std::string& why);
+  void write_anomalies();
+  void write_text(const std::string& path, std::string text);
   void say_failures();
 
   const MonitorConfig config_;
@@ -96,6 +103,7 @@ class TrainerMonitor final : public TaskProcessor {
   // with its last values. The others are this step's.
   MonitorRowTable grad_reduced_, exp_avg_, exp_avg_sq_, param_origin_, param_updated_;
   const std::shared_ptr<MonitorHookRows> hook_rows_;  // what the hooks saw this step
+  MonitorAlerting alerting_;
   std::vector<std::shared_ptr<void>> grad_hooks_;  // on_accumulated_grad's tokens
   std::mutex failed_mu_;
   std::vector<std::string> failed_;  // the write thread's errors, said by the training thread
