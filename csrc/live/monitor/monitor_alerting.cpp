@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "core/monitor_events.h"
 #include "live/log/tool_log.h"
 
 namespace msprobe {
@@ -36,16 +37,6 @@ void MonitorAlerting::place(int pp_stage, std::vector<int> group_mates,
   module_classes_ = std::move(module_classes);
 }
 
-namespace {
-
-// msprobe's internal tag of a family's rows: "<tag>/rank<R>/<this>".
-const char* family_tag(const std::string& prefix) {
-  if (prefix == "grad_unreduced") return "acc_grad";
-  if (prefix == "grad_reduced") return "post_grad";
-  return prefix.c_str();
-}
-
-}  // namespace
 
 MonitorRowOrigin MonitorAlerting::origin_of(const std::string& prefix,
                                            const std::string& tag) const {
@@ -74,7 +65,7 @@ MonitorRowOrigin MonitorAlerting::origin_of(const std::string& prefix,
 void MonitorAlerting::scan(const std::string& prefix, const MonitorRowTable& table,
                            int64_t step) {
   const std::string rank = "/rank" + std::to_string(rank_) + "/";
-  const char* family = family_tag(prefix);
+  const std::string family = monitor_family_tag(prefix);
   const std::vector<MonitorRow> rows = table.rows(step);
   for (size_t i = 0; i < rows.size(); ++i) {
     const std::string& tag = table.tags()[i];

@@ -9,8 +9,12 @@
 #include <fstream>
 #include <random>
 
+#include <unistd.h>
+
 #include "core/config.h"
 #include "core/config_error.h"
+#include "core/monitor_events.h"
+#include "core/tensorboard_events.h"
 #include "live/crossing/python_crossing.h"
 #include "live/hooks/parameter_grads.h"
 #include "live/log/tool_log.h"
@@ -49,7 +53,6 @@ void refuse_unbuilt(const MonitorConfig& c) {
   refuse(c.families.mg_direction, "mg_direction");
   refuse(c.families.cc_enabled, "cc_distribution.enable");
   refuse(c.families.monitor_mbs_grad, "monitor_mbs_grad");
-  refuse(c.output.format == MonitorOutput::Format::TensorBoard, "format \"tensorboard\"");
   refuse(c.output.squash_name, "squash_name");
   refuse(c.output.print_struct, "print_struct");
   refuse(c.output.stack_info, "stack_info");
@@ -70,7 +73,6 @@ TrainerMonitor::TrainerMonitor(const TaskParts& parts)
       hook_rows_(std::make_shared<MonitorHookRows>(config_.output.ops, config_.output.eps)),
       alerting_(config_, parts.config.overflow_check.headroom, hook_rows_) {
   refuse_unbuilt(config_);
-  for (MonitorOp op : config_.output.ops) op_names_.emplace_back(monitor_op_name(op));
   for (const std::string& note : config_.notes) say_warning(note);
 }
 
@@ -92,6 +94,7 @@ void TrainerMonitor::begin(int64_t first_step, int rank, int64_t micro_steps) {
   std::error_code ec;
   std::filesystem::create_directories(run_folder_, ec);
   if (ec) failed(run_folder_ + ": cannot make the run's folder: " + ec.message());
+  if (config_.output.format == MonitorOutput::Format::TensorBoard) start_events();
   // msprobe's anomaly.json is beside the run folders, reset to {} when the monitor starts.
   const std::string anomaly_folder = alerting_.begin(output_root_, rank);
   if (anomaly_folder.empty()) return;
@@ -99,6 +102,20 @@ void TrainerMonitor::begin(int64_t first_step, int rank, int64_t micro_steps) {
   if (ec) failed(anomaly_folder + ": cannot make the folder: " + ec.message());
   write_text(anomaly_folder + "/anomaly.json", "{}");
   std::filesystem::remove(anomaly_folder + "/anomaly_context.json", ec);
+}
+
+void TrainerMonitor::start_events() {
+  // TensorBoard's own writer names its file after the host, the process and a counter.
+  char host[256] = "localhost";
+  gethostname(host, sizeof host - 1);
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  events_file_ = (std::filesystem::path(run_folder_) /
+                  tensorboard_file_name(now, std::string(host) + "." +
+                                                 std::to_string(getpid()) + ".0"))
+                     .string();
+  append(events_file_, tensorboard_file_version_record(now));
 }
 
 void TrainerMonitor::place(int pp_stage, std::vector<int> group_mates,
@@ -211,12 +228,15 @@ void TrainerMonitor::after_step(const std::vector<StepParameter>& params) {
 void TrainerMonitor::write_table(const std::string& prefix, const MonitorRowTable& table) {
   if (table.empty() || run_folder_.empty()) return;
   if (alerting_.on()) alerting_.scan(prefix, table, step_);
+  if (!events_file_.empty()) return write_events(prefix, table);
   const std::string path =
       (std::filesystem::path(run_folder_) /
        monitor_csv_name(prefix, step_, config_.schedule.step_count_per_record))
           .string();
   const bool micro_step = prefix == "actv" || prefix == "actv_grad";
-  std::string header = monitor_csv_header(micro_step, op_names_);
+  std::vector<std::string> op_names;
+  for (MonitorOp op : config_.output.ops) op_names.emplace_back(monitor_op_name(op));
+  std::string header = monitor_csv_header(micro_step, op_names);
   std::string rows = monitor_csv_rows(table.rows(step_), config_.output.ndigits);
   writes_.post([this, path, header = std::move(header), rows = std::move(rows)] {
     std::error_code ec;
@@ -224,6 +244,24 @@ void TrainerMonitor::write_table(const std::string& prefix, const MonitorRowTabl
     std::ofstream out(path, std::ios::app | std::ios::binary);
     if (is_new) out << header;
     out << rows;
+    out.flush();
+    if (!out) failed(path + ": cannot write");
+  });
+}
+
+void TrainerMonitor::write_events(const std::string& prefix, const MonitorRowTable& table) {
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  const std::string tail =
+      "/rank" + std::to_string(rank_ < 0 ? 0 : rank_) + "/" + monitor_family_tag(prefix);
+  append(events_file_, monitor_event_records(table, tail, config_.output.ops, step_, now));
+}
+
+void TrainerMonitor::append(const std::string& path, std::string bytes) {
+  writes_.post([this, path, bytes = std::move(bytes)] {
+    std::ofstream out(path, std::ios::app | std::ios::binary);
+    out << bytes;
     out.flush();
     if (!out) failed(path + ": cannot write");
   });

@@ -87,6 +87,9 @@ class TrainerMonitor final : public TaskProcessor {
   void write_table(const std::string& prefix, const MonitorRowTable& table);
   void failed(const std::string& why);
   void write_anomalies();
+  void start_events();
+  void write_events(const std::string& prefix, const MonitorRowTable& table);
+  void append(const std::string& path, std::string bytes);
   void write_text(const std::string& path, std::string text);
   void say_failures();
 
@@ -94,7 +97,7 @@ class TrainerMonitor final : public TaskProcessor {
   const std::string output_root_;
   const std::string time_tag_;  // "Dec06_06-45-53": when the monitor was made
   std::string run_folder_;
-  std::vector<std::string> op_names_;
+  std::string events_file_;  // format "tensorboard": the run's event file, else ""
   int64_t step_ = 0;
   int rank_ = -1;
   int64_t written_steps_ = 0;
