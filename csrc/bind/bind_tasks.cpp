@@ -57,10 +57,10 @@ void bind_monitor(py::module_& m) {
       .def("place", &TrainerMonitor::place, py::arg("pp_stage"), py::arg("group_mates"),
            py::arg("module_classes"),
            "anomaly.json's pp_stage and group_mates; each module's class by \"<vpp>:<name>\".")
-      .def("watches", &TrainerMonitor::watches, py::arg("vpp_stage"), py::arg("name"),
-           "Whether the config's targets take this parameter.")
-      .def("watches_module", &TrainerMonitor::watches_module, py::arg("vpp_stage"),
-           py::arg("name"), "Whether xy_distribution watches this module.")
+      .def("parameter_tag", &TrainerMonitor::parameter_tag, py::arg("vpp_stage"),
+           py::arg("name"), "The parameter's tag if the targets take it, else None.")
+      .def("module_tag", &TrainerMonitor::module_tag, py::arg("vpp_stage"), py::arg("name"),
+           "The module's tag if xy_distribution watches it, else None.")
       .def("module_hooks", &TrainerMonitor::module_hooks, py::arg("tag"),
            "(pre_hook, forward_hook) of watched module \"<vpp>:<name>\", with_kwargs=True.")
       .def(

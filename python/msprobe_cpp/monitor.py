@@ -62,10 +62,12 @@ class TrainerMon:
         _int_argument("grad_acc_steps", grad_acc_steps, 1)
         first_step = _int_argument("start_iteration", start_iteration, 0)
         chunks = model if isinstance(model, (list, tuple)) else [model]
-        self._params = [(f"{vpp}:{name}", param)
-                        for vpp, chunk in enumerate(chunks)
-                        for name, param in chunk.named_parameters()
-                        if param.requires_grad and self._monitor.watches(vpp, name)]
+        self._params = []
+        for vpp, chunk in enumerate(chunks):
+            for name, param in chunk.named_parameters():
+                tag = self._monitor.parameter_tag(vpp, name) if param.requires_grad else None
+                if tag is not None:
+                    self._params.append((tag, param))
         self._monitor.begin(first_step, current_rank(), grad_acc_steps)
         self._monitor.place(*self._group_place(), {f"{vpp}:{name}": type(module).__name__
                                                    for vpp, chunk in enumerate(chunks)
@@ -87,11 +89,10 @@ class TrainerMon:
         # xy_distribution: C++ hooks on the watched modules, as msprobe hooks them (the forward
         # with its keyword arguments); the backward is taken on the forward's own autograd nodes.
         for name, module in chunk.named_modules():
-            if not self._monitor.watches_module(vpp, name):
-                continue
-            if module.__class__.__name__ == "FullyShardedDataParallel":
+            tag = self._monitor.module_tag(vpp, name)
+            if tag is None or module.__class__.__name__ == "FullyShardedDataParallel":
                 continue  # msprobe skips FSDP1's wrapper: its inner module is the one watched
-            pre, post = self._monitor.module_hooks(f"{vpp}:{name}")
+            pre, post = self._monitor.module_hooks(tag)
             if _HOOKS_TAKE_KWARGS:
                 self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
                 self._handles.append(module.register_forward_hook(post, with_kwargs=True))

@@ -4,8 +4,9 @@ compared file by file. Run in the 26.2.0 venv (build-torch213/venv), where both 
 
     python monitor_peer.py {msprobe,msprobe_cpp} CONFIG.json OUT_DIR [STEPS [MODEL [GRAD_ACC]]]
 
-MODEL is `net` (two linears) or `xy` (modules with several positional inputs, a keyword input,
-a tuple output holding None, one module called twice), GRAD_ACC the micro batches of a step.
+MODEL is `net` (two linears), `xy` (modules with several positional inputs, a keyword input,
+a tuple output holding None, one module called twice) or `stack` (names squash_name shortens),
+GRAD_ACC the micro batches of a step.
 
 OUT_DIR gets the monitor's files (MONITOR_OUTPUT_DIR); `csv_files(OUT_DIR)` reads them back keyed
 by file name, the run folder's time and id left out."""
@@ -58,8 +59,31 @@ def train(tool: str, config_path: str, out: str, steps: int = 3, model_kind: str
             h = self.fc2(torch.relu(self.fc2(h)))
             return self.head(h) + s.unsqueeze(1)
 
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+
+    class Stack(nn.Module):  # names that squash_name shortens: model.layers.<i>, model.norm
+        def __init__(self):
+            super().__init__()
+            self.inp = nn.Linear(4, 8)
+            self.model = nn.Module()
+            self.model.layers = nn.ModuleList([Block(), Block()])
+            self.model.norm = nn.LayerNorm(8)
+            self.output = nn.Linear(8, 2)
+
+        def forward(self, x):
+            h = self.inp(x)
+            for block in self.model.layers:
+                h = block(h)
+            return self.output(self.model.norm(h))
+
     torch.manual_seed(0)
-    model = Net() if model_kind == "net" else XyNet()
+    model = {"net": Net, "xy": XyNet, "stack": Stack}[model_kind]()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     monitor = TrainerMon(config_path, params_have_main_grad=False)
     monitor.set_monitor(model, optimizer, grad_acc_steps=grad_acc)

@@ -77,6 +77,27 @@ def test_the_activation_csvs_are_msprobes_own(tmp_path, config, grad_acc):
         assert ours[name] == theirs[name], name
 
 
+@pytest.mark.slow
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+@pytest.mark.parametrize("config,grad_acc", [
+    ({"squash_name": True, "xy_distribution": True, "all_xy": True, "wg_distribution": True,
+      "mv_distribution": True, "mg_direction": True, "monitor_mbs_grad": True, "ops": ["norm", "max"]}, 2),
+    ({"squash_name": True, "targets": {"layers.0.fc": {}, "norm": {}, "model.layers.1": {}}, "xy_distribution": True,
+      "wg_distribution": True, "param_distribution": True, "mg_direction": True, "ops": ["min", "mean"]}, 1),
+], ids=["squash-mg-mbs", "squash-targets"])
+def test_squashed_names_mg_direction_and_micro_step_grads_are_msprobes_own(tmp_path, config, grad_acc):
+    """squash_name (names shortened from their last .layers., .norm, ...; targets matched on
+    either name), mg_direction (the `other` files) and monitor_mbs_grad (grad_unreduced per micro
+    step): the same files and rows as msprobe 26.2.0's, byte for byte."""
+    theirs = peer_run("msprobe", config, tmp_path / "msprobe", 3, "stack", grad_acc)
+    ours = peer_run("msprobe_cpp", config, tmp_path / "ours", 3, "stack", grad_acc)
+    assert any(name.startswith("other") for name in theirs), sorted(theirs)
+    assert sorted(ours) == sorted(theirs)
+    for name in theirs:
+        assert ours[name] == theirs[name], name
+
+
 ALERTS = {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}},
                     {"rule_name": "AnomalyNan", "args": {"threshold": 5.0}}], "dump": True}
 
@@ -265,12 +286,12 @@ def test_a_start_iteration_numbers_the_steps(tmp_path, monkeypatch):
 
 def test_what_is_not_built_is_refused_by_name(tmp_path):
     path = tmp_path / "monitor.json"
-    path.write_text(json.dumps({"xy_distribution": True, "mg_direction": True, "print_struct": True}))
+    path.write_text(json.dumps({"xy_distribution": True, "print_struct": True, "stack_info": True}))
     with pytest.raises(msprobe_cpp.ConfigError) as e:
         msprobe_cpp.TrainerMon(str(path))
     lines = str(e.value).splitlines()
-    assert f"{path}: mg_direction: not built yet (issue 55)" in lines
     assert f"{path}: print_struct: not built yet (issue 55)" in lines
+    assert f"{path}: stack_info: not built yet (issue 55)" in lines
 
 
 def test_a_bad_config_is_one_line_per_key(tmp_path):

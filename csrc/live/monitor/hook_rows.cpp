@@ -7,8 +7,8 @@
 
 namespace msprobe {
 
-MonitorHookRows::MonitorHookRows(std::vector<MonitorOp> ops, double eps)
-    : ops_(std::move(ops)), eps_(eps) {}
+MonitorHookRows::MonitorHookRows(std::vector<MonitorOp> ops, double eps, bool per_micro_step)
+    : ops_(std::move(ops)), eps_(eps), per_micro_step_(per_micro_step) {}
 
 int64_t MonitorHookRows::next_micro(std::map<std::string, int64_t>& counters,
                                     const std::string& name) {
@@ -56,8 +56,11 @@ void MonitorHookRows::accumulated(const std::string& tag, const at::Tensor& grad
   if (!observing()) return;
   std::vector<MonitorValue> values = monitor_values(grad, ops_, eps_);
   std::lock_guard<std::mutex> lock(mu_);
-  register_call_locked(tag + "/acc_grad");
-  unreduced_.put(tag, std::move(values));
+  // monitor_mbs_grad: each micro step's gradient as it stands then, "<tag>:<micro>".
+  const std::string key =
+      per_micro_step_ ? tag + ":" + std::to_string(next_micro(accumulated_micro_, tag)) : tag;
+  register_call_locked(key + "/acc_grad");
+  unreduced_.put(key, std::move(values));
 }
 
 void MonitorHookRows::called_from(const std::string& name, const std::string& source) {

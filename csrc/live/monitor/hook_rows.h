@@ -22,7 +22,8 @@ namespace msprobe {
 
 class MonitorHookRows final : public ModuleObserver {
  public:
-  MonitorHookRows(std::vector<MonitorOp> ops, double eps);
+  // `per_micro_step`: monitor_mbs_grad, a row of unreduced gradients per micro step.
+  MonitorHookRows(std::vector<MonitorOp> ops, double eps, bool per_micro_step);
   // grad_acc_steps: a module's calls are numbered 0 to micro_steps - 1, then again. Set before
   // any hook is registered.
   void set_micro_steps(int64_t micro_steps) { micro_steps_ = micro_steps < 1 ? 1 : micro_steps; }
@@ -75,13 +76,14 @@ class MonitorHookRows final : public ModuleObserver {
 
   const std::vector<MonitorOp> ops_;
   const double eps_;
+  const bool per_micro_step_;
   int64_t micro_steps_ = 1;
   std::atomic<bool> collecting_{false};
   mutable std::mutex mu_;
   // Guarded by mu_:
   std::vector<std::string> module_order_;  // by first forward
   std::map<std::string, MonitorRowTable> actv_;
-  std::map<std::string, int64_t> forward_micro_, backward_micro_;
+  std::map<std::string, int64_t> forward_micro_, backward_micro_, accumulated_micro_;
   MonitorRowTable actv_grad_, unreduced_;
   std::map<std::string, int64_t> call_ids_;
   int64_t next_call_id_ = 0;

@@ -7,21 +7,22 @@
 
 namespace msprobe {
 
-MonitorAlerting::MonitorAlerting(const MonitorConfig& config, double headroom,
-                                 std::shared_ptr<MonitorHookRows> hook_rows)
+MonitorAlerting::MonitorAlerting(const MonitorConfig& config, std::string output_root,
+                                 double headroom, std::shared_ptr<MonitorHookRows> hook_rows)
     : ops_(config.output.ops),
       dump_(config.alerts.dump),
+      output_root_(std::move(output_root)),
       hook_rows_(std::move(hook_rows)),
       anomalies_(config.alerts.rules, headroom > 0 ? headroom : 0.5) {}
 
-std::string MonitorAlerting::begin(const std::string& output_root, int rank) {
+std::string MonitorAlerting::begin(int rank) {
   rank_ = rank < 0 ? 0 : rank;
   MonitorAnomalies::Place at;
   at.rank = rank_;
   at.group_mates = {rank_};
   anomalies_.set_place(std::move(at));
   if (!on() || !dump_) return "";
-  folder_ = (std::filesystem::path(output_root) / "anomaly_detected" /
+  folder_ = (std::filesystem::path(output_root_) / "anomaly_detected" /
              ("rank" + std::to_string(rank_)))
                 .string();
   return folder_;

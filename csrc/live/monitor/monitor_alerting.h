@@ -20,12 +20,12 @@ namespace msprobe {
 
 class MonitorAlerting {
  public:
-  MonitorAlerting(const MonitorConfig& config, double headroom,
+  MonitorAlerting(const MonitorConfig& config, std::string output_root, double headroom,
                   std::shared_ptr<MonitorHookRows> hook_rows);
   bool on() const { return anomalies_.on(); }
   // This rank (-1: not distributed). With `alert.dump`, the folder of its anomaly.json,
   // <root>/anomaly_detected/rank<R> (else ""): the caller makes it and resets the file.
-  std::string begin(const std::string& output_root, int rank);
+  std::string begin(int rank);
   // anomaly.json's pp_stage and group_mates; each module's class by "<vpp>:<name>".
   void place(int pp_stage, std::vector<int> group_mates,
              std::map<std::string, std::string> module_classes);
@@ -39,6 +39,7 @@ class MonitorAlerting {
 
   const std::vector<MonitorOp> ops_;
   const bool dump_;
+  const std::string output_root_;
   const std::shared_ptr<MonitorHookRows> hook_rows_;
   MonitorAnomalies anomalies_;
   int rank_ = 0;

@@ -50,10 +50,7 @@ void refuse_unbuilt(const MonitorConfig& c) {
   const auto refuse = [&](bool on, const char* key) {
     if (on) lines.push_back(c.source + ": " + key + ": not built yet (issue 55)");
   };
-  refuse(c.families.mg_direction, "mg_direction");
   refuse(c.families.cc_enabled, "cc_distribution.enable");
-  refuse(c.families.monitor_mbs_grad, "monitor_mbs_grad");
-  refuse(c.output.squash_name, "squash_name");
   refuse(c.output.print_struct, "print_struct");
   refuse(c.output.stack_info, "stack_info");
   refuse(c.schedule.dynamic_on, "dynamic_on");
@@ -68,10 +65,11 @@ void refuse_unbuilt(const MonitorConfig& c) {
 
 TrainerMonitor::TrainerMonitor(const TaskParts& parts)
     : config_(parts.config.monitor),
-      output_root_(parts.config.dump_path),
-      time_tag_(shanghai_time_tag()),
-      hook_rows_(std::make_shared<MonitorHookRows>(config_.output.ops, config_.output.eps)),
-      alerting_(config_, parts.config.overflow_check.headroom, hook_rows_) {
+      run_prefix_((std::filesystem::path(parts.config.dump_path) / shanghai_time_tag()).string()),
+      names_(config_.targets, config_.output.squash_name, config_.families.all_xy),
+      hook_rows_(std::make_shared<MonitorHookRows>(config_.output.ops, config_.output.eps,
+                                                   config_.families.monitor_mbs_grad)),
+      alerting_(config_, parts.config.dump_path, parts.config.overflow_check.headroom, hook_rows_) {
   refuse_unbuilt(config_);
   for (const std::string& note : config_.notes) say_warning(note);
 }
@@ -88,15 +86,13 @@ void TrainerMonitor::begin(int64_t first_step, int rank, int64_t micro_steps) {
   // msprobe makes its writer, and the run's folder, only on the ranks that write.
   const auto& ranks = config_.output.module_ranks;
   if (!ranks.empty() && std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) return;
-  run_folder_ = (std::filesystem::path(output_root_) /
-                 (time_tag_ + "-rank" + std::to_string(rank < 0 ? 0 : rank) + "-" + run_id()))
-                    .string();
+  run_folder_ = run_prefix_ + "-rank" + std::to_string(rank < 0 ? 0 : rank) + "-" + run_id();
   std::error_code ec;
   std::filesystem::create_directories(run_folder_, ec);
   if (ec) failed(run_folder_ + ": cannot make the run's folder: " + ec.message());
   if (config_.output.format == MonitorOutput::Format::TensorBoard) start_events();
   // msprobe's anomaly.json is beside the run folders, reset to {} when the monitor starts.
-  const std::string anomaly_folder = alerting_.begin(output_root_, rank);
+  const std::string anomaly_folder = alerting_.begin(rank);
   if (anomaly_folder.empty()) return;
   std::filesystem::create_directories(anomaly_folder, ec);
   if (ec) failed(anomaly_folder + ": cannot make the folder: " + ec.message());
@@ -123,16 +119,8 @@ void TrainerMonitor::place(int pp_stage, std::vector<int> group_mates,
   alerting_.place(pp_stage, std::move(group_mates), std::move(module_classes));
 }
 
-bool TrainerMonitor::watches(int vpp_stage, const std::string& name) const {
-  if (config_.targets.empty()) return true;
-  const std::string tagged = std::to_string(vpp_stage) + ":" + name;
-  for (const std::string& target : config_.targets) {
-    // A target without a chunk is every chunk's ("fc1" is "0:fc1" in chunk 0).
-    const std::string prefix =
-        target.find(':') == std::string::npos ? std::to_string(vpp_stage) + ":" + target : target;
-    if (tagged.compare(0, prefix.size(), prefix) == 0) return true;
-  }
-  return false;
+std::optional<std::string> TrainerMonitor::parameter_tag(int vpp_stage, const std::string& name) {
+  return names_.parameter(vpp_stage, name);
 }
 
 void TrainerMonitor::watch(const std::vector<std::pair<std::string, at::Tensor>>& params) {
@@ -146,15 +134,10 @@ void TrainerMonitor::watch(const std::vector<std::pair<std::string, at::Tensor>>
   }
 }
 
-bool TrainerMonitor::watches_module(int vpp_stage, const std::string& name) const {
-  if (!config_.families.xy_distribution) return false;
-  if (config_.families.all_xy || config_.targets.empty()) return true;
-  const std::string tagged = std::to_string(vpp_stage) + ":" + name;
-  for (const std::string& target : config_.targets) {
-    const bool has_chunk = target.find(':') != std::string::npos;
-    if (tagged == (has_chunk ? target : std::to_string(vpp_stage) + ":" + target)) return true;
-  }
-  return false;
+std::optional<std::string> TrainerMonitor::module_tag(int vpp_stage,
+                                                      const std::string& name) const {
+  if (!config_.families.xy_distribution) return std::nullopt;
+  return names_.module(vpp_stage, name);
 }
 
 pybind11::tuple TrainerMonitor::module_hooks(const std::string& tag) const {
@@ -189,12 +172,13 @@ void TrainerMonitor::before_step(const std::vector<StepParameter>& params,
     for (const StepParameter& p : params) {
       if (!p.grad.defined()) continue;
       hook_rows_->register_call(p.name + "/post_grad");
-      grad_reduced_.put(p.name, values_of(p.grad));
+      tables_.grad_reduced.put(p.name, values_of(p.grad));
     }
   }
-  exp_avg_.clear();
-  exp_avg_sq_.clear();
-  if (config_.families.mv_distribution && !optimizer_has_state && !said_no_state_) {
+  tables_.exp_avg.clear();
+  tables_.exp_avg_sq.clear();
+  const bool moments = config_.families.mv_distribution || config_.families.mg_direction;
+  if (moments && !optimizer_has_state && !said_no_state_) {
     said_no_state_ = true;  // msprobe's line, said once: Adam has no state before its first step
     say_warning("optimizer state can not accessed");
   }
@@ -207,21 +191,45 @@ void TrainerMonitor::before_step(const std::vector<StepParameter>& params,
   if (config_.families.mv_distribution && optimizer_has_state) {
     for (const StepParameter& p : params) {
       if (!p.in_state) continue;
-      exp_avg_.put(p.name, p.exp_avg.defined() ? values_of(p.exp_avg) : missing_values());
-      exp_avg_sq_.put(p.name, p.exp_avg_sq.defined() ? values_of(p.exp_avg_sq) : missing_values());
+      const auto of = [this](const at::Tensor& t) {
+        return t.defined() ? values_of(t) : missing_values();
+      };
+      tables_.exp_avg.put(p.name, of(p.exp_avg));
+      tables_.exp_avg_sq.put(p.name, of(p.exp_avg_sq));
     }
   }
   if (config_.families.param_distribution) {
     for (const StepParameter& p : params) {
-      if (p.param.numel() != 0) param_origin_.put(p.name, values_of(p.param));
+      if (p.param.numel() != 0) tables_.param_origin.put(p.name, values_of(p.param));
     }
+  }
+  if (config_.families.mg_direction) put_mg_direction(params);
+}
+
+void TrainerMonitor::put_mg_direction(const std::vector<StepParameter>& params) {
+  // msprobe's share of elements whose gradient and first moment agree in sign, 1.0 at step 0.
+  for (const StepParameter& p : params) {
+    hook_rows_->register_call(p.name + "/mg_direction");
+    if (!p.grad.defined()) {
+      say_warning("grad is None: " + p.name + ", maybe something wrong happened.");
+      continue;
+    }
+    at::Tensor ratio;
+    if (step_ == 0 || !p.exp_avg.defined() || p.exp_avg.numel() == 0) {
+      ratio = at::scalar_tensor(1.0, at::kFloat);
+    } else {
+      at::NoGradGuard no_grad;
+      const at::Tensor signs = p.grad.sign() * p.exp_avg.sign();
+      ratio = (signs.sum() / p.exp_avg.numel() + 1) / 2;
+    }
+    tables_.other.put(p.name, values_of(ratio));
   }
 }
 
 void TrainerMonitor::after_step(const std::vector<StepParameter>& params) {
   if (!config_.families.param_distribution) return;
   for (const StepParameter& p : params) {
-    if (p.param.numel() != 0) param_updated_.put(p.name, values_of(p.param));
+    if (p.param.numel() != 0) tables_.param_updated.put(p.name, values_of(p.param));
   }
 }
 
@@ -233,7 +241,8 @@ void TrainerMonitor::write_table(const std::string& prefix, const MonitorRowTabl
       (std::filesystem::path(run_folder_) /
        monitor_csv_name(prefix, step_, config_.schedule.step_count_per_record))
           .string();
-  const bool micro_step = prefix == "actv" || prefix == "actv_grad";
+  const bool micro_step = prefix == "actv" || prefix == "actv_grad" ||
+                          (prefix == "grad_unreduced" && config_.families.monitor_mbs_grad);
   std::vector<std::string> op_names;
   for (MonitorOp op : config_.output.ops) op_names.emplace_back(monitor_op_name(op));
   std::string header = monitor_csv_header(micro_step, op_names);
@@ -273,11 +282,13 @@ void TrainerMonitor::end_step() {
     hook_rows_->take([this](const char* prefix, const MonitorRowTable& table) {
       write_table(prefix, table);
     });
-    write_table("grad_reduced", grad_reduced_);
-    write_table("exp_avg", exp_avg_);
-    write_table("exp_avg_sq", exp_avg_sq_);
-    write_table("param_origin", param_origin_);
-    write_table("param_updated", param_updated_);
+    write_table("grad_reduced", tables_.grad_reduced);
+    write_table("exp_avg", tables_.exp_avg);
+    write_table("exp_avg_sq", tables_.exp_avg_sq);
+    write_table("param_origin", tables_.param_origin);
+    write_table("param_updated", tables_.param_updated);
+    write_table("other", tables_.other);
+    tables_.other.clear();
     write_anomalies();
     hook_rows_->reset_calls();
   }

@@ -17,11 +17,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/monitor_config.h"
 #include "core/monitor_csv.h"
+#include "core/monitor_names.h"
 #include "core/monitor_row_table.h"
 #include "live/monitor/hook_rows.h"
 #include "live/monitor/monitor_alerting.h"
@@ -53,15 +55,15 @@ class TrainerMonitor final : public TaskProcessor {
   // "<vpp>:<name>" (the calls an alert names). Before the first step.
   void place(int pp_stage, std::vector<int> group_mates,
              std::map<std::string, std::string> module_classes);
-  // Whether parameter `name` of model chunk `vpp_stage` is watched: msprobe's targets, each a
-  // prefix of "<vpp_stage>:<name>" (every parameter without targets).
-  bool watches(int vpp_stage, const std::string& name) const;
+  // Parameter `name` of model chunk `vpp_stage`: its tag ("0:fc1.weight") if the config's
+  // targets take it, else none. Once per parameter, in the model's order (a squashed name taken
+  // twice keeps its full name the second time).
+  std::optional<std::string> parameter_tag(int vpp_stage, const std::string& name);
   // The watched parameters, in the model's order; with wg_distribution, the hooks on their
   // gradients' accumulation (grad_unreduced). GIL required.
   void watch(const std::vector<std::pair<std::string, at::Tensor>>& params);
-  // Whether module `name` of model chunk `vpp_stage` is watched (xy_distribution): its name is
-  // one of the targets, or all_xy.
-  bool watches_module(int vpp_stage, const std::string& name) const;
+  // Module `name` of model chunk `vpp_stage`: its tag if xy_distribution watches it.
+  std::optional<std::string> module_tag(int vpp_stage, const std::string& name) const;
   // (pre_hook, forward_hook) for watched module "<vpp_stage>:<name>", to be registered with
   // with_kwargs=True. GIL required.
   pybind11::tuple module_hooks(const std::string& tag) const;
@@ -87,6 +89,7 @@ class TrainerMonitor final : public TaskProcessor {
   void write_table(const std::string& prefix, const MonitorRowTable& table);
   void failed(const std::string& why);
   void write_anomalies();
+  void put_mg_direction(const std::vector<StepParameter>& params);
   void start_events();
   void write_events(const std::string& prefix, const MonitorRowTable& table);
   void append(const std::string& path, std::string bytes);
@@ -94,8 +97,9 @@ class TrainerMonitor final : public TaskProcessor {
   void say_failures();
 
   const MonitorConfig config_;
-  const std::string output_root_;
-  const std::string time_tag_;  // "Dec06_06-45-53": when the monitor was made
+  // "<root>/Dec06_06-45-53": the output root and when the monitor was made (msprobe's name).
+  const std::string run_prefix_;
+  MonitorNames names_;
   std::string run_folder_;
   std::string events_file_;  // format "tensorboard": the run's event file, else ""
   int64_t step_ = 0;
@@ -104,7 +108,11 @@ class TrainerMonitor final : public TaskProcessor {
   bool said_no_state_ = false;
   // msprobe never clears its gradient rows: a name not refreshed in a step is written again
   // with its last values. The others are this step's.
-  MonitorRowTable grad_reduced_, exp_avg_, exp_avg_sq_, param_origin_, param_updated_;
+  struct StepTables {
+    MonitorRowTable grad_reduced, exp_avg, exp_avg_sq, param_origin, param_updated;
+    MonitorRowTable other;  // mg_direction
+  };
+  StepTables tables_;
   const std::shared_ptr<MonitorHookRows> hook_rows_;  // what the hooks saw this step
   MonitorAlerting alerting_;
   std::vector<std::shared_ptr<void>> grad_hooks_;  // on_accumulated_grad's tokens
