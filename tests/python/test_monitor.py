@@ -427,3 +427,60 @@ def test_format_tensorboard_is_read_back_by_tensorboard(tmp_path, monkeypatch):
     assert compared > 100
     assert "0:fc1.input:0/rank0/actv_norm" in scalars and "0:fc2.weight/rank0/exp_avg_sq_max" in scalars
     assert [s for s, _ in scalars["0:fc1.weight/rank0/post_grad_norm"]] == [0, 1, 2]
+
+
+def guarded_run(tmp_path, monkeypatch, steps, monitored, nan_at=None):
+    """Net trained under the guard (task overflow_check, level L1), with or without the monitor
+    (xy, wg, mv on fc1 and fc2). Returns the losses, the state and the stop, if any."""
+    from dumps import debugger
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    name = "monitored" if monitored else "bare"
+    if monitored:
+        config = {"targets": {"fc1": {}, "fc2": {}}, "xy_distribution": True, **FAMILIES, "ops": ["max", "norm"],
+                  "alert": {"rules": [{"rule_name": "AnomalyNan"}], "dump": True}}
+        (tmp_path / "monitor.json").write_text(json.dumps(config))
+        monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / f"{name}-monitor"))
+        monitor = msprobe_cpp.TrainerMon(str(tmp_path / "monitor.json"), params_have_main_grad=False)
+        monitor.set_monitor(model, optimizer)
+    dbg = debugger(tmp_path / name)
+    x, y = torch.randn(16, 4), torch.randn(16, 2)
+    losses, stop = [], None
+    for step in range(steps):
+        dbg.start(model)
+        batch = x.clone()
+        if step == nan_at:
+            batch[0, 0] = float("nan")
+        try:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(batch), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        except msprobe_cpp.OverflowError as e:
+            stop = e
+            break
+        finally:
+            dbg.stop()
+        dbg.step()
+    if monitored:
+        monitor.drain()
+    return losses, model.state_dict(), stop
+
+
+def test_the_monitor_runs_beside_the_guard(tmp_path, monkeypatch):
+    """TrainerMon and PrecisionDebugger(task overflow_check) on one model: the clean run trains
+    bit for bit as under the guard alone, with no stop and the monitor's files written; a NaN in
+    the batch is still stopped by the guard at its first call, with origin input, in its step."""
+    bare_losses, bare_state, bare_stop = guarded_run(tmp_path, monkeypatch, 3, monitored=False)
+    losses, state, stop = guarded_run(tmp_path, monkeypatch, 3, monitored=True)
+    assert bare_stop is None and stop is None
+    assert losses == bare_losses
+    assert all(torch.equal(state[k], bare_state[k]) for k in bare_state)
+    files = csv_files(str(tmp_path / "monitored-monitor"))
+    assert {"actv_2-2.csv", "actv_grad_2-2.csv", "grad_unreduced_2-2.csv", "exp_avg_2-2.csv"} <= set(files)
+    (tmp_path / "nan").mkdir()
+    _, _, stop = guarded_run(tmp_path / "nan", monkeypatch, 3, monitored=True, nan_at=1)
+    assert stop is not None and (stop.step, stop.origin) == (1, "input")
+    assert stop.call.startswith("Functional.linear.0")
