@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "core/python_text.h"
 
@@ -36,12 +37,41 @@ std::string dtype_text(const at::Tensor& x) {
   return "torch." + name;
 }
 
-MonitorValue op_value(const at::Tensor& x, MonitorOp op, double eps) {
+// What several ops share, made once per tensor: its float64 copy (norm, mean) and its min and
+// max from one pass (aminmax gives the same values as min and max).
+class SharedWork {
+ public:
+  explicit SharedWork(const at::Tensor& x) : x_(x) {}
+  const at::Tensor& as_double() {
+    if (!double_.defined()) double_ = x_.to(at::kDouble);
+    return double_;
+  }
+  MonitorValue min_or_max(bool max) {
+    if (!min_.defined() && x_.is_floating_point() && x_.numel() > 0) {
+      try {
+        std::tie(min_, max_) = at::aminmax(x_);
+      } catch (const c10::Error&) {  // a dtype aminmax lacks: each on its own below
+      }
+    }
+    if (!min_.defined()) {
+      // An empty tensor's min raises: nan, as msprobe's (monitor_values).
+      min_ = at::min(x_);
+      max_ = at::max(x_);
+    }
+    return item_of(max ? max_ : min_);
+  }
+
+ private:
+  const at::Tensor& x_;
+  at::Tensor double_, min_, max_;
+};
+
+MonitorValue op_value(const at::Tensor& x, MonitorOp op, double eps, SharedWork& shared) {
   switch (op) {
-    case MonitorOp::Min: return item_of(at::min(x));
-    case MonitorOp::Max: return item_of(at::max(x));
-    case MonitorOp::Norm: return item_of(at::norm(x.to(at::kDouble), 2));
-    case MonitorOp::Mean: return item_of(at::mean(x.to(at::kDouble)));
+    case MonitorOp::Min: return shared.min_or_max(false);
+    case MonitorOp::Max: return shared.min_or_max(true);
+    case MonitorOp::Norm: return item_of(at::norm(shared.as_double(), 2));
+    case MonitorOp::Mean: return item_of(at::mean(shared.as_double()));
     case MonitorOp::Zeros:
       if (x.numel() == 0) return MonitorValue::of_real(std::nan(""));
       // int64 count / int: true division gives the default float dtype, float32.
@@ -61,9 +91,10 @@ std::vector<MonitorValue> monitor_values(const at::Tensor& x, const std::vector<
   std::vector<MonitorValue> out;
   out.reserve(ops.size());
   const at::NoGradGuard no_grad;  // msprobe's ops run under torch.no_grad()
+  SharedWork shared(x);
   for (MonitorOp op : ops) {
     try {
-      out.push_back(op_value(x, op, eps));
+      out.push_back(op_value(x, op, eps, shared));
     } catch (const c10::Error&) {
       out.push_back(MonitorValue::of_real(std::nan("")));  // msprobe's torch.tensor(nan)
     }

@@ -246,13 +246,14 @@ void TrainerMonitor::write_table(const std::string& prefix, const MonitorRowTabl
   std::vector<std::string> op_names;
   for (MonitorOp op : config_.output.ops) op_names.emplace_back(monitor_op_name(op));
   std::string header = monitor_csv_header(micro_step, op_names);
-  std::string rows = monitor_csv_rows(table.rows(step_), config_.output.ndigits);
-  writes_.post([this, path, header = std::move(header), rows = std::move(rows)] {
+  // The text is made by the write thread: the step hands over its rows and goes on.
+  writes_.post([this, path, header = std::move(header), rows = table.rows(step_),
+                ndigits = config_.output.ndigits] {
     std::error_code ec;
     const bool is_new = !std::filesystem::exists(path, ec);
     std::ofstream out(path, std::ios::app | std::ios::binary);
     if (is_new) out << header;
-    out << rows;
+    out << monitor_csv_rows(rows, ndigits);
     out.flush();
     if (!out) failed(path + ": cannot write");
   });
