@@ -70,8 +70,13 @@ MonitorValue op_value(const at::Tensor& x, MonitorOp op, double eps, SharedWork&
   switch (op) {
     case MonitorOp::Min: return shared.min_or_max(false);
     case MonitorOp::Max: return shared.min_or_max(true);
-    case MonitorOp::Norm: return item_of(at::norm(shared.as_double(), 2));
-    case MonitorOp::Mean: return item_of(at::mean(shared.as_double()));
+    case MonitorOp::Norm:
+      return item_of(x.is_floating_point()
+                         ? at::linalg_vector_norm(x, 2, c10::nullopt, false, at::kDouble)
+                         : at::norm(shared.as_double(), 2));
+    case MonitorOp::Mean:
+      return item_of(x.is_floating_point() ? at::mean(x, at::kDouble)
+                                           : at::mean(shared.as_double()));
     case MonitorOp::Zeros:
       if (x.numel() == 0) return MonitorValue::of_real(std::nan(""));
       // int64 count / int: true division gives the default float dtype, float32.
@@ -84,13 +89,80 @@ MonitorValue op_value(const at::Tensor& x, MonitorOp op, double eps, SharedWork&
   return MonitorValue::missing();
 }
 
+// One pass over a CPU tensor's elements for min, max, nans and zeros: the ops' dispatches, not
+// their arithmetic, are most of a small tensor's cost, and these are exact in any order. norm
+// and mean are torch's own float64 reductions, asked for in float64 (the same bits as msprobe's
+// x.to(float64) first, checked on both torches, without the copy).
+template <typename T>
+std::vector<MonitorValue> one_pass(const at::Tensor& x, const std::vector<MonitorOp>& ops,
+                                   double eps) {
+  const T* data = x.data_ptr<T>();
+  const int64_t n = x.numel();
+  double low = static_cast<double>(data[0]), high = low;
+  int64_t nans = 0, zeros = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(data[i]);
+    if (std::isnan(v)) {
+      ++nans;
+    } else {
+      low = v < low ? v : low;
+      high = v > high ? v : high;
+    }
+    zeros += std::fabs(v) < eps ? 1 : 0;
+  }
+  const double nan = std::nan("");
+  std::vector<MonitorValue> out;
+  out.reserve(ops.size());
+  for (MonitorOp op : ops) {
+    switch (op) {
+      case MonitorOp::Min: out.push_back(MonitorValue::of_real(nans ? nan : low)); break;
+      case MonitorOp::Max: out.push_back(MonitorValue::of_real(nans ? nan : high)); break;
+      case MonitorOp::Norm:
+        out.push_back(item_of(at::linalg_vector_norm(x, 2, c10::nullopt, false, at::kDouble)));
+        break;
+      case MonitorOp::Mean: out.push_back(item_of(at::mean(x, at::kDouble))); break;
+      case MonitorOp::Zeros:  // float32, as torch divides an int64 count by an int
+        out.push_back(MonitorValue::of_real(static_cast<float>(zeros) / static_cast<float>(n)));
+        break;
+      case MonitorOp::Nans: out.push_back(MonitorValue::of_integer(nans)); break;
+      case MonitorOp::Id:
+        out.push_back(x.dim() == 0 ? MonitorValue::of_real(low) : MonitorValue::missing());
+        break;
+      case MonitorOp::Shape: out.push_back(MonitorValue::of_text(shape_text(x))); break;
+      case MonitorOp::Dtype: out.push_back(MonitorValue::of_text(dtype_text(x))); break;
+    }
+  }
+  return out;
+}
+
+// The one-pass values where they apply: a small, dense, contiguous CPU tensor of a floating
+// dtype (a large one is read faster by torch's vectorized kernels).
+bool one_pass_applies(const at::Tensor& x) {
+  constexpr int64_t kLargest = 2048;
+  // A tensor subclass (DTensor) or a fake one has no data of its own to read.
+  return x.device().is_cpu() && x.layout() == at::kStrided && x.is_contiguous() &&
+         !x.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Python) &&
+         x.has_storage() && x.storage().data() != nullptr &&
+         x.numel() > 0 && x.numel() <= kLargest && !x.is_conj() && !x.is_neg() &&
+         (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble ||
+          x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
+}
+
 }  // namespace
 
 std::vector<MonitorValue> monitor_values(const at::Tensor& x, const std::vector<MonitorOp>& ops,
                                          double eps) {
+  const at::NoGradGuard no_grad;  // msprobe's ops run under torch.no_grad()
+  if (one_pass_applies(x)) {
+    switch (x.scalar_type()) {
+      case at::kFloat: return one_pass<float>(x, ops, eps);
+      case at::kDouble: return one_pass<double>(x, ops, eps);
+      case at::kHalf: return one_pass<at::Half>(x, ops, eps);
+      default: return one_pass<at::BFloat16>(x, ops, eps);
+    }
+  }
   std::vector<MonitorValue> out;
   out.reserve(ops.size());
-  const at::NoGradGuard no_grad;  // msprobe's ops run under torch.no_grad()
   SharedWork shared(x);
   for (MonitorOp op : ops) {
     try {

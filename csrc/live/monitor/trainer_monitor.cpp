@@ -233,10 +233,11 @@ void TrainerMonitor::after_step(const std::vector<StepParameter>& params) {
   }
 }
 
-void TrainerMonitor::write_table(const std::string& prefix, const MonitorRowTable& table) {
-  if (table.empty() || run_folder_.empty()) return;
+std::function<void()> TrainerMonitor::table_job(const std::string& prefix,
+                                                const MonitorRowTable& table) {
+  if (table.empty() || run_folder_.empty()) return nullptr;
   if (alerting_.on()) alerting_.scan(prefix, table, step_);
-  if (!events_file_.empty()) return write_events(prefix, table);
+  if (!events_file_.empty()) return events_job(prefix, table);
   const std::string path =
       (std::filesystem::path(run_folder_) /
        monitor_csv_name(prefix, step_, config_.schedule.step_count_per_record))
@@ -247,8 +248,8 @@ void TrainerMonitor::write_table(const std::string& prefix, const MonitorRowTabl
   for (MonitorOp op : config_.output.ops) op_names.emplace_back(monitor_op_name(op));
   std::string header = monitor_csv_header(micro_step, op_names);
   // The text is made by the write thread: the step hands over its rows and goes on.
-  writes_.post([this, path, header = std::move(header), rows = table.rows(step_),
-                ndigits = config_.output.ndigits] {
+  return [this, path, header = std::move(header), rows = table.rows(step_),
+          ndigits = config_.output.ndigits] {
     std::error_code ec;
     const bool is_new = !std::filesystem::exists(path, ec);
     std::ofstream out(path, std::ios::app | std::ios::binary);
@@ -256,16 +257,22 @@ void TrainerMonitor::write_table(const std::string& prefix, const MonitorRowTabl
     out << monitor_csv_rows(rows, ndigits);
     out.flush();
     if (!out) failed(path + ": cannot write");
-  });
+  };
 }
 
-void TrainerMonitor::write_events(const std::string& prefix, const MonitorRowTable& table) {
+std::function<void()> TrainerMonitor::events_job(const std::string& prefix,
+                                                 const MonitorRowTable& table) {
   const double now = std::chrono::duration<double>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
   const std::string tail =
       "/rank" + std::to_string(rank_ < 0 ? 0 : rank_) + "/" + monitor_family_tag(prefix);
-  append(events_file_, monitor_event_records(table, tail, config_.output.ops, step_, now));
+  return [this, bytes = monitor_event_records(table, tail, config_.output.ops, step_, now)] {
+    std::ofstream out(events_file_, std::ios::app | std::ios::binary);
+    out << bytes;
+    out.flush();
+    if (!out) failed(events_file_ + ": cannot write");
+  };
 }
 
 void TrainerMonitor::append(const std::string& path, std::string bytes) {
@@ -280,16 +287,24 @@ void TrainerMonitor::append(const std::string& path, std::string bytes) {
 void TrainerMonitor::end_step() {
   if (collects()) {
     ++written_steps_;
-    hook_rows_->take([this](const char* prefix, const MonitorRowTable& table) {
-      write_table(prefix, table);
-    });
-    write_table("grad_reduced", tables_.grad_reduced);
-    write_table("exp_avg", tables_.exp_avg);
-    write_table("exp_avg_sq", tables_.exp_avg_sq);
-    write_table("param_origin", tables_.param_origin);
-    write_table("param_updated", tables_.param_updated);
-    write_table("other", tables_.other);
+    // One job for the step's files: each hand-over to the write thread costs a wake-up.
+    std::vector<std::function<void()>> jobs;
+    const auto add = [&](const std::string& prefix, const MonitorRowTable& table) {
+      if (auto job = table_job(prefix, table)) jobs.push_back(std::move(job));
+    };
+    hook_rows_->take(add);
+    add("grad_reduced", tables_.grad_reduced);
+    add("exp_avg", tables_.exp_avg);
+    add("exp_avg_sq", tables_.exp_avg_sq);
+    add("param_origin", tables_.param_origin);
+    add("param_updated", tables_.param_updated);
+    add("other", tables_.other);
     tables_.other.clear();
+    if (!jobs.empty()) {
+      writes_.post([jobs = std::move(jobs)] {
+        for (const auto& job : jobs) job();
+      });
+    }
     write_anomalies();
     hook_rows_->reset_calls();
   }

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -86,12 +87,13 @@ class TrainerMonitor final : public TaskProcessor {
  private:
   std::vector<MonitorValue> values_of(const at::Tensor& t) const;
   std::vector<MonitorValue> missing_values() const;
-  void write_table(const std::string& prefix, const MonitorRowTable& table);
+  // What writes `table`'s rows of this step, to be run by the write thread (null: nothing).
+  std::function<void()> table_job(const std::string& prefix, const MonitorRowTable& table);
   void failed(const std::string& why);
   void write_anomalies();
   void put_mg_direction(const std::vector<StepParameter>& params);
   void start_events();
-  void write_events(const std::string& prefix, const MonitorRowTable& table);
+  std::function<void()> events_job(const std::string& prefix, const MonitorRowTable& table);
   void append(const std::string& path, std::string bytes);
   void write_text(const std::string& path, std::string text);
   void say_failures();
