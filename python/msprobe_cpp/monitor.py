@@ -7,8 +7,7 @@ as msprobe does, and hands each step's parameters, gradients and Adam moments ov
     monitor = TrainerMon("monitor_config.json", params_have_main_grad=False)
     monitor.set_monitor(model, optimizer)
 
-Built so far: xy_distribution, wg_distribution, mv_distribution, param_distribution
-(docs/monitor.md).
+What is built and what is refused: docs/monitor.md.
 """
 import atexit
 import inspect

@@ -103,9 +103,9 @@ TEST(MonitorAnomalies, TheContextSaysTheCallItsLineAndTheRangeUsed) {
          kTag, kOps, 3, {"fc1", "Module.fc1.Linear.forward", "train.py:9"});
   const std::vector<std::string> lines = a.take_lines();
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find(
-                "[Module.fc1.Linear.forward at train.py:9; 61% of float16's range, near its limit]"),
-            std::string::npos);
+  const std::string said =
+      "[Module.fc1.Linear.forward at train.py:9; 61% of float16's range, near its limit]";
+  EXPECT_NE(lines[0].find(said), std::string::npos);
   const nlohmann::json context = nlohmann::json::parse(a.context_json());
   const auto& c = context.at("0:fc1.bias/rank0/acc_grad_step_0_call_3");
   EXPECT_EQ(c.at("dtype"), "torch.float16");

@@ -3,9 +3,9 @@
 // msprobe's (core/monitor_csv.h), its values msprobe's ops (monitor_stats.h), its steps
 // msprobe's: the wrapper of the optimizer's step forwards each step here, which decides whether
 // it is written (start_step, step_interval, collect_times, module_ranks) and what it holds.
-// Built so far: the parameter families, read around the optimizer step (grad_reduced, exp_avg,
-// exp_avg_sq, param_origin, param_updated); the modules' activations and the unreduced
-// gradients come through the hooks next (docs/decisions.md, "The training monitor").
+// The modules' activations come from the observer hooks (live/hooks/module_observer.h) and the
+// unreduced gradients from the accumulator hooks, both into MonitorHookRows; the alerts are
+// MonitorAlerting's (docs/monitor.md, docs/decisions.md "The training monitor").
 #pragma once
 
 #include <pybind11/pybind11.h>
