@@ -70,6 +70,8 @@ void bind_monitor(py::module_& m) {
           },
           py::arg("params"), "The watched [(\"<vpp>:<name>\", parameter)], in the model's order.")
       .def("collects", &TrainerMonitor::collects, "Whether the current step is written.")
+      .def("print_structure", &TrainerMonitor::print_structure,
+           "print_struct: writes module_struct.json once; True when it did.")
       .def(
           "before_step",
           [](TrainerMonitor& t, const std::vector<py::tuple>& params, bool has_state) {

@@ -107,6 +107,9 @@ class TrainerMon:
         monitor = self
 
         def step(*args: Any, **kwargs: Any) -> Any:
+            if monitor._monitor.print_structure():
+                # msprobe's print_struct ends the run at its first step, with its words.
+                raise Exception("exit after first monitor step when print model struct")
             collects = monitor._monitor.collects()
             if collects:
                 monitor._monitor.before_step(monitor._step_parameters(), bool(optimizer.state))

@@ -98,6 +98,29 @@ def test_squashed_names_mg_direction_and_micro_step_grads_are_msprobes_own(tmp_p
         assert ours[name] == theirs[name], name
 
 
+@pytest.mark.slow
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+@pytest.mark.parametrize("config", [{"print_struct": True}, {"print_struct": True, "forward_only": True}],
+                         ids=["both", "forward-only"])
+def test_print_struct_is_msprobes_own(tmp_path, config):
+    """print_struct: every module's input, output and gradients' structure at its first call, in
+    msprobe 26.2.0's module_struct.json byte for byte, and the run stopped at its first optimizer
+    step with msprobe's exception."""
+    texts = {}
+    for tool in ("msprobe", "msprobe_cpp"):
+        out = tmp_path / tool
+        (tmp_path / f"{tool}.json").write_text(json.dumps(config))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
+        r = subprocess.run([sys.executable, str(HERE / "monitor_peer.py"), tool, str(tmp_path / f"{tool}.json"),
+                            str(out), "3", "xy", "1"], capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "stopped: exit after first monitor step when print model struct" in r.stdout
+        texts[tool] = (out / "module_struct" / "rank0" / "module_struct.json").read_text()
+    assert texts["msprobe_cpp"] == texts["msprobe"]
+    assert '"config": "tuple[3]"' in texts["msprobe"] and "NoneType" in texts["msprobe"]
+
+
 ALERTS = {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}},
                     {"rule_name": "AnomalyNan", "args": {"threshold": 5.0}}], "dump": True}
 
@@ -286,11 +309,11 @@ def test_a_start_iteration_numbers_the_steps(tmp_path, monkeypatch):
 
 def test_what_is_not_built_is_refused_by_name(tmp_path):
     path = tmp_path / "monitor.json"
-    path.write_text(json.dumps({"xy_distribution": True, "print_struct": True, "stack_info": True}))
+    path.write_text(json.dumps({"xy_distribution": True, "dynamic_on": True, "stack_info": True}))
     with pytest.raises(msprobe_cpp.ConfigError) as e:
         msprobe_cpp.TrainerMon(str(path))
     lines = str(e.value).splitlines()
-    assert f"{path}: print_struct: not built yet (issue 55)" in lines
+    assert f"{path}: dynamic_on: not built yet (issue 55)" in lines
     assert f"{path}: stack_info: not built yet (issue 55)" in lines
 
 

@@ -30,6 +30,23 @@ ObservedTensors output_slots(py::handle output) {
   return out;
 }
 
+ObservedOutputKind output_kind(py::handle output) {
+  ObservedOutputKind k;
+  const bool tuple = py::isinstance<py::tuple>(output), list = py::isinstance<py::list>(output);
+  if (is_tensor(output)) {
+    k.kind = "tensor";
+  } else if (tuple || list) {
+    k.kind = tuple ? "tuple" : "list";
+    for (const py::handle v : output) {
+      k.element_types.push_back(is_tensor(v) ? std::string()
+                                             : py::str(py::type::handle_of(v)).cast<std::string>());
+    }
+  } else {
+    k.kind = py::str(py::type::handle_of(output)).cast<std::string>();
+  }
+  return k;
+}
+
 class ObserverBackward final : public ModuleBackwardReceiver {
  public:
   ObserverBackward(std::shared_ptr<ModuleObserver> observer, std::string name)
@@ -104,12 +121,14 @@ py::tuple make_observer_hooks(std::shared_ptr<ModuleObserver> observer, const st
     if (start) forwards->open.emplace_back(module, std::move(start));
   };
   auto sourced = std::make_shared<bool>(false);  // GIL-guarded, as the hooks
-  auto post = [observer, forwards, sourced, name, forward, backward](
+  const bool kinds = observer->wants_output_kinds();
+  auto post = [observer, forwards, sourced, name, forward, backward, kinds](
                   py::handle module, py::handle args, py::handle kwargs, py::handle output) {
     std::shared_ptr<ModuleBackwardStart> start = backward ? forwards->take(module) : nullptr;
     if (!observer->observing() || !in_training(module)) return;
     if (!std::exchange(*sourced, true)) observer->called_from(name, caller_line());
     if (forward) {
+      if (kinds) observer->forward_kind(name, output_kind(output));
       ObservedTensors inputs;
       add_tensors(args, inputs);
       if (PyDict_Check(kwargs.ptr())) {

@@ -18,6 +18,14 @@ namespace msprobe {
 // One value per slot, undefined where the slot holds no tensor (msprobe writes a row of nan).
 using ObservedTensors = std::vector<at::Tensor>;
 
+// What a forward's output is, for msprobe's print_struct: "tensor", "tuple" or "list", or another
+// value's Python type ("<class 'dict'>"); for a tuple or list, each element's type where it is
+// not a tensor ("<class 'NoneType'>"; "" for a tensor).
+struct ObservedOutputKind {
+  std::string kind;
+  std::vector<std::string> element_types;
+};
+
 class ModuleObserver {
  public:
   virtual ~ModuleObserver() = default;
@@ -28,6 +36,10 @@ class ModuleObserver {
   // each element; anything else, none). GIL held.
   virtual void forward(const std::string& name, ObservedTensors inputs,
                        ObservedTensors outputs) = 0;
+  // Whether forward_kind() is wanted (print_struct); asked as the hooks are made.
+  virtual bool wants_output_kinds() const { return false; }
+  // Before forward(), when wanted. GIL held.
+  virtual void forward_kind(const std::string& /*name*/, ObservedOutputKind /*kind*/) {}
   // Where the module was first called from while observed: "<file>:<line>", the innermost frame
   // outside torch and this package. GIL held.
   virtual void called_from(const std::string& /*name*/, const std::string& /*source*/) {}

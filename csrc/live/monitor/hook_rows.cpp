@@ -7,8 +7,16 @@
 
 namespace msprobe {
 
-MonitorHookRows::MonitorHookRows(std::vector<MonitorOp> ops, double eps, bool per_micro_step)
-    : ops_(std::move(ops)), eps_(eps), per_micro_step_(per_micro_step) {}
+MonitorHookRows::MonitorHookRows(std::vector<MonitorOp> ops, double eps, bool per_micro_step,
+                                 bool structure)
+    : ops_(std::move(ops)),
+      eps_(eps),
+      per_micro_step_(per_micro_step),
+      structure_(structure ? std::make_unique<MonitorStructure>() : nullptr) {}
+
+void MonitorHookRows::forward_kind(const std::string& name, ObservedOutputKind kind) {
+  if (structure_) structure_->forward_kind(name, std::move(kind));
+}
 
 int64_t MonitorHookRows::next_micro(std::map<std::string, int64_t>& counters,
                                     const std::string& name) {
@@ -36,6 +44,7 @@ void MonitorHookRows::put_slots(MonitorRowTable& table, const std::string& famil
 
 void MonitorHookRows::forward(const std::string& name, ObservedTensors inputs,
                               ObservedTensors outputs) {
+  if (structure_) return structure_->forward(name, inputs, outputs);  // no statistics then
   std::lock_guard<std::mutex> lock(mu_);
   auto [table, added] = actv_.try_emplace(name);
   if (added) module_order_.push_back(name);
@@ -46,6 +55,7 @@ void MonitorHookRows::forward(const std::string& name, ObservedTensors inputs,
 
 void MonitorHookRows::backward(const std::string& name, ObservedTensors input_grads,
                                ObservedTensors output_grads) {
+  if (structure_) return structure_->backward(name, input_grads, output_grads);
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t micro = next_micro(backward_micro_, name);
   put_slots(actv_grad_, "actv_grad", name, "input", micro, input_grads);

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -17,20 +18,28 @@
 #include "core/monitor_config.h"
 #include "core/monitor_row_table.h"
 #include "live/hooks/module_observer.h"
+#include "live/monitor/monitor_structure.h"
 
 namespace msprobe {
 
 class MonitorHookRows final : public ModuleObserver {
  public:
-  // `per_micro_step`: monitor_mbs_grad, a row of unreduced gradients per micro step.
-  MonitorHookRows(std::vector<MonitorOp> ops, double eps, bool per_micro_step);
+  // `per_micro_step`: monitor_mbs_grad, a row of unreduced gradients per micro step;
+  // `structure`: print_struct, the modules' structure instead of their statistics.
+  MonitorHookRows(std::vector<MonitorOp> ops, double eps, bool per_micro_step, bool structure);
   // grad_acc_steps: a module's calls are numbered 0 to micro_steps - 1, then again. Set before
   // any hook is registered.
   void set_micro_steps(int64_t micro_steps) { micro_steps_ = micro_steps < 1 ? 1 : micro_steps; }
 
   // Whether the step under way is written: the hooks look only then.
   void set_collecting(bool on) { collecting_.store(on, std::memory_order_relaxed); }
-  bool observing() const override { return collecting_.load(std::memory_order_relaxed); }
+  bool observing() const override {
+    return structure_ || collecting_.load(std::memory_order_relaxed);
+  }
+  bool wants_output_kinds() const override { return structure_ != nullptr; }
+  void forward_kind(const std::string& name, ObservedOutputKind kind) override;
+  // print_struct's module_struct.json, the first time there is one to write; else "".
+  std::string structure_file() { return structure_ ? structure_->take_file() : ""; }
 
   void forward(const std::string& name, ObservedTensors inputs, ObservedTensors outputs) override;
   void backward(const std::string& name, ObservedTensors input_grads,
@@ -77,6 +86,7 @@ class MonitorHookRows final : public ModuleObserver {
   const std::vector<MonitorOp> ops_;
   const double eps_;
   const bool per_micro_step_;
+  const std::unique_ptr<MonitorStructure> structure_;  // print_struct only
   int64_t micro_steps_ = 1;
   std::atomic<bool> collecting_{false};
   mutable std::mutex mu_;

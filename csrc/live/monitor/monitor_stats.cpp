@@ -174,4 +174,8 @@ std::vector<MonitorValue> monitor_values(const at::Tensor& x, const std::vector<
   return out;
 }
 
+std::string monitor_dtype_text(const at::Tensor& x) {
+  return dtype_text(x);
+}
+
 }  // namespace msprobe

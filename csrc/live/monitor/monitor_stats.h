@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
 #include <vector>
 
 #include "core/monitor_config.h"
@@ -17,5 +18,8 @@ namespace msprobe {
 
 std::vector<MonitorValue> monitor_values(const at::Tensor& x, const std::vector<MonitorOp>& ops,
                                          double eps);
+
+// str() of the tensor's dtype: "torch.float32".
+std::string monitor_dtype_text(const at::Tensor& x);
 
 }  // namespace msprobe

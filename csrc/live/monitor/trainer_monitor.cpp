@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <stdexcept>
 
 #include <unistd.h>
 
@@ -51,14 +52,12 @@ void refuse_unbuilt(const MonitorConfig& c) {
     if (on) lines.push_back(c.source + ": " + key + ": not built yet (issue 55)");
   };
   refuse(c.families.cc_enabled, "cc_distribution.enable");
-  refuse(c.output.print_struct, "print_struct");
   refuse(c.output.stack_info, "stack_info");
   refuse(c.schedule.dynamic_on, "dynamic_on");
   if (lines.empty()) return;
   std::string text = lines.front();
   for (size_t i = 1; i < lines.size(); ++i) text += "\n" + lines[i];
-  throw ConfigError(text + "\n(built: targets, wg_distribution, mv_distribution, "
-                    "param_distribution, ops, eps, ndigits, the steps' keys, module_ranks)");
+  throw ConfigError(text + "\n(every other key is built: docs/monitor.md)");
 }
 
 }  // namespace
@@ -66,9 +65,11 @@ void refuse_unbuilt(const MonitorConfig& c) {
 TrainerMonitor::TrainerMonitor(const TaskParts& parts)
     : config_(parts.config.monitor),
       run_prefix_((std::filesystem::path(parts.config.dump_path) / shanghai_time_tag()).string()),
-      names_(config_.targets, config_.output.squash_name, config_.families.all_xy),
+      names_(config_.targets, config_.output.squash_name,
+             config_.families.all_xy || config_.output.print_struct),
       hook_rows_(std::make_shared<MonitorHookRows>(config_.output.ops, config_.output.eps,
-                                                   config_.families.monitor_mbs_grad)),
+                                                   config_.families.monitor_mbs_grad,
+                                                   config_.output.print_struct)),
       alerting_(config_, parts.config.dump_path, parts.config.overflow_check.headroom, hook_rows_) {
   refuse_unbuilt(config_);
   for (const std::string& note : config_.notes) say_warning(note);
@@ -136,7 +137,7 @@ void TrainerMonitor::watch(const std::vector<std::pair<std::string, at::Tensor>>
 
 std::optional<std::string> TrainerMonitor::module_tag(int vpp_stage,
                                                       const std::string& name) const {
-  if (!config_.families.xy_distribution) return std::nullopt;
+  if (!config_.families.xy_distribution && !config_.output.print_struct) return std::nullopt;
   return names_.module(vpp_stage, name);
 }
 
@@ -331,6 +332,23 @@ void TrainerMonitor::write_text(const std::string& path, std::string text) {
     std::filesystem::rename(part, path, ec);  // whole or not at all
     if (ec) failed(path + ": cannot write: " + ec.message());
   });
+}
+
+bool TrainerMonitor::print_structure() {
+  const std::string text = hook_rows_->structure_file();
+  if (text.empty()) return false;
+  const std::filesystem::path folder = std::filesystem::path(run_prefix_).parent_path() /
+                                       "module_struct" /
+                                       ("rank" + std::to_string(rank_ < 0 ? 0 : rank_));
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  const std::string path = (folder / "module_struct.json").string();
+  std::ofstream out(path, std::ios::trunc | std::ios::binary);
+  out << text;
+  out.flush();
+  if (!out) throw std::runtime_error(path + ": cannot write the modules' structure");
+  say(LogLevel::Info, "> save module struct to " + path);
+  return true;
 }
 
 void TrainerMonitor::drain() {

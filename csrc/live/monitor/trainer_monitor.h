@@ -81,6 +81,9 @@ class TrainerMonitor final : public TaskProcessor {
   // collect_times steps were written: msprobe removes its hooks.
   bool finished() const { return written_steps_ >= config_.schedule.collect_times; }
   const std::string& run_folder() const { return run_folder_; }
+  // print_struct, at an optimizer step: writes module_struct.json the first time there is a
+  // structure to write, and says whether it did (msprobe then stops the run).
+  bool print_structure();
   // Returns once every step handed over is on disk; says the writes that failed.
   void drain();
 
