@@ -15,6 +15,9 @@ import os
 import sys
 from typing import Dict
 
+# The parameter families, for configs that want them all.
+FAMILIES = {"wg_distribution": True, "mv_distribution": True, "param_distribution": True}
+
 
 def train(tool: str, config_path: str, out: str, steps: int = 3, model_kind: str = "net",
           grad_acc: int = 1) -> None:

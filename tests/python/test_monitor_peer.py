@@ -1,0 +1,156 @@
+"""TrainerMon against msprobe 26.2.0's own (issue 55), where it is installed (the torch 2.13
+venv): the same training under each (monitor_peer.py, one process per tool), and the same files
+byte for byte, family by family: the CSVs, anomaly.json, module_struct.json."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from monitor_peer import FAMILIES, csv_files
+from msprobe_runs import msprobe_version
+from testenv import PACKAGE_ROOT
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def peer_run(tool: str, config: dict, out: pathlib.Path, steps: int = 4, model: str = "net",
+             grad_acc: int = 1) -> dict:
+    path = out.parent / f"{out.name}.json"
+    path.write_text(json.dumps(config))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, str(HERE / "monitor_peer.py"), tool, str(path), str(out), str(steps),
+                        model, str(grad_acc)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return csv_files(str(out))
+
+
+def assert_same_files(ours: dict, theirs: dict) -> None:
+    assert sorted(ours) == sorted(theirs)
+    for name in theirs:
+        assert ours[name] == theirs[name], name
+
+
+@pytest.mark.slow
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+@pytest.mark.parametrize("config", [
+    {"targets": {"fc1": {}, "fc2": {}}, **FAMILIES, "ops": ["min", "max", "norm", "zeros", "nans", "mean", "id"]},
+    {**FAMILIES, "start_step": 1, "step_interval": 2, "step_count_per_record": 2, "ndigits": 4},
+    {"targets": {"fc2": {}}, "param_distribution": True, "collect_times": 2, "ops": ["dtype", "max"]},
+], ids=["targets-all-ops", "steps-and-files", "one-target-collect-times"])
+def test_the_csvs_are_msprobes_own(tmp_path, config):
+    theirs = peer_run("msprobe", config, tmp_path / "msprobe")
+    ours = peer_run("msprobe_cpp", config, tmp_path / "ours")
+    assert any(name.startswith("param_origin") for name in theirs), sorted(theirs)
+    assert_same_files(ours, theirs)
+
+
+XY_OPS = ["min", "max", "norm", "zeros", "nans", "mean", "shape", "dtype"]
+
+
+@pytest.mark.slow
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+@pytest.mark.parametrize("config,grad_acc", [
+    ({"targets": {"fc1": {}, "pair": {}, "fc2": {}}, "xy_distribution": True, "ops": XY_OPS}, 1),
+    ({"xy_distribution": True, "all_xy": True, "wg_distribution": True, "ops": ["norm", "nans", "id"]}, 2),
+    ({"targets": {"pair": {}, "head": {}}, "xy_distribution": True, "forward_only": True, "ops": ["max"]}, 1),
+    ({"targets": {"pair": {}, "fc2": {}}, "xy_distribution": True, "backward_only": True, "ops": ["mean"],
+      "step_interval": 2}, 2),
+], ids=["targets", "all-xy-grad-acc", "forward-only", "backward-only-interval"])
+def test_the_activation_csvs_are_msprobes_own(tmp_path, config, grad_acc):
+    """xy_distribution (actv, actv_grad): modules with several positional inputs, a keyword input,
+    a tuple output holding None, one module called twice per forward, micro batches: the same
+    files, rows and values as msprobe 26.2.0's, byte for byte."""
+    theirs = peer_run("msprobe", config, tmp_path / "msprobe", 3, "xy", grad_acc)
+    ours = peer_run("msprobe_cpp", config, tmp_path / "ours", 3, "xy", grad_acc)
+    families = {name.rsplit("_", 1)[0] for name in theirs}
+    assert families & {"actv", "actv_grad"}, sorted(theirs)
+    assert_same_files(ours, theirs)
+
+
+@pytest.mark.slow
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+@pytest.mark.parametrize("config,grad_acc", [
+    ({"squash_name": True, "xy_distribution": True, "all_xy": True, "wg_distribution": True,
+      "mv_distribution": True, "mg_direction": True, "monitor_mbs_grad": True, "ops": ["norm", "max"]}, 2),
+    ({"squash_name": True, "targets": {"layers.0.fc": {}, "norm": {}, "model.layers.1": {}}, "xy_distribution": True,
+      "wg_distribution": True, "param_distribution": True, "mg_direction": True, "ops": ["min", "mean"]}, 1),
+], ids=["squash-mg-mbs", "squash-targets"])
+def test_squashed_names_mg_direction_and_micro_step_grads_are_msprobes_own(tmp_path, config, grad_acc):
+    """squash_name (names shortened from their last .layers., .norm, ...; targets matched on
+    either name), mg_direction (the `other` files) and monitor_mbs_grad (grad_unreduced per micro
+    step): the same files and rows as msprobe 26.2.0's, byte for byte."""
+    theirs = peer_run("msprobe", config, tmp_path / "msprobe", 3, "stack", grad_acc)
+    ours = peer_run("msprobe_cpp", config, tmp_path / "ours", 3, "stack", grad_acc)
+    assert any(name.startswith("other") for name in theirs), sorted(theirs)
+    assert_same_files(ours, theirs)
+
+
+@pytest.mark.slow
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+@pytest.mark.parametrize("config", [{"print_struct": True}, {"print_struct": True, "forward_only": True}],
+                         ids=["both", "forward-only"])
+def test_print_struct_is_msprobes_own(tmp_path, config):
+    """print_struct: every module's input, output and gradients' structure at its first call, in
+    msprobe 26.2.0's module_struct.json byte for byte, and the run stopped at its first optimizer
+    step with msprobe's exception."""
+    texts = {}
+    for tool in ("msprobe", "msprobe_cpp"):
+        out = tmp_path / tool
+        (tmp_path / f"{tool}.json").write_text(json.dumps(config))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
+        r = subprocess.run([sys.executable, str(HERE / "monitor_peer.py"), tool, str(tmp_path / f"{tool}.json"),
+                            str(out), "3", "xy", "1"], capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "stopped: exit after first monitor step when print model struct" in r.stdout
+        texts[tool] = (out / "module_struct" / "rank0" / "module_struct.json").read_text()
+    assert texts["msprobe_cpp"] == texts["msprobe"]
+    assert '"config": "tuple[3]"' in texts["msprobe"] and "NoneType" in texts["msprobe"]
+
+
+ALERTS = {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}},
+                    {"rule_name": "AnomalyNan", "args": {"threshold": 5.0}}], "dump": True}
+
+
+@pytest.mark.slow
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+@pytest.mark.parametrize("config,grad_acc", [
+    ({"targets": {"fc1": {}, "fc2": {}}, "xy_distribution": True, **FAMILIES,
+      "ops": ["min", "max", "norm", "zeros", "nans", "mean"], "alert": ALERTS}, 1),
+    ({"xy_distribution": True, "all_xy": True, "wg_distribution": True, "mv_distribution": True,
+      "ops": ["norm", "mean", "nans"], "alert": ALERTS}, 2),
+], ids=["families", "all-xy-grad-acc"])
+def test_the_alerts_are_msprobes_own(tmp_path, config, grad_acc):
+    """AnomalyTurbulence and AnomalyNan over every value written: msprobe 26.2.0's anomaly.json,
+    byte for byte (its keys, call ids, messages, order), on the same run; the CSVs too."""
+    model = "net" if grad_acc == 1 else "xy"
+    theirs = peer_run("msprobe", config, tmp_path / "msprobe", 4, model, grad_acc)
+    ours = peer_run("msprobe_cpp", config, tmp_path / "ours", 4, model, grad_acc)
+    assert ours == theirs
+    anomaly = pathlib.Path("anomaly_detected", "rank0", "anomaly.json")
+    their_json = (tmp_path / "msprobe" / anomaly).read_text()
+    our_json = (tmp_path / "ours" / anomaly).read_text()
+    assert len(json.loads(their_json)) > 3
+    if grad_acc == 1:
+        assert our_json == their_json
+    else:
+        # A module holding parameters (pair, whose pair.a accumulates): msprobe's full backward
+        # hook fires after autograd accumulated pair.a's gradients, ours as pair's input gradients
+        # are made, so the call ids of the step's later tags differ (docs/monitor.md). All else
+        # is the same, in the same order.
+        def without_call_ids(text):
+            return [(key.rsplit("_call_", 1)[0], {k: v for k, v in entry.items() if k != "call_id"})
+                    for key, entry in json.loads(text).items()]
+        assert without_call_ids(our_json) == without_call_ids(their_json)
+    context = json.loads((tmp_path / "ours" / anomaly).with_name("anomaly_context.json").read_text())
+    assert list(context) == list(json.loads(our_json))
+    assert all(c["call"].startswith("Module.") and c["source"].startswith(str(HERE / "monitor_peer.py"))
+               for key, c in context.items() if "/actv" in key), context
