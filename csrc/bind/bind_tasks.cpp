@@ -11,6 +11,7 @@
 #include "live/free_benchmark/free_benchmark.h"
 #include "live/grad_probe/grad_monitor.h"
 #include "live/hooks/hook_scope.h"
+#include "live/monitor/monitor_switch.h"
 #include "live/monitor/trainer_monitor.h"
 #include "live/session/session.h"
 
@@ -44,6 +45,12 @@ std::shared_ptr<Session> monitor_session(const std::string& config_path,
 }
 
 void bind_monitor(py::module_& m) {
+  py::class_<MonitorSwitch>(m, "MonitorSwitch",
+                            "dynamic_on: when TrainerMon's config file turns the monitor on.")
+      .def(py::init<std::string, std::string>(), py::arg("config_path"), py::arg("output_root"))
+      .def("poll", &MonitorSwitch::poll,
+           "After a step: the file changed and says dynamic_on with a valid config.")
+      .def("finish", &MonitorSwitch::finish, "Writes dynamic_on: false back into the file.");
   m.def("monitor_session", &monitor_session, py::arg("config_path"), py::arg("output_root"),
         py::arg("package_dir"),
         "TrainerMon's session: its config validated (ConfigError); its processor is its "
@@ -51,9 +58,9 @@ void bind_monitor(py::module_& m) {
   py::class_<TrainerMonitor, TaskProcessor, std::shared_ptr<TrainerMonitor>>(
       m, "TrainerMonitor", "TrainerMon: msprobe's training monitor, step by step.")
       .def("begin", &TrainerMonitor::begin, py::arg("first_step"), py::arg("rank"),
-           py::arg("micro_steps"),
+           py::arg("micro_steps"), py::arg("starts_now") = false, py::arg("run_folder") = "",
            "set_monitor(): the first step's number, this rank (-1: not distributed), "
-           "grad_acc_steps.")
+           "grad_acc_steps; dynamic_on: writing from the first step, into the run's folder.")
       .def("place", &TrainerMonitor::place, py::arg("pp_stage"), py::arg("group_mates"),
            py::arg("module_classes"),
            "anomaly.json's pp_stage and group_mates; each module's class by \"<vpp>:<name>\".")
@@ -69,6 +76,10 @@ void bind_monitor(py::module_& m) {
             t.watch(params);
           },
           py::arg("params"), "The watched [(\"<vpp>:<name>\", parameter)], in the model's order.")
+      .def("stack_hook", &TrainerMonitor::stack_hook, py::arg("vpp_stage"), py::arg("name"),
+           "stack_info: the forward hook recording module <name>'s call stack, else None.")
+      .def_property_readonly("stacks_pending", &TrainerMonitor::stacks_pending,
+                             "stack_info.csv is still to be written.")
       .def("collects", &TrainerMonitor::collects, "Whether the current step is written.")
       .def("print_structure", &TrainerMonitor::print_structure,
            "print_struct: writes module_struct.json once; True when it did.")

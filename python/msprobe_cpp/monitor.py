@@ -45,36 +45,65 @@ class TrainerMon:
 
     def __init__(self, config_file_path: str, process_group: Any = None, params_have_main_grad: bool = True,
                  opt_ty: Optional[str] = None) -> None:
-        output_root = os.environ.get("MONITOR_OUTPUT_DIR", "./monitor_output")
-        self._session = _C.monitor_session(os.fspath(config_file_path), output_root, PACKAGE_DIR)
-        self._monitor = self._session.task_processor
+        self._config_path = os.fspath(config_file_path)
+        self._output_root = os.environ.get("MONITOR_OUTPUT_DIR", "./monitor_output")
+        # DYNAMIC_MONITOR=true: nothing is watched until the config file says dynamic_on.
+        self._switch = (_C.MonitorSwitch(self._config_path, self._output_root)
+                        if os.environ.get("DYNAMIC_MONITOR", "False").lower() == "true" else None)
+        self._session = None if self._switch else self._new_session()
+        self._monitor = self._session.task_processor if self._session else None
         self._params_have_main_grad = bool(params_have_main_grad)
         self._process_group = process_group
         self._params: List[Tuple[str, torch.nn.Parameter]] = []
         self._optimizer: Optional[torch.optim.Optimizer] = None
+        self._chunks: List[torch.nn.Module] = []
+        self._grad_acc_steps = 1
+        self._next_step = 0
+        self._run_folder = ""  # dynamic_on: every monitor it starts writes into the first's folder
         self._handles: List[Any] = []
+        self._stack_handles: List[Any] = []  # stack_info's, removed once its file is written
         _LIVE.add(self)
+
+    def _new_session(self) -> Any:
+        return _C.monitor_session(self._config_path, self._output_root, PACKAGE_DIR)
 
     def set_monitor(self, model: Any, optimizer: torch.optim.Optimizer, grad_acc_steps: int = 1,
                     tp_group: Any = None, dp_group: Any = None, start_iteration: int = 0) -> None:
         """Watches `model` (a module, or a list of model chunks) and steps with `optimizer`."""
-        _int_argument("grad_acc_steps", grad_acc_steps, 1)
-        first_step = _int_argument("start_iteration", start_iteration, 0)
-        chunks = model if isinstance(model, (list, tuple)) else [model]
+        self._grad_acc_steps = _int_argument("grad_acc_steps", grad_acc_steps, 1)
+        self._next_step = _int_argument("start_iteration", start_iteration, 0)
+        self._chunks = list(model) if isinstance(model, (list, tuple)) else [model]
+        self._wrap_step(optimizer)
+        if self._monitor is not None:
+            self._attach(starts_now=False)
+
+    def _attach(self, starts_now: bool) -> None:
+        # The monitor's hooks on the model, from step self._next_step on.
+        chunks = self._chunks
         self._params = []
         for vpp, chunk in enumerate(chunks):
             for name, param in chunk.named_parameters():
                 tag = self._monitor.parameter_tag(vpp, name) if param.requires_grad else None
                 if tag is not None:
                     self._params.append((tag, param))
-        self._monitor.begin(first_step, current_rank(), grad_acc_steps)
+        self._monitor.begin(self._next_step, current_rank(), self._grad_acc_steps, starts_now, self._run_folder)
+        self._run_folder = self._run_folder or self._monitor.run_folder
         self._monitor.place(*self._group_place(), {f"{vpp}:{name}": type(module).__name__
                                                    for vpp, chunk in enumerate(chunks)
                                                    for name, module in chunk.named_modules()})
         self._monitor.watch([(name, param) for name, param in self._params])
         for vpp, chunk in enumerate(chunks):
             self._hook_modules(vpp, chunk)
-        self._wrap_step(optimizer)
+
+    def _detach(self) -> None:
+        # The hooks off the model; what the monitor holds is written first.
+        for handle in self._handles + self._stack_handles:
+            handle.remove()
+        self._handles.clear()
+        self._stack_handles.clear()
+        if self._monitor is not None:
+            self._monitor.drain()
+        self._session = self._monitor = None
 
     def _group_place(self) -> Tuple[int, List[int]]:
         # anomaly.json's pp_stage and group_mates: this rank in the monitor's group, and its ranks.
@@ -88,6 +117,10 @@ class TrainerMon:
         # xy_distribution: C++ hooks on the watched modules, as msprobe hooks them (the forward
         # with its keyword arguments); the backward is taken on the forward's own autograd nodes.
         for name, module in chunk.named_modules():
+            stack_hook = self._monitor.stack_hook(vpp, name)
+            if stack_hook is not None:  # first, as msprobe registers it
+                self._stack_handles.append(module.register_forward_hook(stack_hook, with_kwargs=True)
+                                           if _HOOKS_TAKE_KWARGS else module.register_forward_hook(stack_hook))
             tag = self._monitor.module_tag(vpp, name)
             if tag is None or module.__class__.__name__ == "FullyShardedDataParallel":
                 continue  # msprobe skips FSDP1's wrapper: its inner module is the one watched
@@ -107,25 +140,44 @@ class TrainerMon:
         monitor = self
 
         def step(*args: Any, **kwargs: Any) -> Any:
-            if monitor._monitor.print_structure():
-                # msprobe's print_struct ends the run at its first step, with its words.
-                raise Exception("exit after first monitor step when print model struct")
-            collects = monitor._monitor.collects()
-            if collects:
-                monitor._monitor.before_step(monitor._step_parameters(), bool(optimizer.state))
-            out = original(*args, **kwargs)
-            if collects:
-                monitor._monitor.after_step(monitor._step_parameters())
-            monitor._monitor.end_step()
-            if monitor._monitor.finished:
+            watching = monitor._monitor
+            if watching is None:  # dynamic_on, off: the step goes on as it is
+                out = original(*args, **kwargs)
+            else:
+                out = monitor._watched_step(watching, original, args, kwargs)
+            monitor._next_step += 1
+            if monitor._switch is not None and monitor._switch.poll():
+                monitor._detach()  # a config changed while on replaces the monitor, as msprobe's
+                monitor._session = monitor._new_session()
+                monitor._monitor = monitor._session.task_processor
+                monitor._attach(starts_now=True)
+            elif watching is not None and watching.finished and monitor._switch is None:
                 optimizer.step = original  # msprobe removes its hooks after collect_times steps
-                for handle in monitor._handles:
-                    handle.remove()
-                monitor._handles.clear()
             return out
 
         step.__wrapped__ = original  # type: ignore[attr-defined]
         optimizer.step = step
+
+    def _watched_step(self, watching: Any, original: Any, args: tuple, kwargs: dict) -> Any:
+        if watching.print_structure():
+            # msprobe's print_struct ends the run at its first step, with its words.
+            raise Exception("exit after first monitor step when print model struct")
+        collects = watching.collects()
+        if collects:
+            watching.before_step(self._step_parameters(), bool(self._optimizer.state))
+        out = original(*args, **kwargs)
+        if collects:
+            watching.after_step(self._step_parameters())
+        watching.end_step()
+        if self._stack_handles and not watching.stacks_pending:
+            for handle in self._stack_handles:
+                handle.remove()
+            self._stack_handles.clear()
+        if watching.finished:
+            self._detach()
+            if self._switch is not None:
+                self._switch.finish()  # dynamic_on back to false, in the file
+        return out
 
     def _step_parameters(self) -> list:
         state = self._optimizer.state if self._optimizer is not None else {}
@@ -141,4 +193,5 @@ class TrainerMon:
 
     def drain(self) -> None:
         """Returns once every written step is on disk."""
-        self._monitor.drain()
+        if self._monitor is not None:
+            self._monitor.drain()

@@ -6,11 +6,13 @@ compared file by file. Run in the 26.2.0 venv (build-torch213/venv), where both 
 
 MODEL is `net` (two linears), `xy` (modules with several positional inputs, a keyword input,
 a tuple output holding None, one module called twice) or `stack` (names squash_name shortens),
-GRAD_ACC the micro batches of a step.
+GRAD_ACC the micro batches of a step. With PEER_DYNAMIC_ON_AT=<step>, the config file is given
+dynamic_on: true after that step (DYNAMIC_MONITOR=true runs).
 
 OUT_DIR gets the monitor's files (MONITOR_OUTPUT_DIR); `csv_files(OUT_DIR)` reads them back keyed
 by file name, the run folder's time and id left out."""
 import glob
+import json
 import os
 import sys
 from typing import Dict
@@ -91,11 +93,17 @@ def train(tool: str, config_path: str, out: str, steps: int = 3, model_kind: str
     monitor = TrainerMon(config_path, params_have_main_grad=False)
     monitor.set_monitor(model, optimizer, grad_acc_steps=grad_acc)
     batches = [(torch.randn(16, 4), torch.randn(16, 2)) for _ in range(grad_acc)]
-    for _ in range(steps):
+    switch_at = int(os.environ.get("PEER_DYNAMIC_ON_AT", "-1"))
+    for step in range(steps):
         optimizer.zero_grad()
         for x, y in batches:
             (nn.functional.mse_loss(model(x), y) / grad_acc).backward()
         optimizer.step()
+        if step == switch_at:  # the user turns the monitor on (DYNAMIC_MONITOR=true)
+            with open(config_path, encoding="utf-8") as f:
+                config = json.load(f)
+            with open(config_path, "w", encoding="utf-8") as f:
+                json.dump({**config, "dynamic_on": True}, f)
 
 
 def csv_files(out: str) -> Dict[str, str]:

@@ -3,8 +3,12 @@
 steps written are the config's, the alerts say what the guard knows, TensorBoard reads the event
 files, and what is not built or not valid is refused by name. The byte-for-byte comparisons with
 msprobe 26.2.0's own TrainerMon: test_monitor_peer.py."""
+import csv
+import io
 import json
 import logging
+import os
+import time
 
 import pytest
 import torch
@@ -158,14 +162,74 @@ def test_a_start_iteration_numbers_the_steps(tmp_path, monkeypatch):
     assert [line.split(",")[2] for line in files["param_origin_0-9.csv"].splitlines()[1:]][::4] == ["7", "8", "9"]
 
 
+def test_stack_info_names_each_modules_caller_and_its_hooks_go(tmp_path, monkeypatch):
+    """stack_info.csv: one row per module in the order of their first forwards, each its calling
+    stack as msprobe writes it; its hooks are gone once the file is written, training untouched."""
+    bare_losses, bare_state, _ = train(3)
+    config = {"wg_distribution": True, "stack_info": True, "start_step": 1, "ops": ["max"]}
+    losses, state, model = train(3, config, tmp_path / "out", monkeypatch)
+    assert losses == bare_losses
+    assert all(torch.equal(state[k], bare_state[k]) for k in bare_state)
+    rows = list(csv.reader(io.StringIO(csv_files(str(tmp_path / "out"))["stack_info.csv"])))
+    assert rows[0] == ["module_name", "stack_info"]
+    assert [row[0] for row in rows[1:]] == ["0:fc1", "0:fc2", "0:"]
+    assert f"File {__file__}, line" in rows[1][1], rows[1][1]
+    assert "\n return self.fc2(torch.relu(self.fc1(x))) \n" in rows[1][1]
+    assert "\n loss = torch.nn.functional.mse_loss(model(x), y) \n" in rows[3][1]
+    assert all(not module._forward_hooks for module in model.modules())
+
+
+def test_dynamic_on_turns_the_monitor_on_and_off_from_its_file(tmp_path, monkeypatch, caplog):
+    """DYNAMIC_MONITOR=true: nothing is written until the file says dynamic_on; a changed file
+    that is not valid is said and changes nothing; a valid one runs from the next step for
+    collect_times steps, then the file says dynamic_on: false again and the hooks are gone."""
+    bare_losses, bare_state, _ = train(8)
+    path = tmp_path / "monitor.json"
+    config = {"param_distribution": True, "xy_distribution": True, "all_xy": True, "collect_times": 2,
+              "ops": ["max"], "dynamic_on": False}
+    path.write_text(json.dumps(config))
+    monkeypatch.setenv("DYNAMIC_MONITOR", "true")
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    monitor = msprobe_cpp.TrainerMon(str(path), params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer)
+    x, y = torch.randn(16, 4), torch.randn(16, 2)
+    losses = []
+    edits = {1: {**config, "dynamic_on": True, "ops": ["p99"]}, 3: {**config, "dynamic_on": True}}
+    monkeypatch.setattr(logging.getLogger("msprobe_cpp"), "propagate", True)
+    with caplog.at_level(logging.INFO, logger="msprobe_cpp"):
+        for step in range(8):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            if step in edits:
+                path.write_text(json.dumps(edits[step]))
+                os.utime(path, ns=(time.time_ns(), time.time_ns() + step))  # a new time, however coarse
+    monitor.drain()
+    assert losses == bare_losses
+    assert all(torch.equal(model.state_dict()[k], bare_state[k]) for k in bare_state)
+    assert any("ops" in r.getMessage() and "p99" in r.getMessage() for r in caplog.records if r.levelno >= 40)
+    files = csv_files(str(tmp_path / "out"))
+    # Turned on after step 3 (read at the end of step 4): steps 5 and 6 written.
+    assert {line.split(",")[2] for line in files["param_origin_5-5.csv"].splitlines()[1:]} == {"5"}
+    assert sorted(files) == ["actv_5-5.csv", "actv_6-6.csv", "actv_grad_5-5.csv", "actv_grad_6-6.csv",
+                             "param_origin_5-5.csv", "param_origin_6-6.csv",
+                             "param_updated_5-5.csv", "param_updated_6-6.csv"]
+    assert json.loads(path.read_text()) == {**config, "dynamic_on": False}
+    assert all(not module._forward_hooks and not module._forward_pre_hooks for module in model.modules())
+
+
 def test_what_is_not_built_is_refused_by_name(tmp_path):
     path = tmp_path / "monitor.json"
-    path.write_text(json.dumps({"xy_distribution": True, "dynamic_on": True, "stack_info": True}))
+    path.write_text(json.dumps({"xy_distribution": True, "cc_distribution": {"enable": True}}))
     with pytest.raises(msprobe_cpp.ConfigError) as e:
         msprobe_cpp.TrainerMon(str(path))
     lines = str(e.value).splitlines()
-    assert f"{path}: dynamic_on: not built yet (issue 55)" in lines
-    assert f"{path}: stack_info: not built yet (issue 55)" in lines
+    assert f"{path}: cc_distribution.enable: not built yet (issue 55)" in lines
 
 
 def test_a_bad_config_is_one_line_per_key(tmp_path):

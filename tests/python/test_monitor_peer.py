@@ -17,10 +17,11 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 def peer_run(tool: str, config: dict, out: pathlib.Path, steps: int = 4, model: str = "net",
-             grad_acc: int = 1) -> dict:
+             grad_acc: int = 1, env: dict = None) -> dict:
     path = out.parent / f"{out.name}.json"
     path.write_text(json.dumps(config))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, **(env or {}),
+               PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, str(HERE / "monitor_peer.py"), tool, str(path), str(out), str(steps),
                         model, str(grad_acc)],
                        capture_output=True, text=True, timeout=300, env=env)
@@ -113,6 +114,45 @@ def test_print_struct_is_msprobes_own(tmp_path, config):
         texts[tool] = (out / "module_struct" / "rank0" / "module_struct.json").read_text()
     assert texts["msprobe_cpp"] == texts["msprobe"]
     assert '"config": "tuple[3]"' in texts["msprobe"] and "NoneType" in texts["msprobe"]
+
+
+@pytest.mark.slow
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+@pytest.mark.parametrize("config,model", [
+    ({"xy_distribution": True, "all_xy": True, "stack_info": True, "ops": ["max"]}, "xy"),
+    ({"squash_name": True, "wg_distribution": True, "stack_info": True, "start_step": 1, "ops": ["norm"]},
+     "stack"),
+], ids=["all-xy", "squash-start-step"])
+def test_stack_info_is_msprobes_own(tmp_path, config, model):
+    """stack_info: every module's call stack at its last forward before the first written step,
+    msprobe 26.2.0's stack_info.csv byte for byte (its rows' order, names, frames and quoting)."""
+    theirs = peer_run("msprobe", config, tmp_path / "msprobe", 3, model)
+    ours = peer_run("msprobe_cpp", config, tmp_path / "ours", 3, model)
+    assert "monitor_peer.py, line" in theirs["stack_info.csv"], sorted(theirs)
+    assert_same_files(ours, theirs)
+
+
+@pytest.mark.slow
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+@pytest.mark.parametrize("config,switch_at", [
+    ({"param_distribution": True, "dynamic_on": True, "collect_times": 2, "start_step": 3, "ops": ["max"]}, -1),
+    ({"wg_distribution": True, "xy_distribution": True, "dynamic_on": False, "collect_times": 2,
+      "step_interval": 2, "ops": ["norm", "min"]}, 2),
+], ids=["on-from-the-start", "turned-on-after-step-2"])
+def test_dynamic_on_is_msprobes_own(tmp_path, config, switch_at):
+    """DYNAMIC_MONITOR=true: nothing is watched until the config file says dynamic_on; then that
+    config runs from the next step (its start_step overridden) for collect_times steps, and the
+    file is given dynamic_on: false again. The same files as msprobe 26.2.0's, and the same
+    config file at the end."""
+    env = {"DYNAMIC_MONITOR": "true", "PEER_DYNAMIC_ON_AT": str(switch_at)}
+    theirs = peer_run("msprobe", config, tmp_path / "msprobe", 8, "xy", env=env)
+    ours = peer_run("msprobe_cpp", config, tmp_path / "ours", 8, "xy", env=env)
+    assert theirs, "msprobe wrote nothing"
+    assert_same_files(ours, theirs)
+    after = {tool: json.loads((tmp_path / f"{tool}.json").read_text()) for tool in ("msprobe", "ours")}
+    assert after["ours"] == after["msprobe"] == {**config, "dynamic_on": False}
 
 
 ALERTS = {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}},

@@ -1,5 +1,6 @@
 #include "live/monitor/monitor_stats.h"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>

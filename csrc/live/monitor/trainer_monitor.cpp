@@ -10,6 +10,8 @@
 #include <random>
 #include <stdexcept>
 
+#include <ATen/core/grad_mode.h>
+
 #include <unistd.h>
 
 #include "core/config.h"
@@ -52,8 +54,6 @@ void refuse_unbuilt(const MonitorConfig& c) {
     if (on) lines.push_back(c.source + ": " + key + ": not built yet (issue 55)");
   };
   refuse(c.families.cc_enabled, "cc_distribution.enable");
-  refuse(c.output.stack_info, "stack_info");
-  refuse(c.schedule.dynamic_on, "dynamic_on");
   if (lines.empty()) return;
   std::string text = lines.front();
   for (size_t i = 1; i < lines.size(); ++i) text += "\n" + lines[i];
@@ -70,7 +70,8 @@ TrainerMonitor::TrainerMonitor(const TaskParts& parts)
       hook_rows_(std::make_shared<MonitorHookRows>(config_.output.ops, config_.output.eps,
                                                    config_.families.monitor_mbs_grad,
                                                    config_.output.print_struct)),
-      alerting_(config_, parts.config.dump_path, parts.config.overflow_check.headroom, hook_rows_) {
+      alerting_(config_, parts.config.dump_path, parts.config.overflow_check.headroom, hook_rows_),
+      stacks_(config_.output.stack_info ? std::make_shared<MonitorStacks>() : nullptr) {
   refuse_unbuilt(config_);
   for (const std::string& note : config_.notes) say_warning(note);
 }
@@ -79,15 +80,19 @@ TrainerMonitor::~TrainerMonitor() {
   writes_.drain();
 }
 
-void TrainerMonitor::begin(int64_t first_step, int rank, int64_t micro_steps) {
+void TrainerMonitor::begin(int64_t first_step, int rank, int64_t micro_steps, bool starts_now,
+                           const std::string& run_folder) {
   step_ = first_step;
+  start_step_ = starts_now ? first_step : config_.schedule.start_step;
   rank_ = rank;
   hook_rows_->set_micro_steps(micro_steps);
   hook_rows_->set_collecting(collects());
   // msprobe makes its writer, and the run's folder, only on the ranks that write.
   const auto& ranks = config_.output.module_ranks;
   if (!ranks.empty() && std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) return;
-  run_folder_ = run_prefix_ + "-rank" + std::to_string(rank < 0 ? 0 : rank) + "-" + run_id();
+  run_folder_ = !run_folder.empty()
+                    ? run_folder
+                    : run_prefix_ + "-rank" + std::to_string(rank < 0 ? 0 : rank) + "-" + run_id();
   std::error_code ec;
   std::filesystem::create_directories(run_folder_, ec);
   if (ec) failed(run_folder_ + ": cannot make the run's folder: " + ec.message());
@@ -147,9 +152,16 @@ pybind11::tuple TrainerMonitor::module_hooks(const std::string& tag) const {
   return make_observer_hooks(hook_rows_, tag, !f.backward_only, !f.forward_only);
 }
 
+pybind11::object TrainerMonitor::stack_hook(int vpp_stage, const std::string& name) {
+  // msprobe hooks no module on a rank that module_ranks leaves out.
+  if (!stacks_ || run_folder_.empty()) return pybind11::none();
+  const std::string shown = config_.output.squash_name ? monitor_squash_name(name) : name;
+  return stacks_->hook(std::to_string(vpp_stage) + ":" + shown);
+}
+
 bool TrainerMonitor::collects() const {
   const MonitorSchedule& s = config_.schedule;
-  if (finished() || step_ < s.start_step || (step_ - s.start_step) % s.step_interval != 0) {
+  if (finished() || step_ < start_step_ || (step_ - start_step_) % s.step_interval != 0) {
     return false;
   }
   const auto& ranks = config_.output.module_ranks;
@@ -307,6 +319,10 @@ void TrainerMonitor::end_step() {
       });
     }
     write_anomalies();
+    if (stacks_pending() && !run_folder_.empty()) {
+      write_text((std::filesystem::path(run_folder_) / "stack_info.csv").string(),
+                 stacks_->take_file());
+    }
     hook_rows_->reset_calls();
   }
   ++step_;

@@ -28,6 +28,7 @@
 #include "core/monitor_row_table.h"
 #include "live/monitor/hook_rows.h"
 #include "live/monitor/monitor_alerting.h"
+#include "live/monitor/monitor_stacks.h"
 #include "live/session/task_processor.h"
 #include "live/session/write_thread.h"
 
@@ -50,8 +51,11 @@ class TrainerMonitor final : public TaskProcessor {
 
   // set_monitor(): the first step's number (start_iteration), this rank (-1: not distributed)
   // and the micro steps of a step (grad_acc_steps); makes the run's folder,
-  // <output root>/<time>-rank<R>-<id>, when this rank writes.
-  void begin(int64_t first_step, int rank, int64_t micro_steps);
+  // <output root>/<time>-rank<R>-<id>, when this rank writes. A monitor that dynamic_on starts
+  // (`starts_now`) writes from its first step on, into the run's folder made by the first one
+  // (`run_folder`, "" for a new one), as msprobe's does.
+  void begin(int64_t first_step, int rank, int64_t micro_steps, bool starts_now = false,
+             const std::string& run_folder = "");
   // Where this rank stands for anomaly.json (pp_stage, group_mates) and each module's class by
   // "<vpp>:<name>" (the calls an alert names). Before the first step.
   void place(int pp_stage, std::vector<int> group_mates,
@@ -68,6 +72,11 @@ class TrainerMonitor final : public TaskProcessor {
   // (pre_hook, forward_hook) for watched module "<vpp_stage>:<name>", to be registered with
   // with_kwargs=True. GIL required.
   pybind11::tuple module_hooks(const std::string& tag) const;
+  // stack_info: the forward hook that records module `name`'s call stack (every module of
+  // every chunk, on the ranks that write), else None. GIL required.
+  pybind11::object stack_hook(int vpp_stage, const std::string& name);
+  // Whether stack_info.csv is still to be written: its hooks are wanted until then.
+  bool stacks_pending() const { return stacks_ && stacks_->pending(); }
   // Whether the current step is written.
   bool collects() const;
   // Before the optimizer's step: grad_reduced, exp_avg and exp_avg_sq (where the optimizer has
@@ -108,6 +117,7 @@ class TrainerMonitor final : public TaskProcessor {
   std::string run_folder_;
   std::string events_file_;  // format "tensorboard": the run's event file, else ""
   int64_t step_ = 0;
+  int64_t start_step_ = 0;  // the config's start_step, or the step dynamic_on started it at
   int rank_ = -1;
   int64_t written_steps_ = 0;
   bool said_no_state_ = false;
@@ -120,6 +130,7 @@ class TrainerMonitor final : public TaskProcessor {
   StepTables tables_;
   const std::shared_ptr<MonitorHookRows> hook_rows_;  // what the hooks saw this step
   MonitorAlerting alerting_;
+  const std::shared_ptr<MonitorStacks> stacks_;  // stack_info, else null
   std::vector<std::shared_ptr<void>> grad_hooks_;  // on_accumulated_grad's tokens
   std::mutex failed_mu_;
   std::vector<std::string> failed_;  // the write thread's errors, said by the training thread
