@@ -30,7 +30,7 @@ void MonitorStacks::record(size_t module, const std::string& name) {
   rows_[row_of_[module]].stack = codes_.capture();
 }
 
-std::string MonitorStacks::take_file() {
+std::string MonitorStacks::take_csv() {
   PythonCrossing::assert_gil();
   if (taken_) return "";
   taken_ = true;

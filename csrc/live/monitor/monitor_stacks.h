@@ -23,7 +23,7 @@ class MonitorStacks : public std::enable_shared_from_this<MonitorStacks> {
   pybind11::object hook(const std::string& name);
   // stack_info.csv's text: the header, then one row per module, in the order of their first
   // forwards, once; later calls give "". GIL required.
-  std::string take_file();
+  std::string take_csv();
   bool pending() const { return !taken_; }
 
  private:

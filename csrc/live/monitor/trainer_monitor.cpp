@@ -153,6 +153,7 @@ pybind11::tuple TrainerMonitor::module_hooks(const std::string& tag) const {
 }
 
 pybind11::object TrainerMonitor::stack_hook(int vpp_stage, const std::string& name) {
+  PythonCrossing::assert_gil();
   // msprobe hooks no module on a rank that module_ranks leaves out.
   if (!stacks_ || run_folder_.empty()) return pybind11::none();
   const std::string shown = config_.output.squash_name ? monitor_squash_name(name) : name;
@@ -321,7 +322,7 @@ void TrainerMonitor::end_step() {
     write_anomalies();
     if (stacks_pending() && !run_folder_.empty()) {
       write_text((std::filesystem::path(run_folder_) / "stack_info.csv").string(),
-                 stacks_->take_file());
+                 stacks_->take_csv());
     }
     hook_rows_->reset_calls();
   }
