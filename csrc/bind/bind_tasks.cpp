@@ -44,7 +44,17 @@ std::shared_ptr<Session> monitor_session(const std::string& config_path,
   return session;
 }
 
-void bind_monitor(py::module_& m) {
+// What TrainerMon drives beside its processor: dynamic_on's switch, cc_distribution's wrappers.
+void bind_monitor_parts(py::module_& m) {
+  py::class_<MonitorCollectives, std::shared_ptr<MonitorCollectives>>(
+      m, "MonitorCollectives", "cc_distribution: the monitor's wrappers of the collectives.")
+      .def_property_readonly_static(
+          "wrapped_names", [](py::object) { return MonitorCollectives::wrapped_names(); },
+          "The torch.distributed functions msprobe wraps.")
+      .def("wrapper", &MonitorCollectives::wrapper, py::arg("name"), py::arg("original"),
+           "The wrapper of collective <name>, calling <original>.")
+      .def("wait_wrapper", &MonitorCollectives::wait_wrapper, py::arg("original"),
+           py::arg("work_class"), "The wrapper of Work.wait, a method of <work_class>.");
   py::class_<MonitorSwitch>(m, "MonitorSwitch",
                             "dynamic_on: when TrainerMon's config file turns the monitor on.")
       .def(py::init<std::string, std::string>(), py::arg("config_path"), py::arg("output_root"))
@@ -55,6 +65,10 @@ void bind_monitor(py::module_& m) {
         py::arg("package_dir"),
         "TrainerMon's session: its config validated (ConfigError); its processor is its "
         "task_processor.");
+}
+
+void bind_monitor(py::module_& m) {
+  bind_monitor_parts(m);
   py::class_<TrainerMonitor, TaskProcessor, std::shared_ptr<TrainerMonitor>>(
       m, "TrainerMonitor", "TrainerMon: msprobe's training monitor, step by step.")
       .def("begin", &TrainerMonitor::begin, py::arg("first_step"), py::arg("rank"),
@@ -81,8 +95,11 @@ void bind_monitor(py::module_& m) {
       .def_property_readonly("stacks_pending", &TrainerMonitor::stacks_pending,
                              "stack_info.csv is still to be written.")
       .def("collects", &TrainerMonitor::collects, "Whether the current step is written.")
-      .def("print_structure", &TrainerMonitor::print_structure,
-           "print_struct: writes module_struct.json once; True when it did.")
+      .def("stops_run", &TrainerMonitor::stops_run,
+           "At an optimizer step: the text of msprobe's exception that ends the run "
+           "(print_struct, cc_log_only), else \"\".")
+      .def_property_readonly("collectives", &TrainerMonitor::collectives,
+                             "cc_distribution's wrappers of the collectives, else None.")
       .def(
           "before_step",
           [](TrainerMonitor& t, const std::vector<py::tuple>& params, bool has_state) {

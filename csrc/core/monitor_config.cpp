@@ -1,6 +1,9 @@
 #include "core/monitor_config.h"
 
+#include <regex>
+
 #include "core/config_checks.h"
+#include "core/monitor_append.h"
 
 namespace msprobe {
 
@@ -108,14 +111,24 @@ void parse_alert(const json& v, const Loc& at, MonitorConfig& out) {
 void parse_cc(const json& v, const Loc& at, MonitorConfig& out) {
   config_checks::require_object(v, at);
   config_checks::check_keys(v, at, {"enable", "cc_pre_hook", "cc_log_only", "cc_codeline"});
-  for (const char* key : {"enable", "cc_pre_hook", "cc_log_only"}) {
+  MonitorCollectivesConfig& cc = out.collectives;
+  const std::pair<const char*, bool*> flags[] = {
+      {"enable", &cc.enable}, {"cc_pre_hook", &cc.pre_hook}, {"cc_log_only", &cc.log_only}};
+  for (const auto& [key, flag] : flags) {
     if (const json* b = config_checks::find(v, key)) {
-      const bool on = config_checks::parse_bool(*b, at.child(key));
-      if (std::string(key) == "enable") out.families.cc_enabled = on;
+      *flag = config_checks::parse_bool(*b, at.child(key));
     }
   }
   if (const json* lines = config_checks::find(v, "cc_codeline")) {
-    config_checks::parse_string_list(*lines, at.child("cc_codeline"));
+    const Loc where = at.child("cc_codeline");
+    cc.codeline = config_checks::parse_string_list(*lines, where);
+    for (const std::string& pattern : cc.codeline) {
+      try {
+        std::regex compiled(pattern);
+      } catch (const std::regex_error&) {
+        fail(where, "regular expressions", pattern);
+      }
+    }
   }
 }
 
@@ -188,9 +201,19 @@ const MonitorKey kMonitorKeys[] = {
     MONITOR_BOOL(schedule, dynamic_on),
     MONITOR_BOOL(families, monitor_mbs_grad),
     MONITOR_BOOL(output, stack_info),
-    {"append_output", [](const json& v, const Loc& at, MonitorConfig&) {
-       if (!v.is_array()) fail(at, "a list", v);
-       refuse_unless_off(v, at, "it reuses the folders of an earlier distributed run: not built");
+    {"append_output", [](const json& v, const Loc& at, MonitorConfig& c) {
+       const std::string allowed = "[] or two time tags of run folders, the first no later "
+                                   "(\"Dec03_21-34-40\")";
+       if (!v.is_array() || (!v.empty() && v.size() != 2)) fail(at, allowed, v);
+       if (v.empty()) return;
+       for (const json& tag : v) {
+         if (!tag.is_string() || !monitor_time_order(tag.get<std::string>())) fail(at, allowed, v);
+       }
+       if (*monitor_time_order(v[0].get<std::string>()) >
+           *monitor_time_order(v[1].get<std::string>())) {
+         fail(at, allowed, v);
+       }
+       c.output.append_output = {v[0].get<std::string>(), v[1].get<std::string>()};
      }},
     {"recording_l2_features", [](const json& v, const Loc& at, MonitorConfig&) {
        if (!v.is_boolean()) fail(at, "true or false", v);

@@ -37,8 +37,17 @@ struct MonitorFamilies {
   bool ur_distribution = false;  // msprobe 26.2.0 cancels it in CSV (said once)
   bool param_distribution = false;
   bool mg_direction = false;
-  bool cc_enabled = false;  // cc_distribution.enable
   bool monitor_mbs_grad = false;
+};
+
+// cc_distribution: statistics of torch.distributed's collectives' tensors.
+struct MonitorCollectivesConfig {
+  bool enable = false;
+  bool pre_hook = false;  // cc_pre_hook: their inputs too, before the call
+  bool log_only = false;  // cc_log_only: only which collectives are called from where
+  // cc_codeline: only calls whose stack ("<file>[<line>]   <function>;...") one of these
+  // regular expressions finds (ECMAScript's dialect of Python's re); empty: every call.
+  std::vector<std::string> codeline;
 };
 
 // Which steps are written, and how many steps a file holds.
@@ -61,6 +70,9 @@ struct MonitorOutput {
   bool squash_name = false;
   bool print_struct = false;
   bool stack_info = false;
+  // append_output: the first and last time tags of an earlier run's folders to go on writing
+  // into (distributed runs); empty: a new folder.
+  std::vector<std::string> append_output;
 };
 
 struct MonitorAlerts {
@@ -73,6 +85,7 @@ struct MonitorConfig {
   // Module names (keys of `targets`), in the file's order; empty: every module and parameter.
   std::vector<std::string> targets;
   MonitorFamilies families;
+  MonitorCollectivesConfig collectives;
   MonitorSchedule schedule;
   MonitorOutput output;
   MonitorAlerts alerts;

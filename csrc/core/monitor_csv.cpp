@@ -33,11 +33,14 @@ namespace {
 // as they are (pandas rounds float columns only).
 enum class Column { Integers, Reals, Objects };
 
-Column column_kind(const std::vector<MonitorRow>& rows, size_t op) {
+Column column_kind(const std::vector<std::vector<MonitorValue>>& rows, size_t column) {
   bool integers = false, reals = false, text = false;
-  for (const MonitorRow& r : rows) {
-    if (op >= r.values.size()) continue;
-    switch (r.values[op].kind) {
+  for (const std::vector<MonitorValue>& r : rows) {
+    if (column >= r.size()) {
+      reals = true;  // a shorter row: pandas fills it with nan
+      continue;
+    }
+    switch (r[column].kind) {
       case MonitorValue::Kind::Integer: integers = true; break;
       case MonitorValue::Kind::Real:
       case MonitorValue::Kind::Missing: reals = true; break;
@@ -62,22 +65,37 @@ std::string cell(const MonitorValue& v, Column column, int ndigits) {
 
 }  // namespace
 
-std::string monitor_csv_rows(const std::vector<MonitorRow>& rows, int ndigits) {
-  size_t ops = 0;
-  for (const MonitorRow& r : rows) ops = std::max(ops, r.values.size());
+std::vector<MonitorValue> monitor_row_cells(const MonitorRow& row) {
+  std::vector<MonitorValue> cells = {MonitorValue::of_text(row.vpp_stage),
+                                     MonitorValue::of_text(row.name),
+                                     MonitorValue::of_integer(row.step)};
+  for (const std::string& a : row.after) cells.push_back(MonitorValue::of_text(a));
+  cells.insert(cells.end(), row.values.begin(), row.values.end());
+  return cells;
+}
+
+std::string monitor_csv_cells(const std::vector<std::vector<MonitorValue>>& rows, int ndigits) {
+  size_t width = 0;
+  for (const auto& r : rows) width = std::max(width, r.size());
   std::vector<Column> columns;
-  for (size_t op = 0; op < ops; ++op) columns.push_back(column_kind(rows, op));
+  for (size_t c = 0; c < width; ++c) columns.push_back(column_kind(rows, c));
   std::string out;
   std::vector<std::string> fields;
-  for (const MonitorRow& r : rows) {
-    fields.assign({r.vpp_stage, r.name, std::to_string(r.step)});
-    fields.insert(fields.end(), r.after.begin(), r.after.end());
-    for (size_t op = 0; op < ops; ++op) {
-      fields.push_back(op < r.values.size() ? cell(r.values[op], columns[op], ndigits) : "nan");
+  for (const auto& r : rows) {
+    fields.clear();
+    for (size_t c = 0; c < width; ++c) {
+      fields.push_back(c < r.size() ? cell(r[c], columns[c], ndigits) : "nan");
     }
     out += csv_row(fields, "\n");
   }
   return out;
+}
+
+std::string monitor_csv_rows(const std::vector<MonitorRow>& rows, int ndigits) {
+  std::vector<std::vector<MonitorValue>> cells;
+  cells.reserve(rows.size());
+  for (const MonitorRow& r : rows) cells.push_back(monitor_row_cells(r));
+  return monitor_csv_cells(cells, ndigits);
 }
 
 }  // namespace msprobe

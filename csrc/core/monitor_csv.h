@@ -48,6 +48,14 @@ std::string monitor_csv_header(bool micro_step, const std::vector<std::string>& 
 // repr; missing values "nan"; fields quoted as csv does; each row ended by "\n".
 std::string monitor_csv_rows(const std::vector<MonitorRow>& rows, int ndigits);
 
+// A row's fields as the values pandas gets: its key columns as text, the step an integer.
+std::vector<MonitorValue> monitor_row_cells(const MonitorRow& row);
+
+// Rows of any length (msprobe's collectives' rows are longer than the header), each column typed
+// as pandas types it (a column holding text prints its values as they are; the rows' missing
+// tails are "nan"), as monitor_csv_rows() writes them.
+std::string monitor_csv_cells(const std::vector<std::vector<MonitorValue>>& rows, int ndigits);
+
 // numpy's round(x, ndigits) for ndigits >= 0.
 double numpy_round(double x, int ndigits);
 

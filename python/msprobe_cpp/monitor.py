@@ -62,6 +62,7 @@ class TrainerMon:
         self._run_folder = ""  # dynamic_on: every monitor it starts writes into the first's folder
         self._handles: List[Any] = []
         self._stack_handles: List[Any] = []  # stack_info's, removed once its file is written
+        self._restore: List[Tuple[Any, str, Any]] = []  # cc_distribution's: what it replaced
         _LIVE.add(self)
 
     def _new_session(self) -> Any:
@@ -94,6 +95,27 @@ class TrainerMon:
         self._monitor.watch([(name, param) for name, param in self._params])
         for vpp, chunk in enumerate(chunks):
             self._hook_modules(vpp, chunk)
+        self._wrap_collectives()
+
+    def _wrap_collectives(self) -> None:
+        # cc_distribution: msprobe's collectives replaced, in torch.distributed and its c10d
+        # module alike, and Work.wait, where an asynchronous call is looked at.
+        collectives = self._monitor.collectives
+        dist = torch.distributed
+        if collectives is None or not dist.is_available():
+            return
+        for name in collectives.wrapped_names:
+            original = getattr(dist, name, None)
+            if original is None:
+                continue
+            wrapper = collectives.wrapper(name, original)
+            for space in (dist, dist.distributed_c10d):
+                self._restore.append((space, name, getattr(space, name, original)))
+                setattr(space, name, wrapper)
+        work = getattr(dist, "Work", None)
+        if work is not None:
+            self._restore.append((work, "wait", work.wait))
+            work.wait = collectives.wait_wrapper(work.wait, work)
 
     def _detach(self) -> None:
         # The hooks off the model; what the monitor holds is written first.
@@ -101,6 +123,9 @@ class TrainerMon:
             handle.remove()
         self._handles.clear()
         self._stack_handles.clear()
+        for space, name, original in reversed(self._restore):
+            setattr(space, name, original)
+        self._restore.clear()
         if self._monitor is not None:
             self._monitor.drain()
         self._session = self._monitor = None
@@ -159,9 +184,9 @@ class TrainerMon:
         optimizer.step = step
 
     def _watched_step(self, watching: Any, original: Any, args: tuple, kwargs: dict) -> Any:
-        if watching.print_structure():
-            # msprobe's print_struct ends the run at its first step, with its words.
-            raise Exception("exit after first monitor step when print model struct")
+        stop = watching.stops_run()
+        if stop:  # print_struct and cc_log_only end the run, with msprobe's words
+            raise Exception(stop)
         collects = watching.collects()
         if collects:
             watching.before_step(self._step_parameters(), bool(self._optimizer.state))

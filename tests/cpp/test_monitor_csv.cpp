@@ -95,3 +95,28 @@ TEST(MonitorCsv, RoundsAsNumpyDoes) {
   EXPECT_EQ(numpy_round(-std::numeric_limits<double>::infinity(), 6),
             -std::numeric_limits<double>::infinity());
 }
+
+TEST(MonitorCsv, CollectivesRowsAreLongerAndTheirFirstValueTakesTheNameColumn) {
+  // msprobe 26.2.0's `other` file with mg_direction and cc_distribution on (ops min, max): an
+  // mg_direction row, then a collective's [name, first value, step, the rest] over two tags.
+  const double nan = std::nan("");
+  const std::vector<std::vector<MonitorValue>> rows = {
+      monitor_row_cells(row("0.weight", 2, {real(1.0), real(1.0), text("[]"),
+                                            text("torch.float32")}, false)),
+      {text("all_gather"), real(-0.2685525417327881), integer(2), real(0.2091734),
+       real(nan), real(nan), real(1.0), real(2.0000004), real(nan), real(nan)},
+  };
+  EXPECT_EQ(monitor_csv_cells(rows, 6),
+            "0,0.weight,2,1.0,1.0,[],torch.float32,nan,nan,nan\n"
+            "all_gather,-0.2685525417327881,2,0.209173,nan,nan,1.0,2.0,nan,nan\n");
+}
+
+TEST(MonitorCsv, CollectivesAloneRoundTheirNameColumn) {
+  const std::vector<std::vector<MonitorValue>> rows = {
+      {text("broadcast"), real(0.12345678), integer(0), real(5.0)},
+      {text("all_reduce"), real(1.0), integer(0), real(3.0), real(7.0)},
+  };
+  EXPECT_EQ(monitor_csv_cells(rows, 6),
+            "broadcast,0.123457,0,5.0,nan\n"
+            "all_reduce,1.0,0,3.0,7.0\n");
+}

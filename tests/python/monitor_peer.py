@@ -5,7 +5,8 @@ compared file by file. Run in the 26.2.0 venv (build-torch213/venv), where both 
     python monitor_peer.py {msprobe,msprobe_cpp} CONFIG.json OUT_DIR [STEPS [MODEL [GRAD_ACC]]]
 
 MODEL is `net` (two linears), `xy` (modules with several positional inputs, a keyword input,
-a tuple output holding None, one module called twice) or `stack` (names squash_name shortens),
+a tuple output holding None, one module called twice), `stack` (names squash_name shortens) or
+`cc` (`net` on one gloo rank whose steps call collectives: MASTER_PORT must be free),
 GRAD_ACC the micro batches of a step. With PEER_DYNAMIC_ON_AT=<step>, the config file is given
 dynamic_on: true after that step (DYNAMIC_MONITOR=true runs).
 
@@ -87,8 +88,25 @@ def train(tool: str, config_path: str, out: str, steps: int = 3, model_kind: str
                 h = block(h)
             return self.output(self.model.norm(h))
 
+    def share_gradients(model):  # cc: a step's collectives, as a hand-written data-parallel loop
+        dist = torch.distributed
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+        gather_norms(model)
+        work = dist.all_reduce(torch.ones(3) * 2, async_op=True)
+        work.wait()
+        dist.broadcast(next(model.parameters()).detach().clone(), 0)
+
+    def gather_norms(model):
+        norms = torch.stack([p.grad.norm() for p in model.parameters()])
+        gathered = [torch.zeros_like(norms)]
+        torch.distributed.all_gather(gathered, norms)
+
+    if model_kind == "cc":  # one rank of gloo, for the collectives
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
     torch.manual_seed(0)
-    model = {"net": Net, "xy": XyNet, "stack": Stack}[model_kind]()
+    model = {"net": Net, "xy": XyNet, "stack": Stack, "cc": Net}[model_kind]()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     monitor = TrainerMon(config_path, params_have_main_grad=False)
     monitor.set_monitor(model, optimizer, grad_acc_steps=grad_acc)
@@ -98,6 +116,8 @@ def train(tool: str, config_path: str, out: str, steps: int = 3, model_kind: str
         optimizer.zero_grad()
         for x, y in batches:
             (nn.functional.mse_loss(model(x), y) / grad_acc).backward()
+        if model_kind == "cc":
+            share_gradients(model)
         optimizer.step()
         if step == switch_at:  # the user turns the monitor on (DYNAMIC_MONITOR=true)
             with open(config_path, encoding="utf-8") as f:
@@ -123,6 +143,6 @@ if __name__ == "__main__":
         train(args[0], args[1], args[2], int(args[3]) if len(args) > 3 else 3,
               args[4] if len(args) > 4 else "net", int(args[5]) if len(args) > 5 else 1)
     except Exception as e:  # print_struct ends the run at its first step, by design
-        if "print model struct" not in str(e):
+        if "print model struct" not in str(e) and "print cc stack" not in str(e):
             raise
         print(f"stopped: {e}")

@@ -223,13 +223,83 @@ def test_dynamic_on_turns_the_monitor_on_and_off_from_its_file(tmp_path, monkeyp
     assert all(not module._forward_hooks and not module._forward_pre_hooks for module in model.modules())
 
 
-def test_what_is_not_built_is_refused_by_name(tmp_path):
+def test_collectives_are_watched_and_given_back(tmp_path, monkeypatch):
+    """cc_distribution on one gloo rank: the step's collectives are in the `other` file, the
+    training is unaltered, and torch.distributed's own functions are back once the monitor
+    wrote its collect_times steps."""
+    dist = torch.distributed
+    originals = (dist.all_reduce, dist.distributed_c10d.all_reduce, dist.all_gather)
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        def run(config):
+            torch.manual_seed(0)
+            model = Net()
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+            if config:
+                path = tmp_path / "monitor.json"
+                path.write_text(json.dumps(config))
+                monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+                monitor = msprobe_cpp.TrainerMon(str(path), params_have_main_grad=False)
+                monitor.set_monitor(model, optimizer)
+            x, y = torch.randn(16, 4), torch.randn(16, 2)
+            losses = []
+            for step in range(4):
+                optimizer.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                for p in model.parameters():
+                    dist.all_reduce(p.grad)
+                gathered = [torch.zeros(2)]
+                dist.all_gather(gathered, torch.full((2,), float(step)))
+                if step == 1:
+                    assert (dist.all_reduce is not originals[0]) == bool(config)
+                optimizer.step()
+                losses.append(loss.item())
+            if config:
+                monitor.drain()
+            return losses, model.state_dict()
+
+        bare_losses, bare_state = run(None)
+        losses, state = run({"cc_distribution": {"enable": True}, "ops": ["max"], "collect_times": 2})
+        assert losses == bare_losses
+        assert all(torch.equal(state[k], bare_state[k]) for k in bare_state)
+        assert (dist.all_reduce, dist.distributed_c10d.all_reduce, dist.all_gather) == originals
+        files = csv_files(str(tmp_path / "out"))
+        assert sorted(files) == ["other_0-0.csv", "other_1-1.csv"]
+        rows = [line.split(",") for line in files["other_1-1.csv"].splitlines()[1:]]
+        # [collective, max, step, shape, dtype]: the gathered tensor's max is the step's number.
+        assert [row[0] for row in rows] == ["all_reduce", "all_gather"]
+        assert rows[1][:3] == ["all_gather", "1.0", "1"]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_append_output_goes_on_writing_into_the_earlier_runs_folder(tmp_path, monkeypatch):
+    """append_output, in a distributed run: a restarted monitor writes into the run folder of the
+    same rank whose time tag lies within the two given."""
+    dist = torch.distributed
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        config = {"param_distribution": True, "ops": ["max"], "collect_times": 1}
+        train(2, config, tmp_path / "out", monkeypatch)
+        (first,) = [p for p in (tmp_path / "out").iterdir() if "-rank0-" in p.name]
+        tag = first.name.split("-rank0-")[0]
+        train(2, {**config, "start_step": 1, "append_output": [tag, tag]}, tmp_path / "out", monkeypatch)
+        assert [p.name for p in (tmp_path / "out").iterdir() if "-rank" in p.name] == [first.name]
+        assert sorted(os.listdir(first)) == ["param_origin_0-0.csv", "param_origin_1-1.csv",
+                                             "param_updated_0-0.csv", "param_updated_1-1.csv"]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_collectives_pattern_that_is_no_regular_expression_is_refused(tmp_path):
     path = tmp_path / "monitor.json"
-    path.write_text(json.dumps({"xy_distribution": True, "cc_distribution": {"enable": True}}))
+    path.write_text(json.dumps({"cc_distribution": {"enable": True, "cc_codeline": ["train(["]}}))
     with pytest.raises(msprobe_cpp.ConfigError) as e:
         msprobe_cpp.TrainerMon(str(path))
-    lines = str(e.value).splitlines()
-    assert f"{path}: cc_distribution.enable: not built yet (issue 55)" in lines
+    assert str(e.value).startswith(f"{path}: cc_distribution.cc_codeline")
+    assert "train([" in str(e.value)
 
 
 def test_a_bad_config_is_one_line_per_key(tmp_path):

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from gloo import free_port
 from monitor_peer import FAMILIES, csv_files
 from msprobe_runs import msprobe_version
 from testenv import PACKAGE_ROOT
@@ -153,6 +154,48 @@ def test_dynamic_on_is_msprobes_own(tmp_path, config, switch_at):
     assert_same_files(ours, theirs)
     after = {tool: json.loads((tmp_path / f"{tool}.json").read_text()) for tool in ("msprobe", "ours")}
     assert after["ours"] == after["msprobe"] == {**config, "dynamic_on": False}
+
+
+@pytest.mark.slow
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+@pytest.mark.parametrize("config", [
+    {"cc_distribution": {"enable": True}, "mg_direction": True, "ops": ["min", "max", "norm"], "step_interval": 2},
+    {"cc_distribution": {"enable": True, "cc_pre_hook": True, "cc_codeline": ["gather_norms"]},
+     "ops": ["mean", "zeros", "nans", "id"]},
+    {"cc_distribution": {"enable": True}, "ops": ["max", "norm"], "start_step": 1, "step_interval": 3},
+], ids=["with-mg-direction", "pre-hook-codeline", "folded-over-unwritten-steps"])
+def test_the_collectives_are_msprobes_own(tmp_path, config):
+    """cc_distribution: all_reduce, all_gather, an asynchronous all_reduce waited for, broadcast,
+    each step on one gloo rank; their statistics folded over the steps since the last written
+    one, in msprobe 26.2.0's `other` files byte for byte (its rows, longer than its header)."""
+    theirs = peer_run("msprobe", config, tmp_path / "msprobe", 5, "cc", env={"MASTER_PORT": str(free_port())})
+    ours = peer_run("msprobe_cpp", config, tmp_path / "ours", 5, "cc", env={"MASTER_PORT": str(free_port())})
+    assert any("all_gather" in text for name, text in theirs.items() if name.startswith("other")), theirs
+    assert_same_files(ours, theirs)
+
+
+@pytest.mark.slow
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+def test_cc_log_only_says_where_each_collective_is_called_and_stops(tmp_path):
+    """cc_log_only: the collectives called and from where, said at the second step, which ends
+    the run with msprobe's exception, as msprobe 26.2.0's does."""
+    said = {}
+    for tool in ("msprobe", "msprobe_cpp"):
+        (tmp_path / f"{tool}.json").write_text(json.dumps({"cc_distribution": {"enable": True, "cc_log_only": True}}))
+        env = dict(os.environ, MASTER_PORT=str(free_port()),
+                   PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
+        r = subprocess.run([sys.executable, str(HERE / "monitor_peer.py"), tool, str(tmp_path / f"{tool}.json"),
+                            str(tmp_path / tool), "3", "cc"], capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "stopped: exit after first step when print cc stack" in r.stdout
+        said[tool] = r.stdout + r.stderr
+    for text in said.values():
+        assert "> Used communication ops and corresponding stack" in text
+        for name in ("all_reduce", "all_gather", "broadcast"):
+            assert f'"{name}"' in text
+        assert "monitor_peer.py[" in text and "gather_norms" in text
 
 
 ALERTS = {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}},

@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "core/config_error.h"
+#include "core/monitor_append.h"
 #include "core/monitor_events.h"
 #include "core/tensorboard_events.h"
 #include "live/crossing/python_crossing.h"
@@ -46,20 +47,6 @@ std::string run_id() {
   return text;
 }
 
-// The keys whose files are not made here yet (issue 55): refused, one line each, rather than
-// left out of the run without a word.
-void refuse_unbuilt(const MonitorConfig& c) {
-  std::vector<std::string> lines;
-  const auto refuse = [&](bool on, const char* key) {
-    if (on) lines.push_back(c.source + ": " + key + ": not built yet (issue 55)");
-  };
-  refuse(c.families.cc_enabled, "cc_distribution.enable");
-  if (lines.empty()) return;
-  std::string text = lines.front();
-  for (size_t i = 1; i < lines.size(); ++i) text += "\n" + lines[i];
-  throw ConfigError(text + "\n(every other key is built: docs/monitor.md)");
-}
-
 }  // namespace
 
 TrainerMonitor::TrainerMonitor(const TaskParts& parts)
@@ -71,8 +58,12 @@ TrainerMonitor::TrainerMonitor(const TaskParts& parts)
                                                    config_.families.monitor_mbs_grad,
                                                    config_.output.print_struct)),
       alerting_(config_, parts.config.dump_path, parts.config.overflow_check.headroom, hook_rows_),
-      stacks_(config_.output.stack_info ? std::make_shared<MonitorStacks>() : nullptr) {
-  refuse_unbuilt(config_);
+      stacks_(config_.output.stack_info ? std::make_shared<MonitorStacks>() : nullptr),
+      collectives_(config_.collectives.enable
+                       ? std::make_shared<MonitorCollectives>(config_.collectives,
+                                                              config_.output.ops,
+                                                              config_.output.eps)
+                       : nullptr) {
   for (const std::string& note : config_.notes) say_warning(note);
 }
 
@@ -90,9 +81,10 @@ void TrainerMonitor::begin(int64_t first_step, int rank, int64_t micro_steps, bo
   // msprobe makes its writer, and the run's folder, only on the ranks that write.
   const auto& ranks = config_.output.module_ranks;
   if (!ranks.empty() && std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) return;
-  run_folder_ = !run_folder.empty()
-                    ? run_folder
-                    : run_prefix_ + "-rank" + std::to_string(rank < 0 ? 0 : rank) + "-" + run_id();
+  run_folder_ = !run_folder.empty() ? run_folder : earlier_run_folder(rank);
+  if (run_folder_.empty()) {
+    run_folder_ = run_prefix_ + "-rank" + std::to_string(rank < 0 ? 0 : rank) + "-" + run_id();
+  }
   std::error_code ec;
   std::filesystem::create_directories(run_folder_, ec);
   if (ec) failed(run_folder_ + ": cannot make the run's folder: " + ec.message());
@@ -104,6 +96,30 @@ void TrainerMonitor::begin(int64_t first_step, int rank, int64_t micro_steps, bo
   if (ec) failed(anomaly_folder + ": cannot make the folder: " + ec.message());
   write_text(anomaly_folder + "/anomaly.json", "{}");
   std::filesystem::remove(anomaly_folder + "/anomaly_context.json", ec);
+}
+
+std::string TrainerMonitor::earlier_run_folder(int rank) const {
+  // append_output, in a distributed run (as msprobe's): this rank's folder among the earlier
+  // run's, else "" (a new one, which msprobe does not make).
+  const auto& tags = config_.output.append_output;
+  if (tags.size() != 2 || rank < 0) return "";
+  const std::filesystem::path root = std::filesystem::path(run_prefix_).parent_path();
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    if (entry.is_directory(ec)) names.push_back(entry.path().filename().string());
+  }
+  const auto folders = monitor_append_folders(names, tags[0], tags[1]);
+  const auto it = folders.find(rank);
+  if (it == folders.end()) {
+    say_warning(config_.source + ": append_output: no run folder of rank " +
+                std::to_string(rank) + " from " + tags[0] + " to " + tags[1] +
+                " under " + root.string() + ": a new one is made");
+    return "";
+  }
+  say(LogLevel::Info, "append rank(" + std::to_string(rank) + ") result to " +
+                          (root / it->second).string());
+  return (root / it->second).string();
 }
 
 void TrainerMonitor::start_events() {
@@ -218,6 +234,10 @@ void TrainerMonitor::before_step(const std::vector<StepParameter>& params,
     }
   }
   if (config_.families.mg_direction) put_mg_direction(params);
+  // msprobe folds the collectives' calls since the last written step into this one's.
+  if (collectives_ && !collectives_->log_only()) {
+    tables_.collectives = collectives_->take_rows(step_);
+  }
 }
 
 void TrainerMonitor::put_mg_direction(const std::vector<StepParameter>& params) {
@@ -289,6 +309,31 @@ std::function<void()> TrainerMonitor::events_job(const std::string& prefix,
   };
 }
 
+std::function<void()> TrainerMonitor::other_job() {
+  // mg_direction's rows, then the collectives' (CSV only: msprobe 26.2.0 writes no TensorBoard).
+  if (run_folder_.empty() || !events_file_.empty()) return nullptr;
+  if (alerting_.on() && !tables_.other.empty()) alerting_.scan("other", tables_.other, step_);
+  std::vector<std::vector<MonitorValue>> cells;
+  for (const MonitorRow& row : tables_.other.rows(step_)) cells.push_back(monitor_row_cells(row));
+  for (auto& row : tables_.collectives) cells.push_back(std::move(row));
+  const std::string path =
+      (std::filesystem::path(run_folder_) /
+       monitor_csv_name("other", step_, config_.schedule.step_count_per_record))
+          .string();
+  std::vector<std::string> op_names;
+  for (MonitorOp op : config_.output.ops) op_names.emplace_back(monitor_op_name(op));
+  return [this, path, header = monitor_csv_header(false, op_names), cells = std::move(cells),
+          ndigits = config_.output.ndigits] {
+    std::error_code ec;
+    const bool is_new = !std::filesystem::exists(path, ec);
+    std::ofstream out(path, std::ios::app | std::ios::binary);
+    if (is_new) out << header;
+    out << monitor_csv_cells(cells, ndigits);
+    out.flush();
+    if (!out) failed(path + ": cannot write");
+  };
+}
+
 void TrainerMonitor::append(const std::string& path, std::string bytes) {
   writes_.post([this, path, bytes = std::move(bytes)] {
     std::ofstream out(path, std::ios::app | std::ios::binary);
@@ -312,8 +357,13 @@ void TrainerMonitor::end_step() {
     add("exp_avg_sq", tables_.exp_avg_sq);
     add("param_origin", tables_.param_origin);
     add("param_updated", tables_.param_updated);
-    add("other", tables_.other);
+    if (tables_.collectives.empty()) {
+      add("other", tables_.other);
+    } else if (auto job = other_job()) {
+      jobs.push_back(std::move(job));
+    }
     tables_.other.clear();
+    tables_.collectives.clear();
     if (!jobs.empty()) {
       writes_.post([jobs = std::move(jobs)] {
         for (const auto& job : jobs) job();
@@ -351,9 +401,18 @@ void TrainerMonitor::write_text(const std::string& path, std::string text) {
   });
 }
 
-bool TrainerMonitor::print_structure() {
+std::string TrainerMonitor::stops_run() {
+  if (collectives_ && collectives_->log_only() && step_ > 0) {
+    const auto& ranks = config_.output.module_ranks;
+    const int64_t first = ranks.empty() ? 0 : *std::min_element(ranks.begin(), ranks.end());
+    if (rank_ <= first) {  // msprobe says it on the smallest rank
+      say(LogLevel::Info, "> Used communication ops and corresponding stack");
+      say(LogLevel::Info, collectives_->logged_stacks());
+    }
+    return "exit after first step when print cc stack";
+  }
   const std::string text = hook_rows_->structure_file();
-  if (text.empty()) return false;
+  if (text.empty()) return "";
   const std::filesystem::path folder = std::filesystem::path(run_prefix_).parent_path() /
                                        "module_struct" /
                                        ("rank" + std::to_string(rank_ < 0 ? 0 : rank_));
@@ -365,7 +424,9 @@ bool TrainerMonitor::print_structure() {
   out.flush();
   if (!out) throw std::runtime_error(path + ": cannot write the modules' structure");
   say(LogLevel::Info, "> save module struct to " + path);
-  return true;
+  return collectives_ && collectives_->log_only()
+             ? ""
+             : "exit after first monitor step when print model struct";
 }
 
 void TrainerMonitor::drain() {

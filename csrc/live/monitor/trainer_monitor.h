@@ -28,6 +28,7 @@
 #include "core/monitor_row_table.h"
 #include "live/monitor/hook_rows.h"
 #include "live/monitor/monitor_alerting.h"
+#include "live/monitor/monitor_collectives.h"
 #include "live/monitor/monitor_stacks.h"
 #include "live/session/task_processor.h"
 #include "live/session/write_thread.h"
@@ -90,9 +91,15 @@ class TrainerMonitor final : public TaskProcessor {
   // collect_times steps were written: msprobe removes its hooks.
   bool finished() const { return written_steps_ >= config_.schedule.collect_times; }
   const std::string& run_folder() const { return run_folder_; }
-  // print_struct, at an optimizer step: writes module_struct.json the first time there is a
-  // structure to write, and says whether it did (msprobe then stops the run).
-  bool print_structure();
+  // At an optimizer step, what ends the run as msprobe ends it (its exception's text), else "":
+  // print_struct, once module_struct.json is written (the first time there is a structure to
+  // write); cc_log_only, at the second step, once the collectives' stacks are said.
+  std::string stops_run();
+  // cc_distribution: what wraps torch.distributed's collectives, on the ranks that write;
+  // else null.
+  std::shared_ptr<MonitorCollectives> collectives() const {
+    return run_folder_.empty() ? nullptr : collectives_;
+  }
   // Returns once every step handed over is on disk; says the writes that failed.
   void drain();
 
@@ -105,7 +112,9 @@ class TrainerMonitor final : public TaskProcessor {
   void write_anomalies();
   void put_mg_direction(const std::vector<StepParameter>& params);
   void start_events();
+  std::string earlier_run_folder(int rank) const;
   std::function<void()> events_job(const std::string& prefix, const MonitorRowTable& table);
+  std::function<void()> other_job();
   void append(const std::string& path, std::string bytes);
   void write_text(const std::string& path, std::string text);
   void say_failures();
@@ -126,11 +135,13 @@ class TrainerMonitor final : public TaskProcessor {
   struct StepTables {
     MonitorRowTable grad_reduced, exp_avg, exp_avg_sq, param_origin, param_updated;
     MonitorRowTable other;  // mg_direction
+    std::vector<std::vector<MonitorValue>> collectives;  // cc_distribution's rows of `other`
   };
   StepTables tables_;
   const std::shared_ptr<MonitorHookRows> hook_rows_;  // what the hooks saw this step
   MonitorAlerting alerting_;
   const std::shared_ptr<MonitorStacks> stacks_;  // stack_info, else null
+  const std::shared_ptr<MonitorCollectives> collectives_;  // cc_distribution, else null
   std::vector<std::shared_ptr<void>> grad_hooks_;  // on_accumulated_grad's tokens
   std::mutex failed_mu_;
   std::vector<std::string> failed_;  // the write thread's errors, said by the training thread
