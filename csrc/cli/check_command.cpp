@@ -103,7 +103,7 @@ int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err)
     JsonWriter json(1);
     if (!single) json.begin_object();
     for (const std::string& file : files) {
-      Report report{findings_of(file), std::nullopt, std::nullopt, std::nullopt};
+      Report report{findings_of(file), std::nullopt, std::nullopt, std::nullopt, std::nullopt};
       if (const std::optional<LiveStop> live = read_live_stop(file)) report.live_stop = live->json;
       if (!single) json.key(file);
       report.write(json, sink);

@@ -96,7 +96,7 @@ MonitorAlertRule parse_rule(const json& v, const Loc& at) {
 
 void parse_alert(const json& v, const Loc& at, MonitorConfig& out) {
   config_checks::require_object(v, at);
-  config_checks::check_keys(v, at, {"rules", "dump"});
+  config_checks::check_keys(v, at, {"rules", "dump", "dump_step_on"});
   const json* rules = config_checks::find(v, "rules");
   if (!rules) config_checks::fail_missing(at.child("rules"), "a list of rules");
   if (!rules->is_array()) fail(at.child("rules"), "a list of rules", *rules);
@@ -105,6 +105,9 @@ void parse_alert(const json& v, const Loc& at, MonitorConfig& out) {
   }
   if (const json* dump = config_checks::find(v, "dump")) {
     out.alerts.dump = config_checks::parse_bool(*dump, at.child("dump"));
+  }
+  if (const json* on = config_checks::find(v, "dump_step_on")) {
+    out.alerts.dump_step_on = config_checks::parse_string_list(*on, at.child("dump_step_on"));
   }
 }
 

@@ -78,6 +78,9 @@ struct MonitorOutput {
 struct MonitorAlerts {
   std::vector<MonitorAlertRule> rules;
   bool dump = false;  // anomaly_detected/rank<R>/anomaly.json
+  // dump_step_on (ours): an alert whose tag holds one of these flags the step of the live
+  // PrecisionDebugger (task overflow_check), whose dump then writes it ("": every tag).
+  std::vector<std::string> dump_step_on;
 };
 
 struct MonitorConfig {

@@ -58,6 +58,10 @@ void Report::write(JsonWriter& w, const std::function<void(const std::string&)>&
     w.key("live_stop");
     w.value_raw(*live_stop);
   }
+  if (monitor_alert) {
+    w.key("monitor_alert");
+    w.value_string(*monitor_alert);
+  }
   w.end_object();
   if (sink) sink(w.take_chunk());
 }
@@ -105,6 +109,9 @@ std::string step_summary(const Report& report, const std::vector<Judgement>& jud
                               std::to_string(report.peer_stop->rank) + " overflowed): "
                         : " flagged: ") +
       severity_summary(findings.counts()) + (rank >= 0 ? " on this rank\n" : "\n");
+  if (report.monitor_alert) {
+    text += who + "  flagged by the training monitor: " + *report.monitor_alert + "\n";
+  }
   if (const auto& first = report.first_anomaly) {
     text += who + "  first anomaly: " + first->finding.call + " (" +
             to_string(first->finding.severity) + ", " + scene_name(first->finding.scene);

@@ -24,6 +24,9 @@ struct Report {
   // check only: the first_anomaly of the overflow_report.json beside the dump, as JSON text, so
   // that the report carries the live stop's verdict beside its own offline reading.
   std::optional<std::string> live_stop;
+  // overflow_report.json of a step the training monitor's alert flagged (alert.dump_step_on):
+  // the alert's line.
+  std::optional<std::string> monitor_alert;
 
   bool empty() const { return findings.empty(); }
   // Writes the report object where `w` stands. With a `sink`, `w`'s text is handed to it as it

@@ -28,7 +28,7 @@ Finding finding(const std::string& call, Severity s,
 
 // A document holding the report, written through a sink as check writes it, or at once.
 std::string rendered(Findings findings, bool in_a_folder, bool through_a_sink) {
-  const Report report{std::move(findings), std::nullopt, std::nullopt, std::nullopt};
+  const Report report{std::move(findings), std::nullopt, std::nullopt, std::nullopt, std::nullopt};
   JsonWriter w(1);
   std::string text;
   if (in_a_folder) {

@@ -82,6 +82,7 @@ Report report_with_every_field() {
   r.findings.add(f);
   r.first_anomaly = facts;
   r.peer_stop = PeerOverflow{1, 8, "Functional.linear.0.forward", "input", "", ""};
+  r.monitor_alert = "Rule AnomalyTurbulence reports anomaly signal in ...";
   return r;
 }
 

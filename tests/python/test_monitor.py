@@ -492,3 +492,50 @@ def test_the_monitor_runs_beside_the_guard(tmp_path, monkeypatch):
     _, _, stop = guarded_run(tmp_path / "nan", monkeypatch, 3, monitored=True, nan_at=1)
     assert stop is not None and (stop.step, stop.origin) == (1, "input")
     assert stop.call.startswith("Functional.linear.0")
+
+
+def test_a_chosen_alert_writes_the_guards_step_before_anything_is_nan(tmp_path, monkeypatch, caplog):
+    """alert.dump_step_on: a turbulence alert on fc2's output (its inputs 50 times larger at step 5)
+    writes that step's dump under task overflow_check, a flagged step whose report carries the
+    alert's line; no other step is written, nothing stops, the training is as under the guard
+    alone."""
+    from dumps import debugger
+
+    def run(name, dump_step_on):
+        torch.manual_seed(0)
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        if dump_step_on is not None:
+            config = {"targets": {"fc2": {}}, "xy_distribution": True, "forward_only": True, "ops": ["norm"],
+                      "alert": {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 3.0}}],
+                                "dump_step_on": dump_step_on}}
+            (tmp_path / f"{name}.json").write_text(json.dumps(config))
+            monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / f"{name}-monitor"))
+            monitor = msprobe_cpp.TrainerMon(str(tmp_path / f"{name}.json"), params_have_main_grad=False)
+            monitor.set_monitor(model, optimizer)
+        dbg = debugger(tmp_path / name)
+        x, y = torch.randn(16, 4), torch.randn(16, 2)
+        losses = []
+        for step in range(7):
+            dbg.start(model)
+            loss = torch.nn.functional.mse_loss(model(x * (50.0 if step == 5 else 1.0)), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            dbg.stop()
+            dbg.step()
+        return losses, model.state_dict()
+
+    bare_losses, bare_state = run("bare", None)
+    monkeypatch.setattr(logging.getLogger("msprobe_cpp"), "propagate", True)
+    with caplog.at_level(logging.INFO, logger="msprobe_cpp"):
+        losses, state = run("flagged", ["0:fc2.output"])
+    assert losses == bare_losses
+    assert all(torch.equal(state[k], bare_state[k]) for k in bare_state)
+    dump = tmp_path / "flagged" / "dump"
+    assert sorted(p.name for p in dump.iterdir()) == ["step5"]
+    report = json.loads((dump / "step5" / "rank" / "overflow_report.json").read_text())
+    assert "('0:fc2.output:0/rank0/actv', 'norm') at step 5" in report["monitor_alert"], report
+    assert "flagged by the training monitor: > Rule AnomalyTurbulence" in caplog.text
+    assert not (tmp_path / "bare" / "dump").exists() or not any((tmp_path / "bare" / "dump").iterdir())

@@ -13,7 +13,8 @@ MonitorAlerting::MonitorAlerting(const MonitorConfig& config, std::string output
       dump_(config.alerts.dump),
       output_root_(std::move(output_root)),
       hook_rows_(std::move(hook_rows)),
-      anomalies_(config.alerts.rules, headroom > 0 ? headroom : 0.5) {}
+      anomalies_(config.alerts.rules, headroom > 0 ? headroom : 0.5),
+      dump_step_on_(config.alerts.dump_step_on) {}
 
 std::string MonitorAlerting::begin(int rank) {
   rank_ = rank < 0 ? 0 : rank;
@@ -76,7 +77,16 @@ void MonitorAlerting::scan(const std::string& prefix, const MonitorRowTable& tab
 }
 
 std::vector<std::pair<std::string, std::string>> MonitorAlerting::step_written() {
-  for (std::string& line : anomalies_.take_lines()) say(LogLevel::Info, std::move(line));
+  for (std::string& line : anomalies_.take_lines()) {
+    // msprobe's line: "Rule <rule> reports anomaly signal in ('<tag>', '<op>') at step ...".
+    const size_t from = line.find("('"), to = line.find("', '");
+    const std::string tag =
+        from != std::string::npos && to > from ? line.substr(from + 2, to - from - 2) : "";
+    for (const std::string& fragment : dump_step_on_) {
+      if (dump_reason_.empty() && tag.find(fragment) != std::string::npos) dump_reason_ = line;
+    }
+    say(LogLevel::Info, std::move(line));
+  }
   if (folder_.empty() || !anomalies_.fresh()) return {};
   return {{folder_ + "/anomaly.json", anomalies_.anomaly_json()},
           {folder_ + "/anomaly_context.json", anomalies_.context_json()}};

@@ -33,6 +33,9 @@ class MonitorAlerting {
   void scan(const std::string& prefix, const MonitorRowTable& table, int64_t step);
   // The step is written: its alerts are said; returns the files to write, (path, text).
   std::vector<std::pair<std::string, std::string>> step_written();
+  // alert.dump_step_on: the first alert of the step written last whose tag holds one of its
+  // fragments (its line), once; else "".
+  std::string take_dump_reason() { return std::exchange(dump_reason_, std::string()); }
 
  private:
   MonitorRowOrigin origin_of(const std::string& prefix, const std::string& tag) const;
@@ -45,6 +48,8 @@ class MonitorAlerting {
   int rank_ = 0;
   std::string folder_;
   std::map<std::string, std::string> module_classes_;
+  const std::vector<std::string> dump_step_on_;
+  std::string dump_reason_;
 };
 
 }  // namespace msprobe

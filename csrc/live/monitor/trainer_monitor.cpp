@@ -23,6 +23,7 @@
 #include "live/hooks/parameter_grads.h"
 #include "live/log/tool_log.h"
 #include "live/monitor/monitor_stats.h"
+#include "live/session/session.h"
 
 namespace msprobe {
 namespace {
@@ -384,6 +385,16 @@ void TrainerMonitor::end_step() {
 
 void TrainerMonitor::write_anomalies() {
   for (auto& [path, text] : alerting_.step_written()) write_text(path, std::move(text));
+  const std::string alert = alerting_.take_dump_reason();
+  if (alert.empty()) return;
+  // alert.dump_step_on: the guard's step is written, the evidence on disk before any NaN.
+  const std::shared_ptr<Session> guarded = current_session();
+  if (guarded && guarded->config().task == Task::OverflowCheck) {
+    guarded->guard().flag_for_monitor(alert);
+  } else if (!std::exchange(said_no_guard_, true)) {
+    say_warning(config_.source + ": alert.dump_step_on: no PrecisionDebugger of task "
+                "overflow_check is running: its alerts flag no dump");
+  }
 }
 
 void TrainerMonitor::write_text(const std::string& path, std::string text) {

@@ -130,6 +130,7 @@ class TrainerMonitor final : public TaskProcessor {
   int rank_ = -1;
   int64_t written_steps_ = 0;
   bool said_no_state_ = false;
+  bool said_no_guard_ = false;  // alert.dump_step_on without a guard, said once
   // msprobe never clears its gradient rows: a name not refreshed in a step is written again
   // with its last values. The others are this step's.
   struct StepTables {

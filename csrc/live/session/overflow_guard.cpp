@@ -64,8 +64,15 @@ bool OverflowGuard::step_flagged() const {
   });
 }
 
+void OverflowGuard::flag_for_monitor(const std::string& alert) {
+  locked([&](GuardState& g, const StepTicket&) {
+    if (!g.monitor_alert) g.monitor_alert = alert;
+  });
+}
+
 void OverflowGuard::reset_step(GuardState& g) {
   g.flagged_unstored = false;
+  g.monitor_alert.reset();
   g.scale_before.reset();
   if (g.watch) g.watch->new_step();
   if (g.decisions) g.decisions->new_step();
@@ -77,7 +84,7 @@ GuardStepEnd OverflowGuard::end_step(bool calls_due, bool at_stop,
   return locked([&](GuardState& g, const StepTicket& ticket) {
     GuardStepEnd end;
     if (stop && g.decisions) g.decisions->complete(*stop);
-    if (!calls_due && !g.flagged_unstored) return end;
+    if (!calls_due && !g.flagged_unstored && !g.monitor_alert) return end;
     // A scaled step is written at step(), once the loss scaler has said whether it skipped it.
     if (at_stop && g.decisions && g.decisions->loss_scaled()) return end;
     g.flagged_unstored = false;
@@ -90,12 +97,13 @@ GuardStepEnd OverflowGuard::end_step(bool calls_due, bool at_stop,
       end.said.push_back(who + line);
     }
     // Task overflow_check writes only the steps it flagged; a clean step leaves nothing.
-    DumpDecision d = g.decisions->dump_step(g.watch->step_flagged(), peer.has_value(), ticket.step);
+    DumpDecision d = g.decisions->dump_step(g.watch->step_flagged() || g.monitor_alert.has_value(),
+                                            peer.has_value(), ticket.step);
     if (!d.say.empty()) end.said.push_back(std::move(d.say));
     end.write = d.dump;
     if (!d.dump) return end;
-    end.report =
-        Report{Findings(g.watch->findings()), g.decisions->first_anomaly(), peer, std::nullopt};
+    end.report = Report{Findings(g.watch->findings()), g.decisions->first_anomaly(), peer,
+                        std::nullopt, std::exchange(g.monitor_alert, std::nullopt)};
     end.judgements = g.watch->judgements();
     return end;
   });

@@ -76,6 +76,8 @@ struct GuardState {
   std::unique_ptr<OverflowDecisions> decisions;
   std::unique_ptr<Headroom> headroom;  // overflow_check with headroom > 0; kept across steps
   bool flagged_unstored = false;       // a finding no stored call carries: the step is written
+  // The training monitor's alert (alert.dump_step_on) that flags this step: it is written.
+  std::optional<std::string> monitor_alert;
   std::optional<double> scale_before;  // the loss scaler's scale, when it scaled this step's loss
 };
 
@@ -106,6 +108,9 @@ class OverflowGuard {
   bool flagged_unstored() const;
   // A finding of this step was told already (action continue goes on after it).
   bool step_flagged() const;
+  // The training monitor's alert flags this step (its line, for the report): it is written as
+  // a flagged step, though nothing in it overflowed; the first alert of a step is kept.
+  void flag_for_monitor(const std::string& alert);
 
   // A recorded call, judged (its source line, a headroom warning said after the lock).
   CallVerdict judge_call(const StoredCall& call, const LiveTensors& live);
