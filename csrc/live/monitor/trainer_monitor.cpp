@@ -273,23 +273,29 @@ std::function<void()> TrainerMonitor::table_job(const std::string& prefix,
   if (table.empty() || run_folder_.empty()) return nullptr;
   if (alerting_.on()) alerting_.scan(prefix, table, step_);
   if (!events_file_.empty()) return events_job(prefix, table);
+  const bool micro_step = prefix == "actv" || prefix == "actv_grad" ||
+                          (prefix == "grad_unreduced" && config_.families.monitor_mbs_grad);
+  // The text is made by the write thread: the step hands over its rows and goes on.
+  return csv_job(prefix, micro_step, [rows = table.rows(step_)](int ndigits) {
+    return monitor_csv_rows(rows, ndigits);
+  });
+}
+
+std::function<void()> TrainerMonitor::csv_job(const std::string& prefix, bool micro_step,
+                                              std::function<std::string(int)> rows_text) {
   const std::string path =
       (std::filesystem::path(run_folder_) /
        monitor_csv_name(prefix, step_, config_.schedule.step_count_per_record))
           .string();
-  const bool micro_step = prefix == "actv" || prefix == "actv_grad" ||
-                          (prefix == "grad_unreduced" && config_.families.monitor_mbs_grad);
   std::vector<std::string> op_names;
   for (MonitorOp op : config_.output.ops) op_names.emplace_back(monitor_op_name(op));
-  std::string header = monitor_csv_header(micro_step, op_names);
-  // The text is made by the write thread: the step hands over its rows and goes on.
-  return [this, path, header = std::move(header), rows = table.rows(step_),
-          ndigits = config_.output.ndigits] {
+  return [this, path, header = monitor_csv_header(micro_step, op_names),
+          rows_text = std::move(rows_text), ndigits = config_.output.ndigits] {
     std::error_code ec;
     const bool is_new = !std::filesystem::exists(path, ec);
     std::ofstream out(path, std::ios::app | std::ios::binary);
     if (is_new) out << header;
-    out << monitor_csv_rows(rows, ndigits);
+    out << rows_text(ndigits);
     out.flush();
     if (!out) failed(path + ": cannot write");
   };
@@ -317,22 +323,9 @@ std::function<void()> TrainerMonitor::other_job() {
   std::vector<std::vector<MonitorValue>> cells;
   for (const MonitorRow& row : tables_.other.rows(step_)) cells.push_back(monitor_row_cells(row));
   for (auto& row : tables_.collectives) cells.push_back(std::move(row));
-  const std::string path =
-      (std::filesystem::path(run_folder_) /
-       monitor_csv_name("other", step_, config_.schedule.step_count_per_record))
-          .string();
-  std::vector<std::string> op_names;
-  for (MonitorOp op : config_.output.ops) op_names.emplace_back(monitor_op_name(op));
-  return [this, path, header = monitor_csv_header(false, op_names), cells = std::move(cells),
-          ndigits = config_.output.ndigits] {
-    std::error_code ec;
-    const bool is_new = !std::filesystem::exists(path, ec);
-    std::ofstream out(path, std::ios::app | std::ios::binary);
-    if (is_new) out << header;
-    out << monitor_csv_cells(cells, ndigits);
-    out.flush();
-    if (!out) failed(path + ": cannot write");
-  };
+  return csv_job("other", false, [cells = std::move(cells)](int ndigits) {
+    return monitor_csv_cells(cells, ndigits);
+  });
 }
 
 void TrainerMonitor::append(const std::string& path, std::string bytes) {

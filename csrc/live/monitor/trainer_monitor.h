@@ -115,6 +115,10 @@ class TrainerMonitor final : public TaskProcessor {
   std::string earlier_run_folder(int rank) const;
   std::function<void()> events_job(const std::string& prefix, const MonitorRowTable& table);
   std::function<void()> other_job();
+  // The job appending this step's rows of `prefix` to its CSV (the header first into a new
+  // file); `rows_text(ndigits)` makes their text on the write thread.
+  std::function<void()> csv_job(const std::string& prefix, bool micro_step,
+                                std::function<std::string(int)> rows_text);
   void append(const std::string& path, std::string bytes);
   void write_text(const std::string& path, std::string text);
   void say_failures();
