@@ -422,6 +422,9 @@ Config parse_config(const nlohmann::json& doc, const std::string& source,
       }
     });
   }
+  if (!top.get("async_dump")) {
+    config.async_dump = config.task == Task::Statistics || config.task == Task::Tensor;
+  }
   if (config.task == Task::Structure) {
     errors.attempt([&] { read_structure_task(doc, root, config, warnings); });
   }

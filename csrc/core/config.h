@@ -95,7 +95,10 @@ struct Config {
   GradProbeSection grad_probe;
   FreeBenchmarkSection free_benchmark;
   // msprobe's `async_dump`: a step's files are written by a thread of their own while the next
-  // step runs (docs/config.md says when they are complete).
+  // step runs (docs/config.md says when they are complete). Left out of a config: on for the
+  // tasks that write every listed step, statistics and tensor, where formatting and writing a
+  // step cost the training as much as recording it (issue 56); off for the rest, which write
+  // only flagged steps (parse_config).
   bool async_dump = false;
   // APIs recorded besides the default wrap list ("Tensor.view"), every task.
   std::vector<std::string> extra_apis;

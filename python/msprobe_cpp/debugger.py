@@ -329,6 +329,14 @@ class PrecisionDebugger:
             self._release()
 
     @_OnTheDebugger
+    def drain(self) -> None:
+        """Returns once every step handed to the writer thread (async_dump, on by default) is on
+        disk: for a script that reads the dump while it trains. Our extension."""
+        self._session.drain_writes()
+        if isinstance(self._task, GradProbe):
+            self._task.drain()
+
+    @_OnTheDebugger
     def monitor(self, model: Any) -> None:
         """Task grad_probe: summarizes `model`'s gradients before each optimizer step (msprobe's
         monitor). Under any other task it does nothing, as msprobe's."""
@@ -507,9 +515,7 @@ class PrecisionDebugger:
     def _release(self) -> None:
         """Removes every hook; the debugger collects nothing more, and (async_dump) every step it
         handed over is on disk when this returns."""
-        self._session.drain_writes()
-        if isinstance(self._task, GradProbe):
-            self._task.drain()
+        self.drain()
         self._patches.remove()
         self._models.let_go_of_modules()
         if self._peer:

@@ -142,8 +142,25 @@ TEST(ConfigTest, AcceptsMsprobeOwnConfig) {
 }
 
 TEST(ConfigTest, AsyncDumpIsMsprobesKey) {
-  EXPECT_FALSE(parse_config(json::parse(R"({"dump_path": "d"})"), "config.json").async_dump);
   EXPECT_TRUE(parse_config(json::parse(R"({"dump_path": "d", "async_dump": true})"), "config.json")
+                  .async_dump);
+  EXPECT_FALSE(parse_config(json::parse(R"({"dump_path": "d", "async_dump": false})"), "c.json")
+                   .async_dump);
+}
+
+// Issue 56: left out, the tasks that write every listed step write beside the training; those
+// that write only flagged steps write them in stop().
+TEST(ConfigTest, AsyncDumpLeftOutIsOnForStatisticsAndTensorOnly) {
+  const auto async_of = [](const char* task) {
+    return parse_config(json{{"dump_path", "d"}, {"task", task}}, "config.json").async_dump;
+  };
+  EXPECT_TRUE(parse_config(json::parse(R"({"dump_path": "d"})"), "config.json").async_dump);
+  EXPECT_TRUE(async_of("statistics"));
+  EXPECT_TRUE(async_of("tensor"));
+  EXPECT_FALSE(async_of("overflow_check"));
+  EXPECT_FALSE(async_of("structure"));
+  EXPECT_TRUE(parse_config(json{{"dump_path", "d"}, {"task", "overflow_check"}}, "c.json",
+                           json{{"async_dump", true}})
                   .async_dump);
 }
 

@@ -5,6 +5,7 @@ import collections
 import json
 import math
 import pathlib
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
@@ -81,9 +82,20 @@ def debugger(tmp_path: pathlib.Path, **overflow: Any):
 
 # --- what a debugger wrote ---------------------------------------------------------------------------
 
+def settle() -> None:
+    """The live debugger's steps, handed to its writer thread (async_dump, on by default under
+    statistics and tensor), on disk before this process reads them, as a script that reads its
+    own dump while it trains calls drain()."""
+    module = sys.modules.get("msprobe_cpp")
+    live = getattr(getattr(module, "PrecisionDebugger", None), "_instance", None)
+    if live is not None:
+        live.drain()
+
+
 def load(folder: pathlib.Path, name: str = "dump.json") -> Dict[str, Any]:
     """One JSON file of a step folder. json.loads alone would keep the last of two equal keys
     silently: two records under one name would read as one lost record."""
+    settle()
     path = folder / name
 
     def no_duplicate_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
@@ -97,12 +109,14 @@ def load(folder: pathlib.Path, name: str = "dump.json") -> Dict[str, Any]:
 
 def steps_on_disk(tmp_path: pathlib.Path) -> List[str]:
     """Every entry of <tmp>/dump by name, sorted as text ("step10" before "step2")."""
+    settle()
     dump = tmp_path / "dump"
     return sorted(p.name for p in dump.iterdir()) if dump.exists() else []
 
 
 def dumped_steps(tmp_path: pathlib.Path) -> List[int]:
     """The step numbers of <tmp>/dump/step<S> folders, in numeric order."""
+    settle()
     dump = tmp_path / "dump"
     return sorted(int(p.name[4:]) for p in dump.glob("step*")) if dump.exists() else []
 

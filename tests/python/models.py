@@ -147,7 +147,16 @@ def train(model: nn.Module, steps: int, *, seed: int = 0, batch: int = 8, lr: fl
     for x, y in data:
         loss = train_step(model, opt, x, y, debugger)
         losses.append(loss.item())
+    drain(debugger)
     return losses
+
+
+def drain(debugger: Any) -> None:
+    """The steps a debugger handed to its writer thread (async_dump, on by default under
+    statistics and tensor) on disk, for a test that reads them in the same process. msprobe's
+    own debuggers, peers in some tests, have no drain()."""
+    if debugger is not None and hasattr(debugger, "drain"):
+        debugger.drain()
 
 
 def run_steps(model: nn.Module, steps: int, dbg: Any,
@@ -160,6 +169,7 @@ def run_steps(model: nn.Module, steps: int, dbg: Any,
         if on_step:
             x = on_step(i, x)
         losses.append(train_step(model, opt, x, y, dbg).item())
+    drain(dbg)
     return losses
 
 

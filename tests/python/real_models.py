@@ -253,6 +253,8 @@ def train(model: nn.Module, data: Iterable[Batch], make_optimizer: MakeOptimizer
             debugger.stop()
             debugger.step()
         losses.append(loss.item())  # a float32 loss: exact as a float
+    if debugger is not None and hasattr(debugger, "drain"):
+        debugger.drain()  # async_dump: the steps' files on disk for the caller to read
     return losses
 
 

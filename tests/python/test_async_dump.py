@@ -1,7 +1,9 @@
-"""`async_dump: true` (msprobe's key): stop() hands the step's files to a write thread and returns;
-the files are the same as a synchronous dump's, complete once the debugger is released or the
-process ends (normally or by an exception), and a stop that raises still leaves its step on disk.
-(kill -9: test_kill.py, both ways.)"""
+"""`async_dump` (msprobe's key; ours is on by default under statistics and tensor, issue 56):
+stop() hands the step's records to a write thread and returns; the files are the same as a
+synchronous dump's, complete once drain() returns, the debugger is released or the process ends
+(normally or by an exception), and a stop that raises still leaves its step on disk. `false`
+writes in stop(). (kill -9: test_kill.py, both ways; the bounded queue: tests/cpp
+test_job_thread.cpp.)"""
 import json
 import os
 import pathlib
@@ -56,7 +58,7 @@ def test_the_files_are_those_of_a_synchronous_dump(tmp_path):
 def test_stop_hands_the_step_to_a_thread_of_its_own(tmp_path):
     model, before = make_model("mlp"), threads()
     opt = make_optimizer(model)
-    dbg = msprobe_cpp.PrecisionDebugger(config_path=config(tmp_path, "sync"))
+    dbg = msprobe_cpp.PrecisionDebugger(config_path=config(tmp_path, "sync", async_dump=False))
     for step, (x, y) in enumerate(make_batches(model, 2)):
         train_step(model, opt, x, y, dbg)
         assert (tmp_path / "sync" / f"step{step}" / "rank" / "dump.json").is_file()
@@ -69,6 +71,45 @@ def test_stop_hands_the_step_to_a_thread_of_its_own(tmp_path):
     assert threads() == before + 1
     dbg._release()
     assert list(dumps(tmp_path / "async")) == ["step0", "step1"]
+
+
+def threads_of_a_run(tmp_path: pathlib.Path, name: str, task: str, **fields) -> int:
+    """Two steps under `task` (overflow_check: step 1's batch is NaN, which stops in stop()); the
+    threads the process has once the second has ended."""
+    model = make_model("mlp")
+    opt = make_optimizer(model)
+    dbg = msprobe_cpp.PrecisionDebugger(config_path=config(tmp_path, name, task=task, **fields))
+    for step, (x, y) in enumerate(make_batches(model, 2)):
+        if task == "overflow_check" and step == 1:
+            x = torch.full_like(x, float("nan"))
+        try:
+            train_step(model, opt, x, y, dbg)
+        except msprobe_cpp.OverflowError:
+            break
+    count = threads()
+    dbg.drain()
+    return count
+
+
+@pytest.mark.parametrize("task, on", [("statistics", True), ("tensor", True), ("overflow_check", False)])
+def test_left_out_it_is_on_for_the_tasks_that_write_every_step(tmp_path, task, on):
+    # Synchronous first: a thread of the process is the writer's only where it was left out.
+    sync = threads_of_a_run(tmp_path, "sync", task, async_dump=False)
+    default = threads_of_a_run(tmp_path, "d", task)
+    assert default == sync + (1 if on else 0)
+    assert list(dumps(tmp_path / "d")) == list(dumps(tmp_path / "sync")) == \
+        (["step0", "step1"] if on else ["step1"])
+
+
+def test_drain_waits_for_every_step_handed_over(tmp_path):
+    model = make_model("gpt")
+    opt = make_optimizer(model)
+    dbg = msprobe_cpp.PrecisionDebugger(config_path=config(tmp_path, "d"))
+    for x, y in make_batches(model, 6):
+        train_step(model, opt, x, y, dbg)
+    dbg.drain()
+    assert list(dumps(tmp_path / "d")) == [f"step{i}" for i in range(6)]
+    assert not [p for p in (tmp_path / "d").iterdir() if p.name.startswith(".")]
 
 
 def test_two_stops_in_one_step_write_every_call(tmp_path):

@@ -131,6 +131,7 @@ def test_md5_is_crc32_of_the_tensor_bytes(tmp_path, device):
     for t in tensors:
         torch.clone(t)
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     records = list(read_dump_file(tmp_path / "d" / "step0" / "rank")["data"].values())
     assert [r["input_args"][0]["md5"] for r in records] == [crc(t) for t in tensors]
     assert all(r["input_args"][0]["Max"] is not None for r in records)  # statistics too
@@ -157,6 +158,7 @@ def test_tensor_task_round_trip(tmp_path, device):
         torch.clone(t)
     x.add_(5.0)  # the saved input must be x before the update
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     step = tmp_path / "d" / "step0" / "rank"
     doc = read_dump_file(step)
     assert doc["dump_data_dir"] == str(step / "dump_tensor_data")

@@ -57,6 +57,8 @@ def train(model: nn.Module, head: nn.Module, opt, dbg, data) -> List[float]:
             dbg.stop()
             dbg.step()
         losses.append(loss.item())
+    if dbg is not None and hasattr(dbg, "drain"):
+        dbg.drain()  # async_dump: the steps' files on disk for the caller
     return losses
 
 

@@ -65,6 +65,8 @@ def train(model: nn.Module, dbg=None, steps: int = 4, device: str = "cpu"):
         if dbg is not None:
             dbg.stop()
             dbg.step()
+    if dbg is not None and hasattr(dbg, "drain"):
+        dbg.drain()  # async_dump: the steps' files on disk for the caller
     return losses, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
@@ -275,6 +277,7 @@ def test_mappings_are_recorded_as_msprobe_records_them(tmp_path):
     dbg.start(net)
     net(torch.ones(2))
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     rank = tmp_path / "d" / "step0" / "rank"
     out = read_dump_file(rank)["data"]["Module.m.Mappings.forward.0"]["output"]
     assert [sorted(o) for o in out] == [["n", "x"], ["logits", "loss"], ["a", "b"]]

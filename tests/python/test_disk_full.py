@@ -63,7 +63,10 @@ def names_in(dump_json: pathlib.Path) -> List[str]:
 
 
 def test_statistics_on_a_full_disk_leave_no_empty_step_folders(tmp_path, capfd):
-    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    # Synchronous: the disk fills between two known steps' writes (test_async_dump.py has the
+    # writer thread's full disk).
+    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1",
+                                        async_dump=False)
     model = make_model("mlp")
     opt = make_optimizer(model)
     losses = []
@@ -111,7 +114,9 @@ def test_a_disk_that_is_full_from_the_start_gets_nothing(tmp_path, capfd):
 def test_real_full_tmpfs(tmpfs, capfd):
     # 4 MiB: the tensors of one step (a 2.5 MB batch, 5 MB activations) do not fit; with them
     # removed, the statistics do. Then a filler takes the last bytes, and later frees them.
-    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmpfs / "dump"), task="tensor", level="L1")
+    # Synchronous: the filler lands between two known steps' writes.
+    dbg = msprobe_cpp.PrecisionDebugger(dump_path=str(tmpfs / "dump"), task="tensor", level="L1",
+                                        async_dump=False)
     model = make_model("mlp")
     opt = make_optimizer(model)
     for step, (x, y) in enumerate(make_batches(model, 6, batch=40_000)):

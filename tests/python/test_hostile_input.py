@@ -59,6 +59,7 @@ def test_huge_python_ints_are_recorded_without_leaving_an_error_set(tmp_path):
     head = x[1:10 ** 400]  # Python clamps the slice; the hook describes 10**400 first
     z = torch.add(x, 1.0)  # the next call runs with no Python error left set
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     data = read_dump_file(tmp_path / "step0" / "rank")["data"]
     index = data["Tensor.__getitem__.0.forward"]["input_args"][1]
     assert index == {"type": "slice", "value": [1, math.inf, None]}
@@ -91,6 +92,7 @@ def test_the_tools_own_failure_never_reaches_the_training_script(tmp_path, capfd
     y = torch.tanh(x)  # raised a RuntimeError out of the hook before
     z = torch.tanh(torch.ones(2))
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     assert torch.allclose(y, torch.tanh(torch.tensor([1.0, -2.0, 3.0])))
     data = read_dump_file(tmp_path / "step0" / "rank")["data"]
     entry = data["Torch.tanh.0.forward"]["input_args"][0]
@@ -113,6 +115,7 @@ def test_a_scope_that_ends_at_a_call_that_raises_closes(tmp_path):
         torch.reshape(x, (3,))  # the scope's last call raises
     torch.sigmoid(x)  # after the scope: not collected
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     data = read_dump_file(tmp_path / "d" / "step0" / "rank")["data"]
     assert list(data) == ["Torch.tanh.0.forward"]
 
@@ -148,6 +151,7 @@ def test_a_module_whose_forward_raised_is_no_longer_the_parent(tmp_path):
     dbg.start(model)
     model(torch.ones(2))
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     construct = read_dump_file(tmp_path / "step0" / "rank", "construct.json")
     assert construct["Torch.relu.0.forward"] == "Module.0.inner.Raises.forward.0"
     assert construct["Torch.tanh.0.forward"] == "Module.0.Net.forward.0"
@@ -170,6 +174,7 @@ def test_an_exception_out_of_the_root_model_closes_every_module_call(tmp_path):
         model(torch.ones(2))
     torch.tanh(torch.ones(2))  # the training script's own call, outside every module
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     construct = read_dump_file(tmp_path / "step0" / "rank", "construct.json")
     assert construct["Torch.relu.0.forward"] == "Module.0.Net.forward.0"
     assert construct["Torch.tanh.0.forward"] is None
@@ -216,6 +221,7 @@ def test_module_names_cannot_escape_the_dump_folder(tmp_path):
     dbg.start(model)
     model(torch.ones(1, 2)).sum().backward()
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     outside = [p for p in tmp_path.rglob("*.pt") if "dump_tensor_data" not in p.parts]
     assert outside == []
     folder = dump / "step0" / "rank"

@@ -338,6 +338,7 @@ def test_forward_backward_dump_end_leaves_the_optimizer_out(tmp_path):
     msprobe_cpp.PrecisionDebugger.forward_backward_dump_end()
     opt.step()
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     got = names(tmp_path / "step0" / "rank")
     assert got == MLP_L1_STEP[:15]
 

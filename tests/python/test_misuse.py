@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import msprobe_cpp
-from models import make_batches, make_model, make_optimizer, train_step
+from models import drain, make_batches, make_model, make_optimizer, train_step
 from dumps import load as read_dump_file
 
 
@@ -29,6 +29,7 @@ def train(model, steps, dbg) -> None:
     opt = make_optimizer(model)
     for x, y in make_batches(model, steps):
         train_step(model, opt, x, y, dbg)
+    drain(dbg)
 
 
 def test_scope_and_list_entries_that_match_nothing_are_named_once(tmp_path, capfd):
@@ -63,6 +64,7 @@ def test_start_again_without_step_warns_once(tmp_path, capfd):
     said = warnings_in(capfd.readouterr().err)
     assert len(said) == 1 and "start() again without step()" in said[0] and "step 0" in said[0]
     dbg.step()
+    dbg.drain()  # async_dump: the step's files on disk
     assert dumped_steps(tmp_path / "d") == ["step0"]
     assert "Functional.linear.8.forward" in names(tmp_path / "d", 0)  # three iterations' calls
 
@@ -94,6 +96,7 @@ def test_a_second_model_is_hooked_in_addition_with_its_own_names(tmp_path):
         d(fake).mean().backward()
         dbg.stop()
         dbg.step()
+    dbg.drain()  # async_dump: the steps' files on disk
     for step in (0, 1):
         recorded = names(tmp_path / "gan", step)
         assert "Module.0.Linear.forward.0" in recorded  # G, as before

@@ -298,6 +298,8 @@ def train(name: str, dbg: Optional[msprobe_cpp.PrecisionDebugger]) -> Tuple[List
             dbg.stop()
             dbg.step()
         losses.append(loss.item())
+    if dbg is not None and hasattr(dbg, "drain"):
+        dbg.drain()  # async_dump: the steps' files on disk for the caller
     return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}, model
 
 
@@ -377,6 +379,7 @@ def test_module_gradients_are_what_the_modules_send(tmp_path):
     dbg.start(holder)
     holder(x).pow(2).sum().backward()
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     data = read_dump_file(tmp_path / "d" / "step0" / "rank")["data"]
     rec = data["Module.0.MLPBlock.backward.0"]
     for entry, ref in ((rec["input"][0], seen["go"]), (rec["output"][0], seen["gi"])):

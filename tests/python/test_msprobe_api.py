@@ -97,6 +97,7 @@ def test_module_dump_then_normal_recording(tmp_path):
     msprobe_cpp.module_dump_end()
     head(y).sum().backward()
     debugger.stop()
+    debugger.drain()  # async_dump: the step's files on disk
     names = list(load(tmp_path / "dump" / "step0" / "rank")["data"])
     assert names[:3] == ["Torch.tanh.0.forward", "Module.probe_me.Sequential.forward.0", "Functional.linear.0.forward"]
     assert "Module.probe_me.Sequential.backward.0" in names

@@ -298,6 +298,7 @@ def test_masked_fill_keeps_its_finite_minimum(tmp_path):
     dbg.start()
     bm.train_step(model, opt, x, y)
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     data = load(tmp_path / "step0" / "rank", "dump.json")["data"]
     out = data["Tensor.masked_fill.0.forward"]["output"][0]
     assert list(out)[-1] == "Min_except_inf_nan" and out["Min"] == float("-inf")
@@ -314,6 +315,7 @@ def test_except_inf_nan_values(tmp_path, device):
     torch.clone(x)
     torch.clone(all_nan)
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     data = load(tmp_path / "step0" / "rank", "dump.json")["data"]
     e = data["Torch.clone.0.forward"]["input_args"][0]
     assert (e["Max_except_inf_nan"], e["Min_except_inf_nan"]) == (1.0, -2.0)

@@ -58,6 +58,8 @@ def train(model, device, steps, debugger=None, poison_at=-1, optimizer="sgd"):
             debugger.stop()
             debugger.step()
         losses.append(loss.item())
+    if debugger is not None and hasattr(debugger, "drain"):
+        debugger.drain()  # async_dump: the steps' files on disk for the caller
     return losses, opt
 
 

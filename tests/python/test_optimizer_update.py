@@ -64,6 +64,8 @@ def train(device, optimizer, steps, dbg=None, bad_lr_at=-1, nan_batch_at=-1):
             dbg.stop()
             dbg.step()
         losses.append(loss.item())
+    if dbg is not None and hasattr(dbg, "drain"):
+        dbg.drain()  # async_dump: the steps' files on disk for the caller
     return losses, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, opt
 
 

@@ -53,6 +53,7 @@ def test_the_hook_records_only_while_the_session_collects_and_numbers_per_step(t
     add(x, 2)
     session.stop()
     session.step()
+    session.drain_writes()  # async_dump: the steps' files on disk
     first, second = dump_data(tmp_path, 0), dump_data(tmp_path, 1)
     assert list(first) == ["Torch.add.0.forward", "Torch.add.1.forward"]
     assert list(second) == ["Torch.add.0.forward"], "the counter restarts with each step"
@@ -68,6 +69,7 @@ def test_the_step_and_rank_lists_gate_the_session(tmp_path, session_of):
         add(torch.ones(2), 1)
         session.stop()
         session.step()
+    session.drain_writes()  # async_dump: the steps' files on disk
     assert sorted(p.name for p in (tmp_path / "dump").iterdir()) == ["step1"]
     assert session.finished, "past the last step the list names"
     other = session_of(task="statistics", dump_path=str(tmp_path / "rank1"), rank=[1])

@@ -42,6 +42,7 @@ def run_step(dump: pathlib.Path, n: int, overflow_at: int = -1, **kw) -> int:
     chain(x, n, overflow_at)
     dbg.stop()
     dbg.step()
+    dbg.drain()  # async_dump: the step's files on disk
     assert dbg._session.host_syncs == _C._host_syncs() - before  # the session counts its own
     return dbg._session.host_syncs
 

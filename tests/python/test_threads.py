@@ -30,6 +30,7 @@ def test_four_threads_lose_and_mix_nothing(tmp_path):
     for th in threads:
         th.join()
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     assert not errors
     data = read_dump_file(tmp_path / "step0" / "rank")["data"]
     assert sorted(data) == sorted(f"Torch.mul.{n}.forward" for n in range(4 * calls_per_thread))

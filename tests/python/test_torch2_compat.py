@@ -93,6 +93,7 @@ def test_module_keyword_arguments_are_recorded_where_torch_passes_them(tmp_path)
     dbg.start(holder)
     holder.m(torch.ones(2, 4), scale=0.5, bias=torch.zeros(4))
     dbg.stop()
+    dbg.drain()  # async_dump: the step's files on disk
     rec = read_dump_file(tmp_path / "step0" / "rank")["data"]["Module.m.Scaled.forward.0"]
     if int(torch.__version__.split(".")[0]) < 2:
         assert rec["input_kwargs"] == {}

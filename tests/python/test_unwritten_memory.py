@@ -60,6 +60,8 @@ def train(model: nn.Module, steps: int, device: str, debugger=None) -> list:
             debugger.stop()
             debugger.step()
         losses.append(loss.item())
+    if debugger is not None and hasattr(debugger, "drain"):
+        debugger.drain()  # async_dump: the steps' files on disk for the caller
     return losses
 
 

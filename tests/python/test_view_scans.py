@@ -59,6 +59,7 @@ def test_a_view_records_its_base_unread_and_its_own_statistics(tmp_path):
     debugger.start()
     buffer.narrow(0, 10, 4)
     debugger.stop()
+    debugger.drain()  # async_dump: the step's files on disk
     record = json.loads((tmp_path / "dump" / "step0" / "rank" / "dump.json").read_text())["data"]
     narrow = next(v for k, v in record.items() if k.startswith("Tensor.narrow."))
     base, view = narrow["input_args"][0], narrow["output"][0]

@@ -267,15 +267,22 @@ StepWriter::StepWriter(std::string dump_path, std::string dump_root, std::string
       task_(std::move(task)),
       level_(std::move(level)),
       format_(format),
-      saver_(saver) {}
+      saver_(saver),
+      thread_(kStepsAhead) {}
 
 void StepWriter::write_later(std::shared_ptr<FinishedStep> step,
                              std::function<void(FinishedStep&)> then) {
   last_posted_ = step->step;
-  thread_.post([this, step = std::move(step), then = std::move(then)] {
+  const bool waited = thread_.post([this, step = std::move(step), then = std::move(then)] {
     write(*step);
     then(*step);
   });
+  if (waited && !said_behind_.exchange(true)) {
+    QueuedLinesOnly queued;  // no GIL here: the next stop() or step() says it
+    say_warning("the dump's writer is " + std::to_string(kStepsAhead + 1) +
+                " steps behind the training (the disk is slower than the steps): each step now "
+                "waits for room, so memory stays bounded (said once)");
+  }
 }
 
 std::string StepWriter::write_and_wait(FinishedStep& step) {

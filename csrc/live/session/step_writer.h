@@ -55,6 +55,10 @@ class StepWriter {
   // write() on the write thread, waited for: a stop's files are on disk when this returns, and
   // the stopping thread never formats or writes them.
   std::string write_and_wait(FinishedStep& step);
+  // Steps that may wait for the write thread beside the one it writes (async_dump): one more
+  // waits for room, and says so once (docs/config.md#async_dump).
+  static constexpr size_t kStepsAhead = 4;
+
   // async_dump: writes `step` on the write thread and then calls `then(step)` there; returns at
   // once, or once there is room (write_thread.h).
   void write_later(std::shared_ptr<FinishedStep> step, std::function<void(FinishedStep&)> then);
@@ -78,6 +82,7 @@ class StepWriter {
   std::mutex mu_;            // one step at a time; guards the members below
   std::string buffer_;       // the files' text, its capacity kept from step to step
   bool said_error_ = false;  // a failed write or save is said once per session
+  std::atomic<bool> said_behind_{false};  // the writer's falling behind is said once
   std::atomic<int64_t> last_posted_{-1};
   WriteThread thread_;  // last: its destructor finishes the jobs while the rest still lives
 };

@@ -1,44 +1,31 @@
-// The thread that writes steps' files under `async_dump: true`: the training thread hands a
-// finished step over and goes on with the next one. Jobs run one at a time, in order. At most one
-// waits beside the one running: a step handed over sooner waits for room, so memory holds two
-// steps' records at most, and a disk slower than the training slows the training instead of
-// filling memory.
+// The threads that write the tool's files beside the training (a dump's steps, the monitor's
+// CSVs, grad_probe's files): a JobThread (core/job_thread.h) whose lines wait for a thread that
+// holds the GIL, and whose failed job is said, never raised: the training goes on, as it does
+// when a synchronous write fails.
 #pragma once
 
-#include <condition_variable>
-#include <deque>
+#include <cstddef>
 #include <functional>
-#include <mutex>
-#include <thread>
 
-#include <sys/types.h>
+#include "core/job_thread.h"
 
 namespace msprobe {
 
 class WriteThread {
  public:
-  WriteThread() = default;
-  ~WriteThread();  // runs every job handed over, then ends the thread
-  WriteThread(const WriteThread&) = delete;
-  WriteThread& operator=(const WriteThread&) = delete;
+  // `waiting`: jobs that may wait beside the one being written; a job handed over sooner waits
+  // for room, so memory holds waiting + 1 jobs at most, and a disk slower than the training slows
+  // the training instead of filling memory.
+  explicit WriteThread(size_t waiting = 1);
 
-  // Jobs must not take the GIL: post() and drain() may be called with it held. In a process
-  // forked after the thread started (a DataLoader worker), which has no such thread, the job
-  // runs at once in the caller.
-  void post(std::function<void()> job);
+  // Jobs must not take the GIL: post() and drain() may be called with it held. True when the
+  // caller had to wait for room.
+  bool post(std::function<void()> job) { return jobs_.post(std::move(job)); }
   // Returns once every job handed over has run.
-  void drain();
+  void drain() { jobs_.drain(); }
 
  private:
-  void run();
-
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::deque<std::function<void()>> jobs_;
-  bool running_job_ = false;
-  bool ending_ = false;
-  std::thread thread_;  // started by the first post()
-  pid_t owner_ = 0;     // the process that started it
+  JobThread jobs_;  // its destructor runs every job handed over, then ends the thread
 };
 
 }  // namespace msprobe

@@ -1,0 +1,57 @@
+// A thread that runs jobs one at a time, in the order they were handed over, while the thread
+// that posts them goes on: the dump's writer (live/session/write_thread.h). The number of jobs
+// waiting beside the one running is bounded, so a consumer slower than its producer slows the
+// producer instead of filling memory; post() says when it had to wait, for its caller to tell.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <sys/types.h>
+
+namespace msprobe {
+
+class JobThread {
+ public:
+  // Made on the thread when it starts, kept while it runs (a thread-local setting's guard).
+  using ThreadGuard = std::function<std::shared_ptr<void>()>;
+  // A job's exception, as text: a thread's exception would end the process.
+  using ErrorSink = std::function<void(const std::string&)>;
+
+  // `waiting`: how many jobs may wait beside the running one (at least 1).
+  JobThread(size_t waiting, ThreadGuard guard, ErrorSink on_error);
+  ~JobThread();  // runs every job handed over, then ends the thread
+  JobThread(const JobThread&) = delete;
+  JobThread& operator=(const JobThread&) = delete;
+
+  // Queues `job`, once fewer than `waiting` jobs wait; true when it had to wait for room. In a
+  // process forked after the thread started (a DataLoader worker), which has no such thread, the
+  // job runs at once in the caller.
+  bool post(std::function<void()> job);
+  // Returns once every job handed over has run.
+  void drain();
+  // Jobs queued or running now.
+  size_t pending();
+
+ private:
+  void run();
+
+  const size_t waiting_;
+  const ThreadGuard guard_;
+  const ErrorSink on_error_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<std::function<void()>> jobs_;
+  bool running_job_ = false;
+  bool ending_ = false;
+  std::thread thread_;  // started by the first post()
+  pid_t owner_ = 0;     // the process that started it
+};
+
+}  // namespace msprobe
