@@ -16,6 +16,10 @@ def pytest_configure(config):
     # --fast` (pytest -m "not slow") leaves it out; the whole suite runs both tiers.
     config.addinivalue_line("markers", "slow: a test of the slow tier (tools/test.sh --fast skips it)")
     config.addinivalue_line("markers", "msprobe26: msprobe 26.2.0 as a peer (the torch 2.13 venv has it)")
+    # Multi-process tests fork their ranks from a warm interpreter (zygote.py), not one import of
+    # torch a rank; MSPROBE_TEST_WARM_FORKS=0 starts each afresh.
+    import dist_runs
+    dist_runs.FORK_FROM_WARM = os.environ.get("MSPROBE_TEST_WARM_FORKS", "1") == "1"
 
 
 # The files that take minutes, longest first. tools/test.sh runs the suite on two pytest-xdist

@@ -27,6 +27,7 @@ import torch
 
 from gloo import free_port
 from testenv import PACKAGE_ROOT, TESTS
+from zygote import WarmForks
 
 WORKER = TESTS / "rank_worker.py"
 # test_peer_stop.py's and bench/peer_stop_overhead.py's run: the small model with its gradients
@@ -42,6 +43,10 @@ TORCHRUN_STANDALONE = ("--standalone",)
 # with it) but stays in our session: a session of its own is a scheduler autogroup of its own,
 # which a loaded machine starves (bench/peer_stop_overhead.py's steps ran 1.4x slower).
 OWN_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+# Ranks forked from a warm interpreter that imported torch once (zygote.py): set by conftest.py for
+# the tests (MSPROBE_TEST_WARM_FORKS=0 leaves it off); benches that time whole processes start
+# each afresh.
+FORK_FROM_WARM = False
 
 
 @dataclass
@@ -152,8 +157,12 @@ class Launch:
         self.started = time.time()
         self.procs: List[subprocess.Popen] = []
         for cmd, e, log in zip(cmds, envs, self.log_paths):
+            # In OUT: a file a rank writes by a relative path lands in the run's folder.
+            forked = WarmForks.start(cmd, e, str(self.out), str(log)) if FORK_FROM_WARM and not (torchrun or spawn) else None
+            if forked is not None:
+                self.procs.append(forked)
+                continue
             with open(log, "w") as f:
-                # In OUT: a file a rank writes by a relative path lands in the run's folder.
                 self.procs.append(subprocess.Popen(cmd, env=e, stdout=f, stderr=subprocess.STDOUT, cwd=self.out,
                                                    **OWN_GROUP))
         self.exits: List[Optional[float]] = [None] * len(self.procs)  # time.time() of each exit

@@ -1,0 +1,78 @@
+"""zygote.py, which forks the multi-process tests' ranks from a warm interpreter: a forked rank
+runs its script as `python script.py` would (arguments, folder, environment, log, exit status,
+exit handlers, an uncaught exception, a kill), and a launch whose environment differs from the
+server's is left to start afresh."""
+import os
+import pathlib
+import signal
+import sys
+import time
+
+import pytest
+
+from dist_runs import _env
+from zygote import WarmForks
+
+SCRIPT = """
+import atexit, os, sys
+print("argv", sys.argv[1:], "cwd", os.getcwd(), "rank", os.environ.get("RANK"), flush=True)
+print("main", __name__, os.path.basename(__file__), flush=True)
+atexit.register(lambda: open("atexit_ran", "w").write("yes"))
+if sys.argv[1] == "raise":
+    raise ValueError("boom")
+if sys.argv[1] == "sleep":
+    import time
+    time.sleep(60)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def fork(tmp_path: pathlib.Path, arg: str, **env: str):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    run = tmp_path / arg
+    run.mkdir()
+    rank = WarmForks.start([sys.executable, str(script), arg], dict(_env(), RANK="1", **env), str(run),
+                           str(run / "process0.log"))
+    return rank, run
+
+
+def test_a_forked_rank_runs_its_script_as_python_would(tmp_path):
+    rank, run = fork(tmp_path, "3")
+    assert rank is not None
+    assert rank.wait(timeout=60) == 3
+    log = (run / "process0.log").read_text()
+    assert f"argv ['3'] cwd {run} rank 1" in log and "main __main__ script.py" in log, log
+    assert (run / "atexit_ran").read_text() == "yes"  # the interpreter's own exit ran
+
+
+def test_an_uncaught_exception_exits_1_with_its_traceback_in_the_log(tmp_path):
+    rank, run = fork(tmp_path, "raise")
+    assert rank.wait(timeout=60) == 1
+    log = (run / "process0.log").read_text()
+    assert "ValueError: boom" in log and (run / "atexit_ran").exists(), log
+
+
+def test_a_killed_rank_reports_its_signal_in_its_own_process_group(tmp_path):
+    rank, run = fork(tmp_path, "sleep")
+    deadline = time.monotonic() + 60
+    while "main __main__" not in (run / "process0.log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.getpgid(rank.pid) == rank.pid
+    os.killpg(rank.pid, signal.SIGKILL)
+    assert rank.wait(timeout=60) == -signal.SIGKILL
+
+
+def test_another_environment_starts_afresh(tmp_path):
+    assert fork(tmp_path, "0")[0] is not None
+    rank, _ = fork(tmp_path, "4", OMP_NUM_THREADS="2")
+    assert rank is None
+
+
+def test_the_wait_times_out_like_popens(tmp_path):
+    import subprocess
+    rank, _ = fork(tmp_path, "sleep")
+    with pytest.raises(subprocess.TimeoutExpired):
+        rank.wait(timeout=0.2)
+    os.killpg(rank.pid, signal.SIGKILL)
+    rank.wait(timeout=60)
