@@ -76,6 +76,7 @@ for step in range(3):
     opt.zero_grad()
     debugger.stop()
     debugger.step()
+debugger.drain()  # the writer thread's steps on disk, for this script to read
 for step in range(3):
     data = json.loads(pathlib.Path(f"dump/step{step}/rank/dump.json").read_text())["data"]
     assert "Module.0.Linear.forward.0" in data and "Functional.linear.0.forward" in data

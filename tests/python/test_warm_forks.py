@@ -1,7 +1,7 @@
 """zygote.py, which forks the multi-process tests' ranks from a warm interpreter: a forked rank
 runs its script as `python script.py` would (arguments, folder, environment, log, exit status,
 exit handlers, an uncaught exception, a kill), and a launch whose environment differs from the
-server's is left to start afresh."""
+server's gets a server of its own."""
 import os
 import pathlib
 import signal
@@ -63,10 +63,19 @@ def test_a_killed_rank_reports_its_signal_in_its_own_process_group(tmp_path):
     assert rank.wait(timeout=60) == -signal.SIGKILL
 
 
-def test_another_environment_starts_afresh(tmp_path):
-    assert fork(tmp_path, "0")[0] is not None
-    rank, _ = fork(tmp_path, "4", OMP_NUM_THREADS="2")
-    assert rank is None
+def test_another_environment_gets_a_server_of_its_own(tmp_path):
+    rank, _ = fork(tmp_path, "0")
+    assert rank.wait(timeout=60) == 0
+    other, run = fork(tmp_path, "4", OMP_NUM_THREADS="2")
+    assert other.wait(timeout=60) == 4
+    assert other._forks is not rank._forks and other._forks.env["OMP_NUM_THREADS"] == "2"
+    assert "rank 1" in (run / "process0.log").read_text()
+
+
+def test_a_command_that_is_not_a_script_of_this_python_starts_afresh(tmp_path):
+    assert WarmForks.start(["/bin/true"], dict(_env()), str(tmp_path), str(tmp_path / "log")) is None
+    assert WarmForks.start([sys.executable, "-m", "torch.distributed.run"], dict(_env()), str(tmp_path),
+                           str(tmp_path / "log")) is None
 
 
 def test_the_wait_times_out_like_popens(tmp_path):

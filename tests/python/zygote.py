@@ -1,15 +1,15 @@
 """Ranks forked from a warm interpreter: dist_runs.Launch's plain launches (one process a rank)
 under pytest. Every multi-process test starts 2-4 interpreters, and each spent seconds importing
 torch before its first line ran: most of a small run's time (issue 56, the suite's own time).
-One server per pytest worker imports torch once, then forks each rank on request. The child sets
+A server in each pytest worker imports torch once, then forks each rank on request. The child sets
 its own process group, environment, folder and log, and then runs the worker script as
 `python script.py` would, at the top level of the interpreter: its exit status is the script's,
 and its exit handlers (the tool's drain of the writer thread) run as they do in a fresh process.
 
-Only launches whose environment equals the server's, but for the rank's own variables, are forked;
-any other is started afresh (dist_runs falls back), so nothing read while importing torch can
-differ. The server is single-threaded (forking a process with threads is unsafe) and reaps its
-children itself; the test reads their exit statuses from it.
+Each launch is forked from a server started with the launch's own environment (but for the
+rank's own variables), so nothing read while importing torch can differ; a test that changed
+os.environ gets a server of its own. A server is single-threaded (forking a process with threads
+is unsafe) and reaps its children itself; the test reads their exit statuses from it.
 
 Client: WarmForks.start(cmd, env, cwd, log) -> a Popen-like object, or None to start afresh.
 Server: python zygote.py (stdin: one JSON request a line; stdout: "started T PID", "exited PID
@@ -113,8 +113,10 @@ class ForkedRank:
 
 
 class WarmForks:
-    """The server of this process (one per pytest worker), started at the first launch."""
-    _server: Optional["WarmForks"] = None
+    """A server of this process (a pytest worker), one per environment its launches had: a test
+    that changed os.environ gets a server of its own, started at its first launch."""
+    _servers: Dict[tuple, "WarmForks"] = {}
+    KEPT = 3  # servers kept at once: the oldest idle one ends when a fourth starts
 
     def __init__(self, env: Dict[str, str]) -> None:
         self.env = env
@@ -132,13 +134,16 @@ class WarmForks:
         if cmd[0] != sys.executable or len(cmd) < 2 or cmd[1].startswith("-"):
             return None
         base = {k: v for k, v in env.items() if k not in RANK_VARIABLES}
-        if cls._server is not None and cls._server.proc.poll() is not None:
-            cls._server = None  # it died: a new one
-        if cls._server is None:
-            cls._server = WarmForks(base)
-        if cls._server.env != base:
-            return None
-        return cls._server.fork(cmd, env, cwd, log)
+        key = tuple(sorted(base.items()))
+        server = cls._servers.get(key)
+        if server is not None and server.proc.poll() is not None:
+            server = None  # it died: a new one
+        if server is None:
+            idle = [k for k, s in cls._servers.items() if not s.busy()]
+            while len(cls._servers) >= cls.KEPT and idle:
+                cls._servers.pop(idle.pop(0)).close()
+            server = cls._servers[key] = WarmForks(base)
+        return server.fork(cmd, env, cwd, log)
 
     def fork(self, cmd: List[str], env: Dict[str, str], cwd: str, log: str) -> Optional[ForkedRank]:
         with self._lock:
@@ -157,6 +162,19 @@ class WarmForks:
                 return None
             pid = self._started.get(token)
         return None if pid is None else ForkedRank(self, pid, cmd)
+
+    def busy(self) -> bool:
+        """Whether a rank it forked has not been reported as ended."""
+        with self._lock:
+            return any(pid not in self._exits for pid in self._started.values())
+
+    def close(self) -> None:
+        """Ends the server (its ranks have all ended: busy() is False)."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
 
     def status(self, pid: int) -> Optional[int]:
         with self._lock:
