@@ -529,9 +529,7 @@ def _drain_writes_at_exit() -> None:
     """async_dump: the steps handed over to the write thread are on disk before the process ends."""
     debugger = PrecisionDebugger._instance
     if debugger is not None:
-        debugger._session.drain_writes()
-        if isinstance(debugger._task, GradProbe):
-            debugger._task.drain()
+        debugger.drain()
 
 
 def module_dump(module: torch.nn.Module, dump_name: str) -> None:
