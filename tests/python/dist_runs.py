@@ -133,13 +133,14 @@ class Launch:
 
     def __init__(self, out: pathlib.Path, world: int, args: Sequence[str], *, torchrun: bool = False,
                  spawn: bool = False, worker: pathlib.Path = WORKER,
-                 torchrun_args: Sequence[str] = TORCHRUN_STANDALONE) -> None:
+                 torchrun_args: Sequence[str] = TORCHRUN_STANDALONE, preload: Sequence[str] = (),
+                 env: Optional[Dict[str, str]] = None) -> None:
         self.out = pathlib.Path(out).absolute()
         self.out.mkdir(parents=True, exist_ok=True)
         # An earlier launch's pid file in this folder may name a process that is not ours now.
         for stale in self.out.glob("pid_rank*"):
             stale.unlink()
-        env, script = _env(), [str(worker), str(self.out)]
+        env, script = dict(_env(), **(env or {})), [str(worker), str(self.out)]
         if torchrun:
             torchrun_args = _standalone_on_a_free_port(torchrun_args)
             cmds = [[sys.executable, "-m", "torch.distributed.run", *torchrun_args, "--nproc_per_node",
@@ -158,7 +159,8 @@ class Launch:
         self.procs: List[subprocess.Popen] = []
         for cmd, e, log in zip(cmds, envs, self.log_paths):
             # In OUT: a file a rank writes by a relative path lands in the run's folder.
-            forked = WarmForks.start(cmd, e, str(self.out), str(log)) if FORK_FROM_WARM and not (torchrun or spawn) else None
+            warm = FORK_FROM_WARM and not (torchrun or spawn)
+            forked = WarmForks.start(cmd, e, str(self.out), str(log), preload) if warm else None
             if forked is not None:
                 self.procs.append(forked)
                 continue
@@ -229,14 +231,16 @@ def load_results(out: pathlib.Path, world: int) -> List[Optional[dict]]:
 
 def run_ranks(out: pathlib.Path, world: int, args: Sequence[str], *, timeout: float = 60.0,
               torchrun: bool = False, read_results: bool = True, spawn: bool = False,
-              worker: pathlib.Path = WORKER, torchrun_args: Sequence[str] = TORCHRUN_STANDALONE) -> Run:
+              worker: pathlib.Path = WORKER, torchrun_args: Sequence[str] = TORCHRUN_STANDALONE,
+              preload: Sequence[str] = (), env: Optional[Dict[str, str]] = None) -> Run:
     """Runs `world` ranks of rank_worker.py (or `worker`, a script with the same command line and
     the same files) on OUT with `args` and waits at most `timeout` seconds (each try) for every
     process to end, else kills them all and fails the test (a hang). torchrun_args: torchrun's
-    options before --nproc_per_node (a static rendezvous, --max_restarts)."""
+    options before --nproc_per_node (a static rendezvous, --max_restarts). preload: the modules
+    the worker imports besides torch, for a warm fork (zygote.py); env: variables of every rank."""
     for attempt in range(3):
         launch = Launch(out, world, args, torchrun=torchrun, spawn=spawn, worker=worker,
-                        torchrun_args=torchrun_args)
+                        torchrun_args=torchrun_args, preload=preload, env=env)
         ended = launch.wait(timeout, stop_at_failure=True)
         logs = [launch.log(i) for i in range(len(launch.procs))]
         if not ended:

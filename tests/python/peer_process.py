@@ -8,6 +8,11 @@ from typing import Any, Optional, Tuple
 import torch
 
 
+# What a tool's run imports besides torch: imported once by the warm server its ranks are forked
+# from (dist_runs.run_ranks's preload), not seconds again in every rank.
+PEER_IMPORTS = {"msprobe": ("msprobe.pytorch",)}
+
+
 def begin(out: str, distributed: bool) -> Tuple[pathlib.Path, int]:
     """(the output folder, this process's rank)."""
     folder = pathlib.Path(out)

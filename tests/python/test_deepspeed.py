@@ -23,6 +23,10 @@ from testenv import TESTS  # noqa: E402
 pytestmark = [pytest.mark.slow, needs_gloo]
 
 WORKER = TESTS / "ds_worker.py"
+# What a rank imports besides torch (a second of DeepSpeed, and ZeRO's check of the optimizer
+# imports its Muon optimizer, torch.compile's): once in a warm server (zygote.py), with the
+# accelerator ds_worker.py asks for.
+WORKER_IMPORTS = ("deepspeed", "deepspeed.runtime.engine", "deepspeed.runtime.zero.muon.muon_optimizer")
 WORLD = 2
 STEPS = 4
 BAD_STEP = 2
@@ -33,7 +37,8 @@ DTYPES = ["bf16", "fp16", "fp32"]
 
 
 def run(out, args):
-    return run_ranks(out, WORLD, ["--steps", str(STEPS), *args], timeout=TIMEOUT_S, worker=WORKER)
+    return run_ranks(out, WORLD, ["--steps", str(STEPS), *args], timeout=TIMEOUT_S, worker=WORKER,
+                     preload=WORKER_IMPORTS, env={"DS_ACCELERATOR": "cpu"})
 
 
 def finished_cleanly(r):

@@ -135,6 +135,7 @@ before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t.sum()                        # a call that allocates nothing of the tensor's size itself
 dbg.stop()
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+dbg.drain()                    # the writer thread's step on disk (async_dump), for the read below
 entry = json.load(open(sys.argv[1] + "/step0/rank/dump.json"))["data"]["Tensor.sum.1.forward"]["input_args"][0]
 print((after - before) * 1024, entry["Max"], entry["Norm"])
 """

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 import msprobe_cpp
 from dist_runs import Run, run_ranks
+from peer_process import PEER_IMPORTS
 from msprobe_runs import needs_msprobe
 from gloo import needs_gloo
 from testenv import TESTS, devices
@@ -703,7 +704,8 @@ def peer_run(tmp_path_factory: Any, tool: str, case: str, mode: str, steps: int 
                                     "step": [], "level": "L1", **(top or {}),
                                     "free_benchmark": section_for(mode, **(section or {}))}))
         args = ["--tool", tool, "--config", str(path), "--case", case, "--steps", str(steps)]
-        run = run_ranks(out, world, args + (["--dist"] if dist else []), worker=WORKER, timeout=300)
+        run = run_ranks(out, world, args + (["--dist"] if dist else []), worker=WORKER, timeout=300,
+                        preload=PEER_IMPORTS.get(tool, ()))
         assert run.returncodes == [0] * world, run.context()
         _PEER_RUNS[key] = run
     return _PEER_RUNS[key]

@@ -30,6 +30,7 @@ import torch.optim.optimizer as optimizer_module  # torch 1.13's torch.optim del
 
 import msprobe_cpp
 from dist_runs import run_ranks
+from peer_process import PEER_IMPORTS
 from msprobe_runs import needs_msprobe
 from gloo import needs_gloo
 from grad_probe_worker import Edge
@@ -638,7 +639,8 @@ def peer_run(tmp_path_factory: Any, tool: str, config: str, model: str = "edge",
         path.write_text(json.dumps({"task": "grad_probe", "dump_path": str(out / "dump"), "rank": [], "step": [],
                                     **extra, **(top or {}), "grad_probe": {"grad_level": level, **section}}))
         args = ["--tool", tool, "--config", str(path), "--model", model, "--seed", str(seed)]
-        run = run_ranks(out, world, args + (["--ddp"] if world > 1 else []), worker=WORKER, timeout=240)
+        run = run_ranks(out, world, args + (["--ddp"] if world > 1 else []), worker=WORKER, timeout=240,
+                        preload=PEER_IMPORTS.get(tool, ()))
         assert run.returncodes == [0] * world, run.context()
         _PEER_RUNS[key] = run
     return _PEER_RUNS[key]

@@ -12,8 +12,8 @@ os.environ gets a server of its own. A server is single-threaded (forking a proc
 is unsafe) and reaps its children itself; the test reads their exit statuses from it.
 
 Client: WarmForks.start(cmd, env, cwd, log) -> a Popen-like object, or None to start afresh.
-Server: python zygote.py (stdin: one JSON request a line; stdout: "started T PID", "exited PID
-STATUS")."""
+Server: python zygote.py MODULES (the extra preload, comma-separated; stdin: one JSON request a
+line; stdout: "started T PID", "exited PID STATUS")."""
 import json
 import os
 import select
@@ -21,12 +21,16 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 # A rank's own, and pytest's name of the running test: these may differ from the server's
 # environment (the child gets the launch's own in full).
 RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PYTEST_CURRENT_TEST")
+# What every rank imports: torch, and on torch 2 torch._dynamo (seconds more: the first optimizer a
+# rank makes imports it). A launch may name more (WarmForks.start's preload: DeepSpeed, msprobe),
+# and gets a server of its own that imported them too.
 PRELOAD = ("torch", "torch.distributed")
+PRELOAD_WHERE_PRESENT = ("torch._dynamo",)
 
 
 # --- the server -------------------------------------------------------------------------------------
@@ -54,10 +58,20 @@ def _child(request: dict, protocol, devnull: int, log: int) -> str:
         os._exit(1)
 
 
-def serve() -> Optional[str]:
-    """The server's loop; returns (in a forked child only) the script that child runs."""
+def _preload(extra: List[str]) -> None:
+    import importlib.util
     for name in PRELOAD:
         __import__(name)
+    for name in PRELOAD_WHERE_PRESENT:
+        if importlib.util.find_spec(name) is not None:
+            __import__(name)
+    for name in extra:
+        __import__(name)
+
+
+def serve(extra: List[str]) -> Optional[str]:
+    """The server's loop; returns (in a forked child only) the script that child runs."""
+    _preload(extra)
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # nothing but the protocol reaches the test through the pipe
@@ -118,9 +132,9 @@ class WarmForks:
     _servers: Dict[tuple, "WarmForks"] = {}
     KEPT = 3  # servers kept at once: the oldest idle one ends when a fourth starts
 
-    def __init__(self, env: Dict[str, str]) -> None:
+    def __init__(self, env: Dict[str, str], preload: Sequence[str] = ()) -> None:
         self.env = env
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__)], env=env,
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), ",".join(preload)], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._lock = threading.Condition()
         self._started: Dict[int, int] = {}
@@ -129,12 +143,15 @@ class WarmForks:
         threading.Thread(target=self._read, daemon=True).start()
 
     @classmethod
-    def start(cls, cmd: List[str], env: Dict[str, str], cwd: str, log: str) -> Optional[ForkedRank]:
-        """The rank forked from the warm server, or None: start it afresh."""
+    def start(cls, cmd: List[str], env: Dict[str, str], cwd: str, log: str,
+              preload: Sequence[str] = ()) -> Optional[ForkedRank]:
+        """The rank forked from the warm server, or None: start it afresh. preload: the modules
+        its script imports besides torch, imported once by the server (they must start no thread
+        at import, and read no variable of the rank's own)."""
         if cmd[0] != sys.executable or len(cmd) < 2 or cmd[1].startswith("-"):
             return None
         base = {k: v for k, v in env.items() if k not in RANK_VARIABLES}
-        key = tuple(sorted(base.items()))
+        key = (tuple(preload), tuple(sorted(base.items())))
         server = cls._servers.get(key)
         if server is not None and server.proc.poll() is not None:
             server = None  # it died: a new one
@@ -142,7 +159,7 @@ class WarmForks:
             idle = [k for k, s in cls._servers.items() if not s.busy()]
             while len(cls._servers) >= cls.KEPT and idle:
                 cls._servers.pop(idle.pop(0)).close()
-            server = cls._servers[key] = WarmForks(base)
+            server = cls._servers[key] = WarmForks(base, preload)
         return server.fork(cmd, env, cwd, log)
 
     def fork(self, cmd: List[str], env: Dict[str, str], cwd: str, log: str) -> Optional[ForkedRank]:
@@ -193,8 +210,23 @@ class WarmForks:
             self._lock.notify_all()
 
 
+def _main_module_of(script: str):
+    """A fresh __main__ for `script`, as `python script.py` makes it. The server's own module stays
+    in sys.modules under another name: a frame of a file no module names makes inspect.getmodule
+    walk every module again, and msprobe's stack capture calls it for each frame of each call
+    (runpy's frames made its runs twice as slow as in a fresh process)."""
+    import types
+    sys.modules["_zygote_server"] = sys.modules["__main__"]
+    main = types.ModuleType("__main__")
+    main.__file__ = script
+    sys.modules["__main__"] = main
+    return main
+
+
 if __name__ == "__main__":
-    _script = serve()
+    _script = serve([name for name in sys.argv[1].split(",") if name])
     if _script is not None:  # a forked rank: the worker script, as `python script.py` runs it
-        import runpy
-        runpy.run_path(_script, run_name="__main__")
+        with open(_script, "rb") as _source:
+            _code = compile(_source.read(), _script, "exec")
+        # At the top level: the script's frame has this one alone below it.
+        exec(_code, _main_module_of(_script).__dict__)
