@@ -18,9 +18,10 @@ import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import pytest
 import torch
@@ -159,14 +160,8 @@ class Launch:
         self.procs: List[subprocess.Popen] = []
         for cmd, e, log in zip(cmds, envs, self.log_paths):
             # In OUT: a file a rank writes by a relative path lands in the run's folder.
-            warm = FORK_FROM_WARM and not (torchrun or spawn)
-            forked = WarmForks.start(cmd, e, str(self.out), str(log), preload) if warm else None
-            if forked is not None:
-                self.procs.append(forked)
-                continue
-            with open(log, "w") as f:
-                self.procs.append(subprocess.Popen(cmd, env=e, stdout=f, stderr=subprocess.STDOUT, cwd=self.out,
-                                                   **OWN_GROUP))
+            self.procs.append(start_python(cmd[1:], env=e, cwd=self.out, log=log, preload=preload,
+                                           warm=not (torchrun or spawn)))
         self.exits: List[Optional[float]] = [None] * len(self.procs)  # time.time() of each exit
 
     def poll(self) -> bool:
@@ -221,6 +216,48 @@ class Launch:
 
     def log(self, i: int) -> str:
         return self.log_paths[i].read_text(errors="replace")
+
+
+def start_python(args: Sequence[str], *, env: Dict[str, str], cwd: pathlib.Path, log: pathlib.Path,
+                 preload: Sequence[str] = (), warm: bool = True) -> Any:
+    """subprocess.Popen([sys.executable, *args]) in a process group of its own, its stdout and
+    stderr into `log`; forked from a warm server (a Popen-like zygote.ForkedRank) where
+    FORK_FROM_WARM and `warm`. preload: what the script imports besides torch."""
+    cmd = [sys.executable, *args]
+    forked = WarmForks.start(cmd, env, str(cwd), str(log), preload) if FORK_FROM_WARM and warm else None
+    if forked is not None:
+        return forked
+    with open(log, "w") as f:
+        return subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=cwd, **OWN_GROUP)
+
+
+def run_python(args: Sequence[str], *, env: Dict[str, str], cwd: Optional[pathlib.Path] = None,
+               timeout: float, preload: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """subprocess.run([sys.executable, *args], capture_output=True, text=True) of a script, or of
+    `-c CODE` (run from a file, sys.path[0] the folder as for -c), forked from a warm server where
+    FORK_FROM_WARM (zygote.py). preload: what the script imports besides torch."""
+    cmd, cwd = [sys.executable, *args], str(cwd or os.getcwd())
+    if not FORK_FROM_WARM:
+        return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="run_python_") as scratch:
+        more = {"stderr": os.path.join(scratch, "stderr")}
+        forked_cmd = cmd
+        if args[0] == "-c":
+            script = os.path.join(scratch, "code.py")
+            pathlib.Path(script).write_text(args[1])
+            forked_cmd, more["path0"] = [sys.executable, script, *args[2:]], ""
+        stdout = os.path.join(scratch, "stdout")
+        proc = WarmForks.start(forked_cmd, env, cwd, stdout, preload, **more)
+        if proc is None:
+            return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(60)
+            raise
+        return subprocess.CompletedProcess(cmd, proc.returncode, pathlib.Path(stdout).read_text(errors="replace"),
+                                           pathlib.Path(more["stderr"]).read_text(errors="replace"))
 
 
 def load_results(out: pathlib.Path, world: int) -> List[Optional[dict]]:

@@ -7,11 +7,17 @@ import subprocess
 import sys
 from typing import Any, Dict, List
 
+from dist_runs import run_python
 from testenv import PACKAGE_ROOT, TESTS
 
 EXAMPLES = TESTS / "msprobe_examples"
 OUR_IMPORT = "from msprobe_cpp import"
 THEIR_IMPORT = "from msprobe.pytorch import"
+
+
+def tool_imports(tool: str) -> tuple:
+    """What a run of `tool` imports besides torch: a warm server's preload (dist_runs.run_python)."""
+    return ("msprobe.pytorch",) if tool == "msprobe" else ()
 
 
 def msprobe_version() -> str:
@@ -61,8 +67,8 @@ def run_example(name: str, folder: pathlib.Path, level: str, theirs: bool = Fals
         script = script.replace(OUR_IMPORT, THEIR_IMPORT)
     (folder / name).write_text(script)
     path = os.pathsep.join([str(PACKAGE_ROOT), str(TESTS), os.environ.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, name, "config.json"], cwd=folder, env=dict(os.environ, PYTHONPATH=path),
-                          capture_output=True, text=True, timeout=300)
+    done = run_python([name, "config.json"], cwd=folder, env=dict(os.environ, PYTHONPATH=path), timeout=300,
+                      preload=tool_imports("msprobe" if theirs else "ours"))
     assert done.returncode == 0, done.stderr[-3000:]
     names = {}
     for dump in sorted((folder / "dump").glob("step*/rank*/dump.json")):
@@ -138,9 +144,9 @@ def dump_hf_step(name: str, folder: pathlib.Path, tool: str, level: str = "mix",
     path = os.pathsep.join([str(PACKAGE_ROOT.resolve()), str(TESTS), os.environ.get("PYTHONPATH", "")])
     started = time.perf_counter()
     grads = folder / "grads.pt"
-    done = subprocess.run([sys.executable, "-c", HF_STEP, tool, name, str(config), str(grads)], cwd=folder,
-                          env=dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1"),
-                          capture_output=True, text=True, timeout=600)
+    done = run_python(["-c", HF_STEP, tool, name, str(config), str(grads)], cwd=folder,
+                      env=dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1"), timeout=600,
+                      preload=("transformers", *tool_imports(tool)))
     seconds = time.perf_counter() - started
     assert done.returncode == 0, f"{tool} on {name}: {done.stderr[-3000:]}"
     report = json.loads(done.stdout.strip().splitlines()[-1])  # msprobe logs to stdout before it

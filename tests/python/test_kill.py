@@ -6,17 +6,19 @@ Where the kill lands is chosen, not left to the machine's speed: the child repor
 has written, and the parent kills it a seeded fraction of a step after the Nth report, so the kill
 falls inside the next step (its writes included) and the steps that must be on disk are known."""
 import json
+import os
 import pathlib
 import random
 import shutil
-import subprocess
 import sys
 import time
+from typing import Any, Tuple
 
 import pytest
 import torch
 
 import msprobe_cpp
+from dist_runs import run_python, start_python
 from dumps import load as read_dump_file
 from testenv import PACKAGE_ROOT, TESTS, said_besides_on_line
 
@@ -25,14 +27,15 @@ pytestmark = pytest.mark.slow  # tools/test.sh --fast leaves it out
 TRAIN = """
 import sys
 sys.path.insert(0, {python!r}); sys.path.insert(0, {tests!r})
-import json, torch, msprobe_cpp
+import json, os, time, torch, msprobe_cpp
 from models import make_batches, make_model, make_optimizer, train_step
 torch.set_num_threads(1)
 model = make_model("mlp")
 opt = make_optimizer(model)
 batches = make_batches(model, 8)
-print("ready", flush=True)
-sys.stdin.readline()  # started while the run before it trains; goes on once that one is killed
+print("@ ready", flush=True)
+while not os.path.exists(sys.argv[3]):  # started while the run before it trains; goes on once
+    time.sleep(0.002)                   # that one is killed
 config = sys.argv[1] + "_config.json"
 with open(config, "w") as f:
     json.dump({{"task": "tensor", "dump_path": sys.argv[1], "level": "L1", "async_dump": sys.argv[2] == "1"}}, f)
@@ -40,7 +43,7 @@ dbg = msprobe_cpp.PrecisionDebugger(config_path=config)
 for i in range(10 ** 6):
     x, y = batches[i % len(batches)]
     train_step(model, opt, x, y, dbg)
-    print("stopped", i, flush=True)  # train_step's stop() has written step i, or handed it over
+    print("@ stopped", i, flush=True)  # train_step's stop() has written step i, or handed it over
 """
 
 
@@ -64,6 +67,38 @@ def assert_none_partial(dump: pathlib.Path, attempt) -> None:
             assert (rank / "dump.json").exists(), (attempt, rank, sorted(p.name for p in rank.iterdir()))
 
 
+class Lines:
+    """The lines a process writes into its log (stdout and stderr) that begin with "@ ", as they
+    come, without it."""
+
+    def __init__(self, proc, path: pathlib.Path) -> None:
+        self.proc, self.path, self.read, self.pending = proc, path, 0, b""
+
+    def readline(self, timeout: float = 120.0) -> bytes:
+        line = self._next(timeout)
+        while line and not line.startswith(b"@ "):
+            line = self._next(timeout)
+        return line[2:]
+
+    def _next(self, timeout: float) -> bytes:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            ended = self.proc.poll() is not None  # before the read: its last line is in the file
+            with open(self.path, "rb") as f:
+                f.seek(self.read)
+                chunk = f.read()
+            self.read += len(chunk)
+            self.pending += chunk
+            if b"\n" in self.pending:
+                break
+            if ended or time.monotonic() > deadline:
+                line, self.pending = self.pending, b""
+                return line
+            time.sleep(0.002)
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line + b"\n"
+
+
 def unfinished(dump: pathlib.Path) -> list:
     return [p for p in dump.iterdir() if p.name.startswith(".msprobe_cpp_partial")]
 
@@ -78,31 +113,32 @@ def test_kill_9_leaves_only_complete_steps(tmp_path, capfd, async_dump, lag):
     rng = random.Random(7)
     attempts = 20
 
-    def spawn() -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, str(script), str(dump), str(int(async_dump))],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    def spawn(n: int) -> Tuple[Any, Lines, pathlib.Path]:
+        go = tmp_path / f"go{n}"
+        proc = start_python([str(script), str(dump), str(int(async_dump)), str(go)], env=dict(os.environ),
+                            cwd=tmp_path, log=tmp_path / f"run{n}.log")
+        return proc, Lines(proc, tmp_path / f"run{n}.log"), go
 
-    # Each run is started while the one before it trains (its import of torch, seconds, overlaps),
-    # and waits on its stdin to go on until that one is killed.
-    waiting = spawn()
+    # Each run is started while the one before it trains (its start overlaps), and waits for its
+    # go file to go on until that one is killed.
+    waiting = spawn(0)
     for attempt in range(attempts):
         written = 1 + attempt % 2
-        proc, waiting = waiting, (spawn() if attempt + 1 < attempts else None)
+        (proc, lines, go), waiting = waiting, (spawn(attempt + 1) if attempt + 1 < attempts else None)
         try:
-            assert proc.stdout.readline().strip() == b"ready"
-            proc.stdin.write(b"go\n")
-            proc.stdin.flush()
+            assert lines.readline().strip() == b"ready"
+            go.touch()
             times = [time.monotonic()]
             for i in range(written + lag):
-                assert proc.stdout.readline().split() == [b"stopped", str(i).encode()]
+                assert lines.readline().split() == [b"stopped", str(i).encode()]
                 times.append(time.monotonic())
             time.sleep(rng.uniform(0.0, 1.0) * (times[-1] - times[-2]))
         finally:
             proc.kill()
             proc.wait(timeout=60)
             if waiting is not None and sys.exc_info()[0] is not None:
-                waiting.kill()
-                waiting.wait(timeout=60)
+                waiting[0].kill()
+                waiting[0].wait(timeout=60)
         assert_none_partial(dump, attempt)
         # The runs share the dump folder. The steps this run reported, it wrote whole after any
         # earlier run's writes, whatever its kill then cut short.
@@ -159,8 +195,8 @@ def test_start_after_kill_removes_unfinished_folders(tmp_path, capfd, task, asyn
     script = tmp_path / "killed.py"
     script.write_text(KILLED.format(python=str(PACKAGE_ROOT), tests=str(TESTS)))
     dump = tmp_path / "dump"
-    proc = subprocess.run([sys.executable, str(script), str(dump), task, str(int(async_dump))])
-    assert proc.returncode == -9
+    proc = run_python([str(script), str(dump), task, str(int(async_dump))], env=dict(os.environ), timeout=120)
+    assert proc.returncode == -9, proc.stderr
     assert_none_partial(dump, task)
     assert sorted(p.name for p in dump.glob("step*")) == ["step0", "step1"]
     orphans = unfinished(dump)

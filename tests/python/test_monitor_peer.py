@@ -4,14 +4,13 @@ byte for byte, family by family: the CSVs, anomaly.json, module_struct.json."""
 import json
 import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
 from gloo import free_port
 from monitor_peer import FAMILIES, csv_files
-from msprobe_runs import msprobe_version
+from dist_runs import run_python
+from msprobe_runs import msprobe_version, tool_imports
 from testenv import PACKAGE_ROOT
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -23,9 +22,8 @@ def peer_run(tool: str, config: dict, out: pathlib.Path, steps: int = 4, model: 
     path.write_text(json.dumps(config))
     env = dict(os.environ, **(env or {}),
                PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, str(HERE / "monitor_peer.py"), tool, str(path), str(out), str(steps),
-                        model, str(grad_acc)],
-                       capture_output=True, text=True, timeout=300, env=env)
+    r = run_python([str(HERE / "monitor_peer.py"), tool, str(path), str(out), str(steps), model, str(grad_acc)],
+                   timeout=300, env=env, preload=tool_imports(tool))
     assert r.returncode == 0, r.stderr[-3000:]
     return csv_files(str(out))
 
@@ -108,8 +106,8 @@ def test_print_struct_is_msprobes_own(tmp_path, config):
         out = tmp_path / tool
         (tmp_path / f"{tool}.json").write_text(json.dumps(config))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
-        r = subprocess.run([sys.executable, str(HERE / "monitor_peer.py"), tool, str(tmp_path / f"{tool}.json"),
-                            str(out), "3", "xy", "1"], capture_output=True, text=True, timeout=300, env=env)
+        r = run_python([str(HERE / "monitor_peer.py"), tool, str(tmp_path / f"{tool}.json"), str(out), "3", "xy", "1"],
+                       timeout=300, env=env, preload=tool_imports(tool))
         assert r.returncode == 0, r.stderr[-3000:]
         assert "stopped: exit after first monitor step when print model struct" in r.stdout
         texts[tool] = (out / "module_struct" / "rank0" / "module_struct.json").read_text()
@@ -186,8 +184,8 @@ def test_cc_log_only_says_where_each_collective_is_called_and_stops(tmp_path):
         (tmp_path / f"{tool}.json").write_text(json.dumps({"cc_distribution": {"enable": True, "cc_log_only": True}}))
         env = dict(os.environ, MASTER_PORT=str(free_port()),
                    PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
-        r = subprocess.run([sys.executable, str(HERE / "monitor_peer.py"), tool, str(tmp_path / f"{tool}.json"),
-                            str(tmp_path / tool), "3", "cc"], capture_output=True, text=True, timeout=300, env=env)
+        r = run_python([str(HERE / "monitor_peer.py"), tool, str(tmp_path / f"{tool}.json"), str(tmp_path / tool),
+                        "3", "cc"], timeout=300, env=env, preload=tool_imports(tool))
         assert r.returncode == 0, r.stderr[-3000:]
         assert "stopped: exit after first step when print cc stack" in r.stdout
         said[tool] = r.stdout + r.stderr

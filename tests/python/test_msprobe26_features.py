@@ -8,14 +8,13 @@ import json
 import os
 import pathlib
 import re
-import subprocess
-import sys
 from typing import Any, Dict
 
 import pytest
 import torch
 
-from msprobe_runs import msprobe_version
+from dist_runs import run_python
+from msprobe_runs import msprobe_version, tool_imports
 from testenv import PACKAGE_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.msprobe26,
@@ -108,8 +107,8 @@ def both(tmp_path: pathlib.Path, plan: Dict[str, Any]) -> Dict[str, Dict[str, An
     env = dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT))
     out = {}
     for tool in ("msprobe", "ours"):
-        done = subprocess.run([sys.executable, "train.py", tool, json.dumps(plan)], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=300)
+        done = run_python(["train.py", tool, json.dumps(plan)], cwd=tmp_path, env=env, timeout=300,
+                          preload=tool_imports(tool))
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         out[tool] = files(tmp_path, tool)
         out[tool + "_log"] = done.stdout + done.stderr

@@ -16,7 +16,8 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from msprobe_runs import msprobe_version
+from dist_runs import run_python
+from msprobe_runs import msprobe_version, tool_imports
 from testenv import PACKAGE_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.msprobe26,
@@ -87,8 +88,8 @@ def dump(folder: pathlib.Path, tool: str, level: str = "L1", data_mode=("forward
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "train.py").write_text(SCRIPT)
     env = dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT))
-    done = subprocess.run([sys.executable, "train.py", tool, "config.json", fault, model], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = run_python(["train.py", tool, "config.json", fault, model], cwd=folder, env=env, timeout=300,
+                      preload=tool_imports(tool))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return folder / "dump" / "step0"
 

@@ -24,7 +24,9 @@ import pytest
 import torch
 
 import msprobe_cpp
+from dist_runs import run_python
 from dumps import data_names, load
+from msprobe_runs import tool_imports
 from testenv import FIXTURES, PACKAGE_ROOT, TESTS, devices
 
 pytestmark = pytest.mark.slow  # tools/test.sh --fast leaves it out
@@ -76,8 +78,8 @@ def dump(folder: pathlib.Path, tool: str, fixture: str, blas: Optional[str]) -> 
         env["LD_LIBRARY_PATH"] = os.pathsep.join([str(p) for p in BLAS_PATHS[blas]] +
                                                  [os.environ.get("LD_LIBRARY_PATH", "")])
         env.update(OPENBLAS_KERNEL)
-    done = subprocess.run([sys.executable, str(TESTS / "block_dump.py"), tool, str(config)], env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = run_python([str(TESTS / "block_dump.py"), tool, str(config)], env=env, timeout=600,
+                      preload=tool_imports(tool))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])  # msprobe logs to stdout before it
     # The fixtures' loss: the dump did not change the training.

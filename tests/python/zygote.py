@@ -43,6 +43,10 @@ def _child(request: dict, protocol, devnull: int, log: int) -> str:
         os.dup2(devnull, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
+        if request.get("stderr"):  # stdout and stderr apart, as subprocess.run(capture_output=True)
+            err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(err, 2)
+            os.close(err)
         os.close(log)
         os.close(devnull)
         os.chdir(request["cwd"])
@@ -50,7 +54,8 @@ def _child(request: dict, protocol, devnull: int, log: int) -> str:
         os.environ.update(request["env"])
         script = os.path.abspath(request["argv"][0])
         sys.argv = list(request["argv"])
-        sys.path[0] = os.path.dirname(script)
+        # "path0": "" for code that `python -c` would run (sys.path[0] the folder it runs in).
+        sys.path[0] = request.get("path0", os.path.dirname(script))
         return script
     except BaseException:  # noqa: B902 - nothing of the server may run on in a child
         import traceback
@@ -117,6 +122,12 @@ class ForkedRank:
     def poll(self) -> Optional[int]:
         return self.returncode
 
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, 9)
+        except ProcessLookupError:
+            pass
+
     def wait(self, timeout: Optional[float] = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.returncode is None:
@@ -144,7 +155,7 @@ class WarmForks:
 
     @classmethod
     def start(cls, cmd: List[str], env: Dict[str, str], cwd: str, log: str,
-              preload: Sequence[str] = ()) -> Optional[ForkedRank]:
+              preload: Sequence[str] = (), **more: str) -> Optional[ForkedRank]:
         """The rank forked from the warm server, or None: start it afresh. preload: the modules
         its script imports besides torch, imported once by the server (they must start no thread
         at import, and read no variable of the rank's own)."""
@@ -160,13 +171,14 @@ class WarmForks:
             while len(cls._servers) >= cls.KEPT and idle:
                 cls._servers.pop(idle.pop(0)).close()
             server = cls._servers[key] = WarmForks(base, preload)
-        return server.fork(cmd, env, cwd, log)
+        return server.fork(cmd, env, cwd, log, **more)
 
-    def fork(self, cmd: List[str], env: Dict[str, str], cwd: str, log: str) -> Optional[ForkedRank]:
+    def fork(self, cmd: List[str], env: Dict[str, str], cwd: str, log: str, **more: str) -> Optional[ForkedRank]:
+        """more: "stderr" (a file of its own), "path0" (sys.path[0])."""
         with self._lock:
             token = self._next
             self._next += 1
-        request = {"token": token, "argv": cmd[1:], "env": env, "cwd": str(cwd), "log": str(log)}
+        request = {"token": token, "argv": cmd[1:], "env": env, "cwd": str(cwd), "log": str(log), **more}
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
