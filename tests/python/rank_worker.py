@@ -92,6 +92,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--monitor", action="store_true", help="debugger.monitor(wrapped): task grad_probe")
     p.add_argument("--start-module", action="store_true", help="debugger.start(wrapped.module), not the wrapper")
     p.add_argument("--model", choices=sorted(MODELS), default="mlp")
+    p.add_argument("--import-dynamo", action="store_true",
+                   help="import torch._dynamo before init_process_group, as a program that compiles may")
     p.add_argument("--optim", choices=["sgd", "adamw"], default="sgd")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD's momentum (0: plain SGD)")
     p.add_argument("--wrap", choices=["ddp", "fsdp2", "all_reduce"], default="ddp")
@@ -266,6 +268,8 @@ def run_rank(args: argparse.Namespace) -> None:
     if args.no_peer_stop:
         msprobe_cpp.peer_stop.create = lambda session, patches: None
     torch.set_num_threads(1)
+    if args.import_dynamo:
+        __import__("torch._dynamo")
     dist.init_process_group("gloo", rank=rank, world_size=world)
     r = Rank(args, out, rank, world, {
         "rank": rank, "world": world, "args": vars(args), "losses": [], "exceptions": [], "raised": None,
