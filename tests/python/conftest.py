@@ -25,7 +25,8 @@ def pytest_configure(config):
 # The files that take minutes, longest first. tools/test.sh runs the suite on two pytest-xdist
 # workers, each given whole files in the order collected: these go first, so that the suite does
 # not end with one of them running alone.
-LONG_FILES = ["test_large_scale.py", "test_deepspeed.py", "test_install.py", "test_free_benchmark.py",
+# test_install.py first: its two pip builds (over 7 min on torch 2) ran alone at the end of the run.
+LONG_FILES = ["test_install.py", "test_large_scale.py", "test_deepspeed.py", "test_free_benchmark.py",
               "test_ddp.py", "test_msprobe26_peer.py", "test_msprobe26_features.py", "test_kill.py",
               "test_grad_probe.py", "test_msprobe_block.py"]
 
