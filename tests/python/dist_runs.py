@@ -237,8 +237,6 @@ def run_python(args: Sequence[str], *, env: Dict[str, str], cwd: Optional[pathli
     `-c CODE` (run from a file, sys.path[0] the folder as for -c), forked from a warm server where
     FORK_FROM_WARM (zygote.py). preload: what the script imports besides torch."""
     cmd, cwd = [sys.executable, *args], str(cwd or os.getcwd())
-    if not FORK_FROM_WARM:
-        return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     with tempfile.TemporaryDirectory(prefix="run_python_") as scratch:
         more = {"stderr": os.path.join(scratch, "stderr")}
         forked_cmd = cmd
@@ -247,7 +245,7 @@ def run_python(args: Sequence[str], *, env: Dict[str, str], cwd: Optional[pathli
             pathlib.Path(script).write_text(args[1])
             forked_cmd, more["path0"] = [sys.executable, script, *args[2:]], ""
         stdout = os.path.join(scratch, "stdout")
-        proc = WarmForks.start(forked_cmd, env, cwd, stdout, preload, **more)
+        proc = WarmForks.start(forked_cmd, env, cwd, stdout, preload, **more) if FORK_FROM_WARM else None
         if proc is None:
             return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
         try:

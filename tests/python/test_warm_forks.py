@@ -5,12 +5,13 @@ server's gets a server of its own."""
 import os
 import pathlib
 import signal
+import subprocess
 import sys
 import time
 
 import pytest
 
-from dist_runs import _env
+from dist_runs import _env, run_python
 from zygote import WarmForks
 
 SCRIPT = """
@@ -79,9 +80,18 @@ def test_a_command_that_is_not_a_script_of_this_python_starts_afresh(tmp_path):
 
 
 def test_the_wait_times_out_like_popens(tmp_path):
-    import subprocess
     rank, _ = fork(tmp_path, "sleep")
     with pytest.raises(subprocess.TimeoutExpired):
         rank.wait(timeout=0.2)
     os.killpg(rank.pid, signal.SIGKILL)
     rank.wait(timeout=60)
+
+
+def test_run_python_gives_what_subprocess_run_gives_for_minus_c(tmp_path):
+    """stdout and stderr apart, the exit status, the arguments, and sys.path[0] as `-c` has it."""
+    code = "import sys; print('out', sys.argv[1:], sys.path[0]); print('err', file=sys.stderr); sys.exit(3)"
+    forked = run_python(["-c", code, "a"], env=dict(_env()), cwd=tmp_path, timeout=60)
+    fresh = subprocess.run([sys.executable, "-c", code, "a"], env=dict(_env()), cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert forked.stdout == "out ['a'] \n" and forked.returncode == 3

@@ -17,6 +17,7 @@ line; stdout: "started T PID", "exited PID STATUS")."""
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -63,14 +64,10 @@ def _child(request: dict, protocol, devnull: int, log: int) -> str:
         os._exit(1)
 
 
-def _preload(extra: List[str]) -> None:
-    for name in (*PRELOAD, *extra):
-        __import__(name)
-
-
 def serve(extra: List[str]) -> Optional[str]:
     """The server's loop; returns (in a forked child only) the script that child runs."""
-    _preload(extra)
+    for name in (*PRELOAD, *extra):
+        __import__(name)
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # nothing but the protocol reaches the test through the pipe
@@ -118,7 +115,7 @@ class ForkedRank:
 
     def kill(self) -> None:
         try:
-            os.kill(self.pid, 9)
+            os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
 
