@@ -40,7 +40,10 @@ KEY = "stop"
 SEEN = "stop_seen"
 PUBLISHED = "stop_published"  # a counter: add(0) reads it without a wait
 WAKE = "wake/"  # + a rank: the key that rank's watcher waits on
+WATCHING = "watching"  # a counter: the watchers in a store wait now
 ACK_WAIT_S = 5.0
+# How long the store's host, leaving, waits for the other ranks' watchers to end their waits.
+LEAVE_WAIT_S = 2.0
 # How long one blocking wait lasts before it is renewed: a wait that times out makes torch 2.x's
 # c10d log two warnings (issue 32), so it is renewed once a day, not every few seconds. Closing
 # sets the rank's own key, which ends the wait at once.
@@ -126,6 +129,7 @@ class StopChannel:
     ranks against one TCPStore."""
 
     CLOSING = b"closing"
+    LEAVING = b"leaving"  # the store's host is going: no stop can come any more
 
     def __init__(self, host: str, port: int, rank: int, world: int, prefix: str,
                  timeout: timedelta = timedelta(seconds=10)) -> None:
@@ -138,7 +142,9 @@ class StopChannel:
         self.rank, self.world = rank, world
         self.key, self.seen_key, self.published_key = prefix + KEY, prefix + SEEN, prefix + PUBLISHED
         self.claim_key = prefix + "stop_claimed"
+        self.watching_key = prefix + WATCHING
         self._wake_prefix = prefix + WAKE
+        self.host_left = False  # the wait ended because the store's host is leaving
 
     def wake_key(self, rank: int) -> str:
         return f"{self._wake_prefix}{rank}"
@@ -146,16 +152,38 @@ class StopChannel:
     def publish(self, facts: Dict[str, Any]) -> None:
         """The facts and the counter first, then the wakes, each holding the facts."""
         text = json.dumps(facts)
-        store = self.store
-        store.set(self.key, text)
-        store.add(self.published_key, 1)
+        self.store.set(self.key, text)
+        self.store.add(self.published_key, 1)
+        self._wake_all(text)
+
+    def _wake_all(self, text: str) -> None:
         keys = [self.wake_key(r) for r in range(self.world)]
-        multi_set = getattr(store, "multi_set", None)  # torch >= 2.3: one request
+        multi_set = getattr(self.store, "multi_set", None)  # torch >= 2.3: one request
         if multi_set is not None:
             multi_set(keys, [text] * len(keys))
         else:
             for key in keys:
-                store.set(key, text)
+                self.store.set(key, text)
+
+    def announce_leaving(self) -> None:
+        """The store's host is going (its process group destroyed, or its process ending): every
+        watcher ends its wait now, and the host waits (LEAVE_WAIT_S at most) until none is left in
+        one. A wait that the host's leaving breaks makes torch 2.x's c10d print a
+        "recvValueWithTimeout failed" warning with a C++ stack on every rank. After a stop the
+        wakes hold its facts and are left alone."""
+        if self.store.add(self.published_key, 0) > 0:
+            return
+        self._wake_all(self.LEAVING.decode())
+        deadline = time.monotonic() + LEAVE_WAIT_S
+        while self.store.add(self.watching_key, 0) > 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def watch(self, closing: threading.Event) -> Optional[Dict[str, Any]]:
+        """wait_for_stop, counted in the watching counter while it waits."""
+        self.watch_store.add(self.watching_key, 1)
+        facts = self.wait_for_stop(closing)
+        self.watch_store.add(self.watching_key, -1)
+        return facts
 
     def wait_for_stop(self, closing: threading.Event) -> Optional[Dict[str, Any]]:
         """Blocks until a stop is published (its facts), or `closing` is set (None). A store that
@@ -172,6 +200,9 @@ class StopChannel:
             if closing.is_set():
                 return None
             told = store.get(wake)
+            if told == self.LEAVING:
+                self.host_left = True
+                return None
             if told != self.CLOSING:
                 return json.loads(told)
             # The key an earlier coordinator of this rank set at its close (a debugger replaced):
@@ -211,12 +242,17 @@ class PeerStop:
         self._evidence_lock = threading.Lock()
         self._evidence: Optional[str] = None  # the folder written ("" if none could be)
         self._evidence_step = -1  # the step it holds
+        # The store's host keeps its store (and so the store's server) until it has told every
+        # watcher that it is leaving (depart()): a program may drop it first, through
+        # destroy_process_group bound before start(), or at the end of the interpreter.
+        self._hosted_store = _hosted_store(self._rank)
         self._thread = threading.Thread(target=self._watch, name="msprobe_cpp peer stop", daemon=True)
         self._thread.start()
         # A thread still inside a store wait when the interpreter ends takes the process down with it.
-        atexit.register(self.close)
+        atexit.register(self.depart)
         _active = self
         _explain_collective_failures(patches)
+        _depart_before_destroy(patches)
 
     def close(self) -> None:
         """Ends the watcher (within one wait period) and forgets this coordinator."""
@@ -241,6 +277,18 @@ class PeerStop:
         # Our store connections go now, not in the interpreter's final collection: once the store's
         # host has left, a rank spent seconds there (issue 32: exits no slower than without us).
         self._drop_store()
+
+    def depart(self) -> None:
+        """This rank leaves the run (its default process group destroyed, or its process ending):
+        close(), and where this rank hosts the store, every other watcher told first."""
+        channel = self._channel
+        try:
+            if channel is not None and self._hosted_store is not None:
+                channel.announce_leaving()
+        except Exception:  # noqa: BLE001 - the store is gone already: so are the waits
+            pass
+        self.close()
+        self._hosted_store = None  # the server may go now
 
     # --- the stopping rank ---
 
@@ -316,13 +364,14 @@ class PeerStop:
         if channel is None:
             return
         try:
-            facts = channel.wait_for_stop(self._closing)
+            facts = channel.watch(self._closing)
         except Exception:  # noqa: BLE001
+            facts, channel.host_left = None, True  # the store is gone: the run ended
+        if channel.host_left:
             self._store_gone.set()
             self._drop_store()
-            return  # the store is gone: the run ended
         if facts is None:
-            return  # closing
+            return  # closing, or no stop can come any more
         if facts.get("rank") != self._rank:
             self.peer = facts
             self._session.set_peer_stopped()
@@ -410,6 +459,35 @@ class PeerStop:
         raise OverflowError(facts["message"], Overflow(**facts))
 
 
+def _hosted_store(rank: int) -> Any:
+    """The default process group's store where this process hosts its server (rank 0, unless
+    torchrun's agent hosts it: TORCHELASTIC_USE_AGENT_STORE), else None."""
+    if rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return None
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - a torch without it: the watchers' waits may break at exit
+        return None
+
+
+def _depart_before_destroy(patches: Patches) -> None:
+    """destroy_process_group() of the default group ends this rank's part in the coordination
+    first (PeerStop.depart): on the store's host, the store goes with the group. Kind "peer"."""
+    for owner in (dist, dist.distributed_c10d):
+        original = owner.__dict__.get("destroy_process_group")
+        if original is not None:
+            patches.replace("peer", owner, "destroy_process_group", _departing_first(original))
+
+
+def _departing_first(destroy: Any) -> Any:
+    def wrapper(group: Any = None, *args: Any, **kwargs: Any) -> Any:
+        guard = _active
+        if guard is not None and (group is None or group is dist.GroupMember.WORLD):
+            guard.depart()
+        return destroy(group, *args, **kwargs)
+    return _named_like(destroy, wrapper)
+
+
 def _explain_collective_failures(patches: Patches) -> None:
     """Collectives that no hook sees: DDP's gradient all-reduce (made in its C++ reducer, inside
     loss.backward()) and its forward's buffer broadcast. When one fails because a peer stopped and
@@ -436,6 +514,10 @@ def _told_failures(call: Any) -> Any:
             if guard is not None:
                 guard.after_collective_failure(e)
             raise
+    return _named_like(call, wrapper)
+
+
+def _named_like(call: Any, wrapper: Any) -> Any:
     wrapper.__name__ = getattr(call, "__name__", "wrapper")
     wrapper.__qualname__ = getattr(call, "__qualname__", wrapper.__name__)
     wrapper.__doc__ = getattr(call, "__doc__", None)

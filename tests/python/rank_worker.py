@@ -56,6 +56,7 @@ from typing import Any, Dict, Optional
 
 import torch
 import torch.distributed as dist
+from torch.distributed import destroy_process_group  # bound before the debugger starts (--destroy imported)
 
 import msprobe_cpp
 from rank_models import MODELS, average_gradients, batch, local_state, nonfinite, set_fault, wrap
@@ -94,6 +95,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", choices=sorted(MODELS), default="mlp")
     p.add_argument("--import-dynamo", action="store_true",
                    help="import torch._dynamo before init_process_group, as a program that compiles may")
+    p.add_argument("--destroy", choices=["attribute", "imported"], default="attribute",
+                   help="the end: dist.destroy_process_group(), or the name imported at the top (as "
+                        "PyTorch's DDP tutorial does), bound before the debugger started")
     p.add_argument("--optim", choices=["sgd", "adamw"], default="sgd")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD's momentum (0: plain SGD)")
     p.add_argument("--wrap", choices=["ddp", "fsdp2", "all_reduce"], default="ddp")
@@ -294,7 +298,7 @@ def run_rank(args: argparse.Namespace) -> None:
         json.dump(r.result, f, indent=1)
     os.replace(str(path) + ".tmp", path)
     try:
-        dist.destroy_process_group()
+        (destroy_process_group if args.destroy == "imported" else dist.destroy_process_group)()
     except BaseException:  # noqa: BLE001 - a peer may have gone already
         pass
     if ended_with is not None and (args.reraise == "all" or (

@@ -27,11 +27,11 @@ from typing import Dict, List, Optional, Sequence
 # A rank's own, and pytest's name of the running test: these may differ from the server's
 # environment (the child gets the launch's own in full).
 RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PYTEST_CURRENT_TEST")
-# What every rank imports. A launch may name more (WarmForks.start's preload: DeepSpeed, msprobe),
-# and gets a server of its own that imported them too. Not torch._dynamo, though torch 2's first
-# optimizer imports it (seconds a rank): imported before init_process_group, it makes a clean DDP
-# run's exit print c10d's store warnings (test_peer_stop.py, the xfail with dynamo imported first).
+# What every rank imports: torch, and on torch 2 torch._dynamo (seconds more: the first optimizer a
+# rank makes imports it). A launch may name more (WarmForks.start's preload: DeepSpeed, msprobe),
+# and gets a server of its own that imported them too.
 PRELOAD = ("torch", "torch.distributed")
+PRELOAD_WHERE_PRESENT = ("torch._dynamo",)
 
 
 # --- the server -------------------------------------------------------------------------------------
@@ -66,7 +66,9 @@ def _child(request: dict, protocol, devnull: int, log: int) -> str:
 
 def serve(extra: List[str]) -> Optional[str]:
     """The server's loop; returns (in a forked child only) the script that child runs."""
-    for name in (*PRELOAD, *extra):
+    import importlib.util
+    present = [name for name in PRELOAD_WHERE_PRESENT if importlib.util.find_spec(name) is not None]
+    for name in (*PRELOAD, *present, *extra):
         __import__(name)
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
