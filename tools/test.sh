@@ -17,6 +17,18 @@ esac
 # Each phase's line says when it began, for the suite's time (issue 52: under 35 minutes fresh).
 phase() { echo "== $* (at $((SECONDS / 60)) min $((SECONDS % 60)) s)"; }
 install_packages
+skip_torch2="${MSPROBE_SKIP_TORCH2:-0}"
+# The torch 2 venvs are made beside the build and the torch 1.13 run (pip unpacking wheels is mostly
+# disk, the build is compilers): ready, or nearly, when their phase comes (issue 56, the suite's time).
+venvs_log="$(mktemp)"
+venvs_pid=""
+if [ "$skip_torch2" != 1 ]; then
+  # A process group of its own, ended with the suite if the suite ends first (a failed phase).
+  setsid bash -c "source '$ROOT/tools/common.sh'; torch2_env && torch_venv '$TORCH213_DIR' '$ROOT/requirements-torch213.txt'" \
+    >"$venvs_log" 2>&1 &
+  venvs_pid=$!
+  trap 'kill -- "-$venvs_pid" 2>/dev/null || true' EXIT
+fi
 # pytest-xdist workers, each given whole files (tests/python/conftest.py puts the long ones first);
 # MSPROBE_TEST_WORKERS=0 runs the suite in one process.
 workers=(-n "${MSPROBE_TEST_WORKERS:-2}" --dist loadfile)
@@ -35,7 +47,6 @@ cd "$ROOT"
 # MSPROBE_TEST_INSTALL=1: also pip-install a fresh copy into a venv (tests/python/test_install.py).
 # The torch 2 run's install test installs into Debian's torch as well, so this run leaves it to that
 # one unless torch 2 is skipped.
-skip_torch2="${MSPROBE_SKIP_TORCH2:-0}"
 PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" MSPROBE_CPP_BIN="$BUILD/bin/msprobe-cpp" \
   MSPROBE_TEST_INSTALL="${MSPROBE_TEST_INSTALL:-$skip_torch2}" \
   "$PYTHON" -m pytest tests/python -q -p no:cacheprovider --durations="${MSPROBE_TEST_DURATIONS:-15}" "${workers[@]}" "${tier[@]}"
@@ -58,7 +69,14 @@ torch_pytest() {
     "$dir/venv/bin/python" -m pytest tests/python -q -p no:cacheprovider --durations="${MSPROBE_TEST_DURATIONS:-15}" "${workers[@]}" "$@"
 }
 phase "the torch 2 venv and build"
-torch2_env
+wait "$venvs_pid" || {
+  cat "$venvs_log" >&2
+  echo "the torch 2 venvs could not be made (above)" >&2
+  exit 1
+}
+cat "$venvs_log"
+rm -f "$venvs_log"
+torch2_env  # made already: its stamp matches
 MSPROBE_WERROR="${MSPROBE_WERROR:-ON}" torch2_build
 torch_pytest "$TORCH2_DIR" "${tier[@]}"
 phase "the torch 2.13 venv and build"
