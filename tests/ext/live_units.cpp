@@ -213,12 +213,12 @@ std::pair<std::vector<bool>, std::vector<std::string>> defer_calls(
 }
 
 // The training monitor's values of `tensor` for msprobe's op names, as the Python values its
-// DataFrame gets: int, float, str, or None.
+// DataFrame gets: int, float, str, or None. exact_sums: MonitorMetrics'.
 py::list monitor_values_of(const at::Tensor& tensor, const std::vector<std::string>& ops,
-                           double eps) {
+                           double eps, bool exact_sums) {
   const MonitorConfig config = parse_monitor_config({{"ops", ops}}, "_units");
   py::list out;
-  for (const MonitorValue& v : monitor_values(tensor, config.output.ops, eps)) {
+  for (const MonitorValue& v : monitor_values(tensor, {config.output.ops, eps, exact_sums})) {
     switch (v.kind) {
       case MonitorValue::Kind::Missing: out.append(py::none()); break;
       case MonitorValue::Kind::Integer: out.append(py::int_(v.integer)); break;
@@ -263,7 +263,7 @@ void bind_units(py::module_& units) {
             py::arg("names"));
   units.def("defer_calls", &defer_calls, py::arg("sync"), py::arg("batch_calls"), py::arg("names"));
   units.def("monitor_values", &monitor_values_of, py::arg("tensor"), py::arg("ops"),
-            py::arg("eps") = 1e-8);
+            py::arg("eps") = 1e-8, py::arg("exact_sums") = true);
 }
 
 }  // namespace msprobe

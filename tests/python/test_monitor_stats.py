@@ -94,3 +94,40 @@ def test_each_op_is_msprobes_own():
                 same(ours, value)
             except AssertionError as e:
                 raise AssertionError(f"{name}, {op}: ours {ours!r}, msprobe's {value!r}") from e
+
+
+def large_tensors(device):
+    """Past the small tensors' limit (2048 elements): norm and mean asked, so read in one pass on
+    CPU (monitor_stats.cpp), its float64 sums in another order than torch's."""
+    torch.manual_seed(1)
+    base = torch.randn(100_003, device=device) * 3 + 0.5
+    with_nan, with_inf, mixed_inf = base.clone(), base.clone(), base.clone()
+    with_nan[77_777] = float("nan")
+    with_inf[5] = float("inf")
+    mixed_inf[5], mixed_inf[99_999] = float("inf"), float("-inf")
+    sparse = base * (torch.rand(100_003, device=device) < 0.1)
+    return {"float32": base, "float16": base.half(), "bfloat16": base.bfloat16(),
+            "float64": base.double(), "with nan": with_nan, "with inf": with_inf,
+            "inf and -inf": mixed_inf, "mostly zeros": sparse,
+            "2-d, transposed (not contiguous)": base[:100_000].view(400, 250).t()}
+
+
+@pytest.mark.parametrize("device", devices(), indirect=True)
+@pytest.mark.parametrize("exact_sums", [True, False])
+def test_a_large_tensors_ops_are_msprobes_formula(device, exact_sums):
+    """min, max, nans and zeros exactly. norm and mean: with exact_sums (alert rules on, whose
+    messages print them unrounded) torch's own float64 reductions, msprobe's bits; without, a
+    dense CPU tensor's one-read float64 sums (cpu_wide_sums), to 1e-13 of them (their order
+    differs), below any CSV's rounding of up to 12 digits."""
+    ops = ["min", "max", "norm", "zeros", "nans", "mean"]
+    for name, x in large_tensors(device).items():
+        ours = units.monitor_values(x, ops, exact_sums=exact_sums)
+        theirs = [v for op, v in zip(OPS, formulas(x)) if op in ops]
+        for op, a, b in zip(ops, ours, theirs):
+            if op in ("norm", "mean") and math.isfinite(b) and not exact_sums:
+                assert a == pytest.approx(b, rel=1e-13, abs=1e-13), (name, op, a, b)
+            else:
+                try:
+                    same(a, b)
+                except AssertionError as e:
+                    raise AssertionError(f"{name}, {op}: ours {a!r}, msprobe's {b!r}") from e

@@ -7,10 +7,8 @@
 
 namespace msprobe {
 
-MonitorHookRows::MonitorHookRows(std::vector<MonitorOp> ops, double eps, bool per_micro_step,
-                                 bool structure)
-    : ops_(std::move(ops)),
-      eps_(eps),
+MonitorHookRows::MonitorHookRows(MonitorMetrics metrics, bool per_micro_step, bool structure)
+    : metrics_(std::move(metrics)),
       per_micro_step_(per_micro_step),
       structure_(structure ? std::make_unique<MonitorStructure>() : nullptr) {}
 
@@ -37,8 +35,9 @@ void MonitorHookRows::put_slots(MonitorRowTable& table, const std::string& famil
     // msprobe fills a slot without a tensor with nan, shape and dtype too.
     table.put(tag + suffix,
               slots[i].defined()
-                  ? monitor_values(slots[i], ops_, eps_)
-                  : std::vector<MonitorValue>(ops_.size(), MonitorValue::of_real(std::nan(""))));
+                  ? monitor_values(slots[i], metrics_)
+                  : std::vector<MonitorValue>(metrics_.ops.size(),
+                                              MonitorValue::of_real(std::nan(""))));
   }
 }
 
@@ -64,7 +63,7 @@ void MonitorHookRows::backward(const std::string& name, ObservedTensors input_gr
 
 void MonitorHookRows::accumulated(const std::string& tag, const at::Tensor& grad) {
   if (!observing()) return;
-  std::vector<MonitorValue> values = monitor_values(grad, ops_, eps_);
+  std::vector<MonitorValue> values = monitor_values(grad, metrics_);
   std::lock_guard<std::mutex> lock(mu_);
   // monitor_mbs_grad: each micro step's gradient as it stands then, "<tag>:<micro>".
   const std::string key =

@@ -17,6 +17,7 @@
 
 #include "core/monitor_config.h"
 #include "core/monitor_row_table.h"
+#include "live/monitor/monitor_stats.h"
 #include "live/hooks/module_observer.h"
 #include "live/monitor/monitor_structure.h"
 
@@ -26,7 +27,7 @@ class MonitorHookRows final : public ModuleObserver {
  public:
   // `per_micro_step`: monitor_mbs_grad, a row of unreduced gradients per micro step;
   // `structure`: print_struct, the modules' structure instead of their statistics.
-  MonitorHookRows(std::vector<MonitorOp> ops, double eps, bool per_micro_step, bool structure);
+  MonitorHookRows(MonitorMetrics metrics, bool per_micro_step, bool structure);
   // grad_acc_steps: a module's calls are numbered 0 to micro_steps - 1, then again. Set before
   // any hook is registered.
   void set_micro_steps(int64_t micro_steps) { micro_steps_ = micro_steps < 1 ? 1 : micro_steps; }
@@ -83,8 +84,7 @@ class MonitorHookRows final : public ModuleObserver {
   void register_call_locked(const std::string& key);
   int64_t next_micro(std::map<std::string, int64_t>& counters, const std::string& name);
 
-  const std::vector<MonitorOp> ops_;
-  const double eps_;
+  const MonitorMetrics metrics_;
   const bool per_micro_step_;
   const std::unique_ptr<MonitorStructure> structure_;  // print_struct only
   int64_t micro_steps_ = 1;

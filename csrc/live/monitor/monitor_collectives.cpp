@@ -67,8 +67,8 @@ at::Tensor argument_tensor(py::handle arg) {
 }  // namespace
 
 MonitorCollectives::MonitorCollectives(const MonitorCollectivesConfig& config,
-                                       std::vector<MonitorOp> ops, double eps)
-    : config_(config), ops_(std::move(ops)), eps_(eps) {
+                                       MonitorMetrics metrics)
+    : config_(config), metrics_(std::move(metrics)) {
   for (const std::string& pattern : config_.codeline) codeline_.emplace_back(pattern);
 }
 
@@ -175,10 +175,10 @@ void MonitorCollectives::record(const std::string& name, const py::tuple& argume
     }
     if (!t.defined()) continue;
     const std::string tag = std::string(prefix) + "_" + std::to_string(n++);
-    auto [slot, is_new] = calls.values.try_emplace(tag, ops_.size());
+    auto [slot, is_new] = calls.values.try_emplace(tag, metrics_.ops.size());
     if (is_new) calls.tags.push_back(tag);
-    const std::vector<MonitorValue> values = monitor_values(t, ops_, eps_);
-    for (size_t i = 0; i < ops_.size() && i < values.size(); ++i) {
+    const std::vector<MonitorValue> values = monitor_values(t, metrics_);
+    for (size_t i = 0; i < metrics_.ops.size() && i < values.size(); ++i) {
       slot->second[i].push_back(values[i]);
     }
   }
@@ -193,8 +193,8 @@ std::vector<std::vector<MonitorValue>> MonitorCollectives::take_rows(int64_t ste
     std::vector<MonitorValue> values;
     for (const std::string& tag : calls.tags) {
       const auto& per_op = calls.values.at(tag);
-      for (size_t i = 0; i < ops_.size(); ++i) {
-        values.push_back(monitor_aggregate(ops_[i], per_op[i]));
+      for (size_t i = 0; i < metrics_.ops.size(); ++i) {
+        values.push_back(monitor_aggregate(metrics_.ops[i], per_op[i]));
       }
     }
     calls.tags.clear();

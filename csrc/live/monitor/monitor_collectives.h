@@ -22,13 +22,13 @@
 
 #include "core/monitor_config.h"
 #include "core/monitor_csv.h"
+#include "live/monitor/monitor_stats.h"
 
 namespace msprobe {
 
 class MonitorCollectives : public std::enable_shared_from_this<MonitorCollectives> {
  public:
-  MonitorCollectives(const MonitorCollectivesConfig& config, std::vector<MonitorOp> ops,
-                     double eps);
+  MonitorCollectives(const MonitorCollectivesConfig& config, MonitorMetrics metrics);
 
   // The torch.distributed functions msprobe wraps (its distributed_ops.yaml).
   static const std::vector<std::string>& wrapped_names();
@@ -62,8 +62,7 @@ class MonitorCollectives : public std::enable_shared_from_this<MonitorCollective
   Calls& calls_of(const std::string& name);
 
   const MonitorCollectivesConfig config_;
-  const std::vector<MonitorOp> ops_;
-  const double eps_;
+  const MonitorMetrics metrics_;
   std::vector<std::regex> codeline_;
   std::vector<Calls> calls_;
   // Asynchronous calls not yet waited for: their Work, then what to look at when it is.

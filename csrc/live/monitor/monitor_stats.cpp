@@ -4,10 +4,12 @@
 #include <c10/util/Exception.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <tuple>
 
 #include "core/python_text.h"
+#include "live/stats/cpu_summary.h"
 
 namespace msprobe {
 namespace {
@@ -90,44 +92,55 @@ MonitorValue op_value(const at::Tensor& x, MonitorOp op, double eps, SharedWork&
   return MonitorValue::missing();
 }
 
-// One pass over a CPU tensor's elements for min, max, nans and zeros: the ops' dispatches, not
-// their arithmetic, are most of a small tensor's cost, and these are exact in any order. norm
-// and mean are torch's own float64 reductions, asked for in float64 (the same bits as msprobe's
-// x.to(float64) first, checked on both torches, without the copy).
+// The rarer ops' counts, each a read of its own when asked.
+template <typename T, typename Test>
+int64_t count_where(const T* data, int64_t n, Test test) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) count += test(static_cast<double>(data[i])) ? 1 : 0;
+  return count;
+}
+
+// A dense CPU tensor's ops from one read of its elements: each op's own ATen call (a dispatch, an
+// item(), and for norm and mean a float64 reduction of their own) cost more than the read, on a
+// small tensor by the calls, on a large one by the reads. min, max, nans and zeros are exact in
+// any order. norm and mean from the read's float64 sums (another order than torch's: they may
+// differ from msprobe's in the last bits, 1e-13 tested), or with exact_sums torch's own.
 template <typename T>
-std::vector<MonitorValue> one_pass(const at::Tensor& x, const std::vector<MonitorOp>& ops,
-                                   double eps) {
+std::vector<MonitorValue> one_pass(const at::Tensor& x, const WideSums& m,
+                                   const MonitorMetrics& metrics) {
+  const std::vector<MonitorOp>& ops = metrics.ops;
+  const double eps = metrics.eps;
   const T* data = x.data_ptr<T>();
   const int64_t n = x.numel();
-  double low = static_cast<double>(data[0]), high = low;
-  int64_t nans = 0, zeros = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = static_cast<double>(data[i]);
-    if (std::isnan(v)) {
-      ++nans;
-    } else {
-      low = v < low ? v : low;
-      high = v > high ? v : high;
-    }
-    zeros += std::fabs(v) < eps ? 1 : 0;
-  }
+  const bool has_nan = std::isnan(m.sumsq);
   const double nan = std::nan("");
   std::vector<MonitorValue> out;
   out.reserve(ops.size());
   for (MonitorOp op : ops) {
     switch (op) {
-      case MonitorOp::Min: out.push_back(MonitorValue::of_real(nans ? nan : low)); break;
-      case MonitorOp::Max: out.push_back(MonitorValue::of_real(nans ? nan : high)); break;
+      case MonitorOp::Min: out.push_back(MonitorValue::of_real(has_nan ? nan : m.min)); break;
+      case MonitorOp::Max: out.push_back(MonitorValue::of_real(has_nan ? nan : m.max)); break;
       case MonitorOp::Norm:
-        out.push_back(item_of(at::linalg_vector_norm(x, 2, c10::nullopt, false, at::kDouble)));
+        out.push_back(metrics.exact_sums
+                          ? item_of(at::linalg_vector_norm(x, 2, c10::nullopt, false, at::kDouble))
+                          : MonitorValue::of_real(std::sqrt(m.sumsq)));
         break;
-      case MonitorOp::Mean: out.push_back(item_of(at::mean(x, at::kDouble))); break;
-      case MonitorOp::Zeros:  // float32, as torch divides an int64 count by an int
+      case MonitorOp::Mean:
+        out.push_back(metrics.exact_sums ? item_of(at::mean(x, at::kDouble))
+                                         : MonitorValue::of_real(m.sum / static_cast<double>(n)));
+        break;
+      case MonitorOp::Zeros: {  // float32, as torch divides an int64 count by an int
+        const int64_t zeros = count_where(data, n, [eps](double v) { return std::fabs(v) < eps; });
         out.push_back(MonitorValue::of_real(static_cast<float>(zeros) / static_cast<float>(n)));
         break;
-      case MonitorOp::Nans: out.push_back(MonitorValue::of_integer(nans)); break;
+      }
+      case MonitorOp::Nans:
+        out.push_back(MonitorValue::of_integer(
+            has_nan ? count_where(data, n, [](double v) { return std::isnan(v); }) : 0));
+        break;
       case MonitorOp::Id:
-        out.push_back(x.dim() == 0 ? MonitorValue::of_real(low) : MonitorValue::missing());
+        out.push_back(x.dim() == 0 ? MonitorValue::of_real(static_cast<double>(data[0]))
+                                   : MonitorValue::missing());
         break;
       case MonitorOp::Shape: out.push_back(MonitorValue::of_text(shape_text(x))); break;
       case MonitorOp::Dtype: out.push_back(MonitorValue::of_text(dtype_text(x))); break;
@@ -136,30 +149,36 @@ std::vector<MonitorValue> one_pass(const at::Tensor& x, const std::vector<Monito
   return out;
 }
 
-// The one-pass values where they apply: a small, dense, contiguous CPU tensor of a floating
-// dtype (a large one is read faster by torch's vectorized kernels).
+// The one read where it applies: a dense, contiguous CPU tensor of a floating dtype.
 bool one_pass_applies(const at::Tensor& x) {
-  constexpr int64_t kLargest = 2048;
   // A tensor subclass (DTensor) or a fake one has no data of its own to read.
   return x.device().is_cpu() && x.layout() == at::kStrided && x.is_contiguous() &&
          !x.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Python) &&
-         x.has_storage() && x.storage().data() != nullptr &&
-         x.numel() > 0 && x.numel() <= kLargest && !x.is_conj() && !x.is_neg() &&
+         x.has_storage() && x.storage().data() != nullptr && x.numel() > 0 && !x.is_conj() &&
+         !x.is_neg() &&
          (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble ||
           x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
 }
 
 }  // namespace
 
-std::vector<MonitorValue> monitor_values(const at::Tensor& x, const std::vector<MonitorOp>& ops,
-                                         double eps) {
+MonitorMetrics monitor_metrics(const MonitorConfig& config) {
+  constexpr int kMostDigitsOfTheOnePass = 12;
+  return {config.output.ops, config.output.eps,
+          !config.alerts.rules.empty() || config.output.ndigits > kMostDigitsOfTheOnePass};
+}
+
+std::vector<MonitorValue> monitor_values(const at::Tensor& x, const MonitorMetrics& metrics) {
   const at::NoGradGuard no_grad;  // msprobe's ops run under torch.no_grad()
+  const std::vector<MonitorOp>& ops = metrics.ops;
   if (one_pass_applies(x)) {
-    switch (x.scalar_type()) {
-      case at::kFloat: return one_pass<float>(x, ops, eps);
-      case at::kDouble: return one_pass<double>(x, ops, eps);
-      case at::kHalf: return one_pass<at::Half>(x, ops, eps);
-      default: return one_pass<at::BFloat16>(x, ops, eps);
+    if (const std::optional<WideSums> sums = cpu_wide_sums(x)) {
+      switch (x.scalar_type()) {
+        case at::kFloat: return one_pass<float>(x, *sums, metrics);
+        case at::kDouble: return one_pass<double>(x, *sums, metrics);
+        case at::kHalf: return one_pass<at::Half>(x, *sums, metrics);
+        default: return one_pass<at::BFloat16>(x, *sums, metrics);
+      }
     }
   }
   std::vector<MonitorValue> out;
@@ -167,7 +186,7 @@ std::vector<MonitorValue> monitor_values(const at::Tensor& x, const std::vector<
   SharedWork shared(x);
   for (MonitorOp op : ops) {
     try {
-      out.push_back(op_value(x, op, eps, shared));
+      out.push_back(op_value(x, op, metrics.eps, shared));
     } catch (const c10::Error&) {
       out.push_back(MonitorValue::of_real(std::nan("")));  // msprobe's torch.tensor(nan)
     }

@@ -16,8 +16,19 @@
 
 namespace msprobe {
 
-std::vector<MonitorValue> monitor_values(const at::Tensor& x, const std::vector<MonitorOp>& ops,
-                                         double eps);
+// What a row's values are: the ops, `eps` (the zeros threshold), and how norm and mean are summed.
+// exact_sums: torch's own float64 reductions, msprobe's bits to the last one, where something
+// prints them unrounded (the alert rules' messages in anomaly.json, a CSV of more than 12
+// digits); else a dense CPU tensor's float64 sums from one read (cpu_wide_sums: up to 9x faster
+// on a large tensor), which may differ from torch's in the last bits (1e-13 tested).
+struct MonitorMetrics {
+  std::vector<MonitorOp> ops;
+  double eps = 1e-8;
+  bool exact_sums = true;
+};
+MonitorMetrics monitor_metrics(const MonitorConfig& config);
+
+std::vector<MonitorValue> monitor_values(const at::Tensor& x, const MonitorMetrics& metrics);
 
 // str() of the tensor's dtype: "torch.float32".
 std::string monitor_dtype_text(const at::Tensor& x);

@@ -55,15 +55,14 @@ TrainerMonitor::TrainerMonitor(const TaskParts& parts)
       run_prefix_((std::filesystem::path(parts.config.dump_path) / shanghai_time_tag()).string()),
       names_(config_.targets, config_.output.squash_name,
              config_.families.all_xy || config_.output.print_struct),
-      hook_rows_(std::make_shared<MonitorHookRows>(config_.output.ops, config_.output.eps,
+      hook_rows_(std::make_shared<MonitorHookRows>(monitor_metrics(config_),
                                                    config_.families.monitor_mbs_grad,
                                                    config_.output.print_struct)),
       alerting_(config_, parts.config.dump_path, parts.config.overflow_check.headroom, hook_rows_),
       stacks_(config_.output.stack_info ? std::make_shared<MonitorStacks>() : nullptr),
       collectives_(config_.collectives.enable
                        ? std::make_shared<MonitorCollectives>(config_.collectives,
-                                                              config_.output.ops,
-                                                              config_.output.eps)
+                                                              monitor_metrics(config_))
                        : nullptr) {
   for (const std::string& note : config_.notes) say_warning(note);
 }
@@ -188,7 +187,7 @@ bool TrainerMonitor::collects() const {
 }
 
 std::vector<MonitorValue> TrainerMonitor::values_of(const at::Tensor& t) const {
-  return monitor_values(t, config_.output.ops, config_.output.eps);
+  return monitor_values(t, monitor_metrics(config_));
 }
 
 std::vector<MonitorValue> TrainerMonitor::missing_values() const {

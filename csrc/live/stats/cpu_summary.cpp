@@ -212,8 +212,30 @@ MSPROBE_SCAN_CLONES Moments scan_f64(const double* p, int64_t n) {
   return scan_doubles(p, n);
 }
 
-// Half and bfloat16 are widened to float a block at a time and scanned like float.
-template <typename T>
+// float32 with each element widened to float64 before it is added, sixteen lanes of each (the
+// compiler keeps them in vector registers): the training monitor's norm and mean are msprobe's
+// float64 reductions, to its CSVs' digits, which scan_floats' float32 block sums are not.
+MSPROBE_SCAN_CLONES Moments scan_f32_wide(const float* p, int64_t n) {
+  constexpr int kLanes = 16;
+  Lanes<kLanes> l;
+  for (int k = 0; k < kLanes; ++k) l.sum[k] = l.sumsq[k] = 0.0, l.max[k] = -kInf, l.min[k] = kInf;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const double v = p[i + k];
+      l.sum[k] += v;
+      l.sumsq[k] += v * v;  // exact: a float's square fits a double
+      l.max[k] = v > l.max[k] ? v : l.max[k];
+      l.min[k] = v < l.min[k] ? v : l.min[k];
+    }
+  }
+  Moments m = fold(l);
+  scan_tail(p, i, n, m);
+  return m;
+}
+
+// Half and bfloat16 are widened to float a block at a time and scanned like float (by ScanF32).
+template <typename T, Moments (*ScanFloats)(const float*, int64_t) = scan_f32>
 Moments scan_narrow(const T* p, int64_t n) {
   constexpr int64_t kBlock = 1024;
   float buf[kBlock];
@@ -221,7 +243,7 @@ Moments scan_narrow(const T* p, int64_t n) {
   for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t len = std::min(kBlock, n - start);
     for (int64_t i = 0; i < len; ++i) buf[i] = static_cast<float>(p[start + i]);
-    const Moments b = scan_f32(buf, len);
+    const Moments b = ScanFloats(buf, len);
     m.sum += b.sum;
     m.sumsq += b.sumsq;
     m.max = std::max(m.max, b.max);
@@ -372,6 +394,43 @@ bool cpu_fast_path(const at::Tensor& t, Summary& out) {
     default:
       return false;
   }
+}
+
+std::optional<WideSums> cpu_wide_sums(const at::Tensor& t) {
+  if (generic_statistics_forced() || t.device().type() != at::kCPU || t.layout() != at::kStrided) {
+    return std::nullopt;
+  }
+  const int64_t n = t.numel();
+  Moments m;
+  switch (t.scalar_type()) {
+    case at::kFloat: {
+      const float* p = dense_block<float>(t);
+      if (!p) return std::nullopt;
+      m = scan_f32_wide(p, n);
+      break;
+    }
+    case at::kDouble: {
+      const double* p = dense_block<double>(t);
+      if (!p) return std::nullopt;
+      m = scan_f64(p, n);
+      break;
+    }
+    case at::kHalf: {
+      const at::Half* p = dense_block<at::Half>(t);
+      if (!p) return std::nullopt;
+      m = scan_narrow<at::Half, scan_f32_wide>(p, n);
+      break;
+    }
+    case at::kBFloat16: {
+      const at::BFloat16* p = dense_block<at::BFloat16>(t);
+      if (!p) return std::nullopt;
+      m = scan_narrow<at::BFloat16, scan_f32_wide>(p, n);
+      break;
+    }
+    default:
+      return std::nullopt;
+  }
+  return WideSums{m.max, m.min, m.sum, m.sumsq};
 }
 
 std::optional<std::pair<bool, bool>> cpu_any_all(const at::Tensor& t) {
