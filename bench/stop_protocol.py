@@ -1,7 +1,7 @@
 """The coordinated stop's store protocol at scale: N simulated ranks against one TCPStore.
 
 Each simulated rank is a thread running the watcher half of msprobe_cpp's protocol
-(peer_stop.StopChannel: two store connections of its own, one blocked in a wait), spread over
+(stop_channel.StopChannel: two store connections of its own, one blocked in a wait), spread over
 a few processes. For each N the harness reports:
 - the data segments per second the store receives while nothing is wrong (the kernel's count per
   socket, `ss -ti`), beside a control run whose ranks hold the same connections and make no
@@ -103,7 +103,7 @@ def segments_into(port: int) -> int:
 def run_ranks(ranks, world: int, port: int, prefix: str, protocol: str, connected, told_at,
               go_home) -> None:
     raise_file_limit()
-    from msprobe_cpp.peer_stop import StopChannel
+    from msprobe_cpp.stop_channel import StopChannel
 
     closing = threading.Event()
 
@@ -138,7 +138,7 @@ def measure(world: int, processes: int, idle_s: float, protocol: str, direct: bo
     the ranks reach the store itself and the kernel counts what it receives (ss); otherwise they
     go through the counting proxy."""
     import torch.distributed as dist
-    from msprobe_cpp.peer_stop import StopChannel
+    from msprobe_cpp.stop_channel import StopChannel
 
     ctx = mp.get_context("spawn")
     store_port, proxy_port = free_port(), free_port()

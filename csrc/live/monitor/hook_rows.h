@@ -17,8 +17,8 @@
 
 #include "core/monitor_config.h"
 #include "core/monitor_row_table.h"
-#include "live/monitor/monitor_stats.h"
 #include "live/hooks/module_observer.h"
+#include "live/monitor/monitor_stats.h"
 #include "live/monitor/monitor_structure.h"
 
 namespace msprobe {

@@ -30,6 +30,7 @@
 #include "live/monitor/monitor_alerting.h"
 #include "live/monitor/monitor_collectives.h"
 #include "live/monitor/monitor_stacks.h"
+#include "live/monitor/monitor_stats.h"
 #include "live/session/task_processor.h"
 #include "live/session/write_thread.h"
 
@@ -124,6 +125,7 @@ class TrainerMonitor final : public TaskProcessor {
   void say_failures();
 
   const MonitorConfig config_;
+  const MonitorMetrics metrics_;  // every row's ops, eps and sums, made once from config_
   // "<root>/Dec06_06-45-53": the output root and when the monitor was made (msprobe's name).
   const std::string run_prefix_;
   MonitorNames names_;

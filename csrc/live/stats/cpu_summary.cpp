@@ -234,7 +234,7 @@ MSPROBE_SCAN_CLONES Moments scan_f32_wide(const float* p, int64_t n) {
   return m;
 }
 
-// Half and bfloat16 are widened to float a block at a time and scanned like float (by ScanF32).
+// Half and bfloat16 are widened to float a block at a time and scanned like float (ScanFloats).
 template <typename T, Moments (*ScanFloats)(const float*, int64_t) = scan_f32>
 Moments scan_narrow(const T* p, int64_t n) {
   constexpr int64_t kBlock = 1024;
@@ -358,6 +358,15 @@ Summary cpu_summary(const at::Tensor& t) {
   return summarize(p, n, scan(p, n));
 }
 
+// cpu_wide_sums of a tensor of T, scanned by Scan, where its elements fill one block.
+template <typename T, Moments (*Scan)(const T*, int64_t)>
+std::optional<WideSums> wide_sums_of(const at::Tensor& t) {
+  const T* p = dense_block<T>(t);
+  if (!p) return std::nullopt;
+  const Moments m = Scan(p, t.numel());
+  return WideSums{m.max, m.min, m.sum, m.sumsq};
+}
+
 }  // namespace
 
 bool cpu_fast_path(const at::Tensor& t, Summary& out) {
@@ -400,37 +409,14 @@ std::optional<WideSums> cpu_wide_sums(const at::Tensor& t) {
   if (generic_statistics_forced() || t.device().type() != at::kCPU || t.layout() != at::kStrided) {
     return std::nullopt;
   }
-  const int64_t n = t.numel();
-  Moments m;
   switch (t.scalar_type()) {
-    case at::kFloat: {
-      const float* p = dense_block<float>(t);
-      if (!p) return std::nullopt;
-      m = scan_f32_wide(p, n);
-      break;
-    }
-    case at::kDouble: {
-      const double* p = dense_block<double>(t);
-      if (!p) return std::nullopt;
-      m = scan_f64(p, n);
-      break;
-    }
-    case at::kHalf: {
-      const at::Half* p = dense_block<at::Half>(t);
-      if (!p) return std::nullopt;
-      m = scan_narrow<at::Half, scan_f32_wide>(p, n);
-      break;
-    }
-    case at::kBFloat16: {
-      const at::BFloat16* p = dense_block<at::BFloat16>(t);
-      if (!p) return std::nullopt;
-      m = scan_narrow<at::BFloat16, scan_f32_wide>(p, n);
-      break;
-    }
-    default:
-      return std::nullopt;
+    case at::kFloat: return wide_sums_of<float, scan_f32_wide>(t);
+    case at::kDouble: return wide_sums_of<double, scan_f64>(t);
+    case at::kHalf: return wide_sums_of<at::Half, scan_narrow<at::Half, scan_f32_wide>>(t);
+    case at::kBFloat16:
+      return wide_sums_of<at::BFloat16, scan_narrow<at::BFloat16, scan_f32_wide>>(t);
+    default: return std::nullopt;
   }
-  return WideSums{m.max, m.min, m.sum, m.sumsq};
 }
 
 std::optional<std::pair<bool, bool>> cpu_any_all(const at::Tensor& t) {
