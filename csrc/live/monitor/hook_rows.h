@@ -28,6 +28,8 @@ class MonitorHookRows final : public ModuleObserver {
   // `per_micro_step`: monitor_mbs_grad, a row of unreduced gradients per micro step;
   // `structure`: print_struct, the modules' structure instead of their statistics.
   MonitorHookRows(MonitorMetrics metrics, bool per_micro_step, bool structure);
+  // Every row's ops, eps and sums, made once from the config (the monitor's other rows use it too).
+  const MonitorMetrics& metrics() const { return metrics_; }
   // grad_acc_steps: a module's calls are numbered 0 to micro_steps - 1, then again. Set before
   // any hook is registered.
   void set_micro_steps(int64_t micro_steps) { micro_steps_ = micro_steps < 1 ? 1 : micro_steps; }

@@ -52,17 +52,16 @@ std::string run_id() {
 
 TrainerMonitor::TrainerMonitor(const TaskParts& parts)
     : config_(parts.config.monitor),
-      metrics_(monitor_metrics(config_)),
       run_prefix_((std::filesystem::path(parts.config.dump_path) / shanghai_time_tag()).string()),
       names_(config_.targets, config_.output.squash_name,
              config_.families.all_xy || config_.output.print_struct),
-      hook_rows_(std::make_shared<MonitorHookRows>(metrics_,
+      hook_rows_(std::make_shared<MonitorHookRows>(monitor_metrics(config_),
                                                    config_.families.monitor_mbs_grad,
                                                    config_.output.print_struct)),
       alerting_(config_, parts.config.dump_path, parts.config.overflow_check.headroom, hook_rows_),
       stacks_(config_.output.stack_info ? std::make_shared<MonitorStacks>() : nullptr),
       collectives_(config_.collectives.enable
-                       ? std::make_shared<MonitorCollectives>(config_.collectives, metrics_)
+                       ? std::make_shared<MonitorCollectives>(config_.collectives, hook_rows_->metrics())
                        : nullptr) {
   for (const std::string& note : config_.notes) say_warning(note);
 }
@@ -187,7 +186,7 @@ bool TrainerMonitor::collects() const {
 }
 
 std::vector<MonitorValue> TrainerMonitor::values_of(const at::Tensor& t) const {
-  return monitor_values(t, metrics_);
+  return monitor_values(t, hook_rows_->metrics());
 }
 
 std::vector<MonitorValue> TrainerMonitor::missing_values() const {

@@ -125,7 +125,6 @@ class TrainerMonitor final : public TaskProcessor {
   void say_failures();
 
   const MonitorConfig config_;
-  const MonitorMetrics metrics_;  // every row's ops, eps and sums, made once from config_
   // "<root>/Dec06_06-45-53": the output root and when the monitor was made (msprobe's name).
   const std::string run_prefix_;
   MonitorNames names_;
