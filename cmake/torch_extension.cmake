@@ -66,22 +66,8 @@ if(MSPROBE_BUILD_TEST_EXTENSION)
   msprobe_module(msprobe_units msprobe_cpp_units "${units_dir}")
 endif()
 
-# torch's headers cost 6-8 s of parsing in every translation unit that includes them, most of the
-# build: the engine's files are compiled in unity batches. A developer's build keeps batches of
-# five, so an edit recompiles five files; a one-shot build (setup.py: pip install) asks for as
-# many batches as it runs jobs (MSPROBE_UNITY_BATCHES), which parses the headers once per core:
-# 98 s -> 61 s on two cores (bench/README.md). A precompiled header was measured too: its 350 MB
-# image costs about as much to load as the parse it saves.
-set(MSPROBE_UNITY_BATCHES 0 CACHE STRING
-    "Translation units for the engine's files (0: batches of five files)")
-set(unity_batch_size 5)
-if(MSPROBE_UNITY_BATCHES GREATER 0)
-  list(LENGTH ENGINE_SOURCES source_count)
-  math(EXPR unity_batch_size
-       "(${source_count} + ${MSPROBE_UNITY_BATCHES} - 1) / ${MSPROBE_UNITY_BATCHES}")
-endif()
-set_target_properties(msprobe_engine PROPERTIES UNITY_BUILD ON
-                      UNITY_BUILD_BATCH_SIZE ${unity_batch_size})
+# torch's headers cost 6-8 s of parsing in every translation unit that includes them (cmake/unity.cmake).
+msprobe_unity_build(msprobe_engine)
 
 # The package finds its wrap list where an installed one has it: the one copy of the rules file,
 # made here for the source tree's package and for setup.py's build alike. (The ignore rules are

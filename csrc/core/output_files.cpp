@@ -14,11 +14,11 @@
 
 namespace msprobe {
 
-namespace {
-
-[[noreturn]] void fail(const std::string& path, const char* what) {
+void fail_write(const std::string& path, const char* what) {
   throw WriteError(path + ": " + what + ": " + std::strerror(errno));
 }
+
+namespace {
 
 std::atomic<long long> g_write_budget{-1};
 
@@ -65,13 +65,13 @@ void make_dirs(const std::string& path, const std::string& trusted_root) {
     if (mkdir(partial.c_str(), 0750) == 0) {
       chmod(partial.c_str(), 0750);  // whatever the umask: the folders a dump is allowed
     } else if (errno != EEXIST) {
-      fail(partial, "cannot create folder");
+      fail_write(partial, "cannot create folder");
     }
   }
   struct stat st {};
   if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     errno = ENOTDIR;
-    fail(path, "cannot create folder");
+    fail_write(path, "cannot create folder");
   }
 }
 
@@ -98,24 +98,24 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   // predictable name, a symlink say, is ever opened or followed.
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) fail(tmp, "cannot write");
+  if (fd < 0) fail_write(tmp, "cannot write");
   fchmod(fd, 0640);  // the umask must not widen or narrow what a dump is allowed
   if (!write_all(fd, text)) {
     const int saved = errno;
     close(fd);
     unlink(tmp.c_str());
     errno = saved;
-    fail(path, "cannot write");
+    fail_write(path, "cannot write");
   }
   if (close(fd) != 0) {
     unlink(tmp.c_str());
-    fail(path, "cannot write");
+    fail_write(path, "cannot write");
   }
   if (rename(tmp.c_str(), path.c_str()) != 0) {
     const int saved = errno;
     unlink(tmp.c_str());
     errno = saved;
-    fail(path, "cannot write");
+    fail_write(path, "cannot write");
   }
 }
 
@@ -127,7 +127,7 @@ namespace {
 void create_with_header(const std::string& path, const std::string& header) {
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) fail(tmp, "cannot write");
+  if (fd < 0) fail_write(tmp, "cannot write");
   fchmod(fd, 0640);
   const bool written = write_all(fd, header);
   int saved = errno;
@@ -138,7 +138,7 @@ void create_with_header(const std::string& path, const std::string& header) {
   if (written && closed) saved = errno;
   unlink(tmp.c_str());
   errno = saved;
-  if (!linked) fail(path, "cannot write");
+  if (!linked) fail_write(path, "cannot write");
 }
 
 }  // namespace
@@ -148,12 +148,12 @@ void append_to_shared_file(const std::string& path, const std::string& header,
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) create_with_header(path, header);
   const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) fail(path, "cannot write");
+  if (fd < 0) fail_write(path, "cannot write");
   const bool written = write_all(fd, text);
   const int saved = errno;
   if (close(fd) != 0 || !written) {
     if (!written) errno = saved;
-    fail(path, "cannot write");
+    fail_write(path, "cannot write");
   }
 }
 

@@ -17,6 +17,9 @@ class WriteError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Throws a WriteError naming `path`, what was being done, and errno's text.
+[[noreturn]] void fail_write(const std::string& path, const char* what);
+
 // mkdir -p with mode 0750 for the folders it creates. Below `trusted_root` (dump_path, which may
 // itself be a link the user made) a symbolic link is refused with a WriteError.
 void make_dirs(const std::string& path, const std::string& trusted_root = "");

@@ -19,10 +19,6 @@ namespace {
 
 constexpr char kPrefix[] = ".msprobe_cpp_partial.";
 
-[[noreturn]] void fail(const std::string& path, const char* what) {
-  throw WriteError(path + ": " + what + ": " + std::strerror(errno));
-}
-
 std::string parent_of(const std::string& path) {
   return path.substr(0, path.rfind('/'));
 }
@@ -52,26 +48,26 @@ void publish_folder(const std::string& staged, const std::string& dump_root,
   // The step's first rank folder: step<S>/ appears with it, in one rename (which also replaces an
   // empty step<S>/). Another rank's, or an earlier write's, step<S>/ makes it fail.
   if (rename(wrapper.c_str(), step_dir.c_str()) == 0) return;
-  if (errno != ENOTEMPTY && errno != EEXIST) fail(step_dir, "cannot publish the step folder");
+  if (errno != ENOTEMPTY && errno != EEXIST) fail_write(step_dir, "cannot publish the step folder");
   if (rename(staged.c_str(), target.c_str()) == 0) {
     rmdir(wrapper.c_str());
     return;
   }
-  if (errno != ENOTEMPTY && errno != EEXIST) fail(target, "cannot publish the step folder");
+  if (errno != ENOTEMPTY && errno != EEXIST) fail_write(target, "cannot publish the step folder");
   // Written before: swapped, so that at every moment one whole folder is in place. The old one
   // ends up where the new one was built and goes with the wrapper.
   if (renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
-    if (errno != EINVAL && errno != ENOSYS) fail(target, "cannot publish the step folder");
+    if (errno != EINVAL && errno != ENOSYS) fail_write(target, "cannot publish the step folder");
     // A file system without the swap: the old folder steps aside first. A kill between the two
     // renames leaves this rank's folder absent (the old one is an orphan the next start()
     // removes): absent, still not incomplete.
     const std::string old = wrapper + "/old";
-    if (rename(target.c_str(), old.c_str()) != 0) fail(target, "cannot publish the step folder");
+    if (rename(target.c_str(), old.c_str()) != 0) fail_write(target, "cannot publish the step folder");
     if (rename(staged.c_str(), target.c_str()) != 0) {
       const int saved = errno;
       rename(old.c_str(), target.c_str());
       errno = saved;
-      fail(target, "cannot publish the step folder");
+      fail_write(target, "cannot publish the step folder");
     }
   }
   discard_staging(staged);
@@ -88,7 +84,7 @@ void link_or_copy(const std::string& from, const std::string& to) {
   std::filesystem::copy_file(from, to, ec);
   if (ec) {
     errno = ec.value();
-    fail(to, "cannot write");
+    fail_write(to, "cannot write");
   }
   chmod(to.c_str(), 0640);
 }
