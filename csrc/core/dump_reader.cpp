@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "core/json_cursor.h"
+#include "core/parallel_members.h"
 #include "core/text_file.h"
 
 namespace msprobe {
@@ -217,7 +218,53 @@ void read_record(JsonCursor& cur, RecordParser& parser, CallRecord& rec) {
   }
 }
 
-void read_data(JsonCursor& cur, const CallSink& on_call) {
+// Reads `"name": {record}` at the cursor into `rec`, whose lists keep their storage.
+void read_member(JsonCursor& cur, RecordParser& parser, std::string& name, CallRecord& rec) {
+  parser.set_context("data.\"" + name + "\".");
+  if (cur.peek() != '{') parser.fail_expected("", "an object");
+  rec.inputs.clear();
+  rec.kwargs.clear();
+  rec.outputs.clear();
+  rec.uses_input_key = false;
+  rec.name.swap(name);
+  read_record(cur, parser, rec);
+}
+
+// The members of one region of "data", on a thread of its own (parallel_members.h). It stops at
+// the first thing that is not a whole member followed by ',': the sequential reader goes on
+// there and says what it is.
+void parse_members(std::string_view text, size_t offset, ParsedMembers& out) {
+  JsonCursor cur(text, offset, /*depth=*/2);  // inside the top-level object and "data"
+  RecordParser parser(cur);
+  out.count = 0;
+  out.resume = offset;
+  out.at_member = true;
+  out.complete = false;
+  std::string name;
+  try {
+    while (cur.peek() == '"') {
+      cur.read_string_into(name);
+      cur.expect(':');
+      if (cur.peek() != '{') break;
+      if (out.count == out.records.size()) out.records.emplace_back();
+      read_member(cur, parser, name, out.records[out.count]);
+      ++out.count;
+      out.resume = cur.offset();
+      out.at_member = false;
+      if (!cur.consume(',')) break;
+      if (cur.at_end()) {
+        out.complete = true;
+        break;
+      }
+    }
+  } catch (const JsonSyntaxError&) {
+  }
+}
+
+// Reads the members of "data" that `ahead` left, or all of them.
+using MembersAhead = std::function<void(JsonCursor&, const CallSink&)>;
+
+void read_data(JsonCursor& cur, const CallSink& on_call, const MembersAhead& ahead) {
   if (cur.peek() != '{') cur.fail("data: expected an object, got " + next_value_kind(cur));
   RecordParser parser(cur);
   std::string name;
@@ -225,15 +272,9 @@ void read_data(JsonCursor& cur, const CallSink& on_call) {
   // moves it away, and the next one starts empty).
   CallRecord rec;
   cur.begin_object();
+  if (ahead) ahead(cur, on_call);
   while (cur.next_key(name)) {
-    parser.set_context("data.\"" + name + "\".");
-    if (cur.peek() != '{') parser.fail_expected("", "an object");
-    rec.inputs.clear();
-    rec.kwargs.clear();
-    rec.outputs.clear();
-    rec.uses_input_key = false;
-    rec.name.swap(name);
-    read_record(cur, parser, rec);
+    read_member(cur, parser, name, rec);
     on_call(std::move(rec));
   }
 }
@@ -244,9 +285,8 @@ std::string header_string(JsonCursor& cur, const char* key) {
   return cur.read_string();
 }
 
-}  // namespace
-
-DumpHeader read_dump(JsonCursor& cur, const std::string& source, const CallSink& on_call) {
+DumpHeader read_dump_with(JsonCursor& cur, const std::string& source, const CallSink& on_call,
+                          const MembersAhead& ahead) {
   DumpHeader header;
   try {
     if (cur.at_end()) cur.fail("empty file, expected a dump.json object");
@@ -256,7 +296,7 @@ DumpHeader read_dump(JsonCursor& cur, const std::string& source, const CallSink&
     cur.begin_object();
     while (cur.next_key(key)) {
       if (key == "data"sv) {
-        read_data(cur, on_call);
+        read_data(cur, on_call, ahead);
         saw_data = true;
       } else if (key == "task"sv) {
         header.task = header_string(cur, "task");
@@ -280,16 +320,25 @@ DumpHeader read_dump(JsonCursor& cur, const std::string& source, const CallSink&
   return header;
 }
 
+}  // namespace
+
+DumpHeader read_dump(JsonCursor& cur, const std::string& source, const CallSink& on_call) {
+  return read_dump_with(cur, source, on_call, nullptr);
+}
+
 DumpHeader read_dump(std::string_view text, const std::string& source, const CallSink& on_call) {
   JsonCursor cur(text);
   return read_dump(cur, source, on_call);
 }
 
-DumpHeader read_dump_file(const std::string& path, const CallSink& on_call) {
+DumpHeader read_dump_file(const std::string& path, const CallSink& on_call,
+                          const ParallelOptions& parallel) {
   try {
     InputFile file(path);
     JsonCursor cur([&file](char* buf, size_t n) { return file.read(buf, n); });
-    return read_dump(cur, path, on_call);
+    return read_dump_with(cur, path, on_call, [&](JsonCursor& at_data, const CallSink& sink) {
+      read_members_in_parallel(file, at_data, parse_members, sink, parallel);
+    });
   } catch (const FileError& e) {
     throw DumpError(e.what());
   }

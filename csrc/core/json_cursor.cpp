@@ -53,6 +53,18 @@ TextPosition JsonCursor::position(size_t offset) const {
   return p;
 }
 
+void JsonCursor::resume_members(size_t offset, bool at_member, TextPosition position,
+                                ReadFn read) {
+  buf_.clear();
+  data_ = buf_.data();
+  base_ = end_ = pos_ = offset;
+  pin_ = static_cast<size_t>(-1);
+  read_ = std::move(read);
+  eof_ = false;
+  base_position_ = position;
+  fresh_ = at_member;
+}
+
 bool JsonCursor::fill(size_t at) {
   if (!read_ || eof_) return false;
   // Drop what no pending token needs; count its lines so that later errors still say where.

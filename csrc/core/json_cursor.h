@@ -36,6 +36,18 @@ class JsonCursor {
   // `chunk` bytes are read at a time.
   explicit JsonCursor(ReadFn read, size_t chunk = size_t{1} << 20)
       : read_(std::move(read)), chunk_(chunk) {}
+  // A piece of a larger input in memory: `text` begins at `offset` of it, read from inside
+  // `depth` open objects or arrays (a region of a dump's members, parsed on a thread of its own:
+  // parallel_members.h). Offsets are the larger input's.
+  JsonCursor(std::string_view text, size_t offset, int depth)
+      : depth_(depth), data_(text.data()), base_(offset), end_(offset + text.size()),
+        pos_(offset) {}
+
+  // A streaming cursor goes on at `offset` of its input, read from there by `read`, as if it had
+  // read everything before: inside the same object, where a member begins (`at_member`: its ','
+  // read already) or just after one. `position` is where `offset` is. The members before it were
+  // read by other cursors.
+  void resume_members(size_t offset, bool at_member, TextPosition position, ReadFn read);
 
   size_t offset() const { return pos_; }  // bytes from the start of the input
   // Line and column of an offset; offsets already discarded by a streaming cursor report where

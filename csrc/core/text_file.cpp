@@ -48,6 +48,14 @@ size_t InputFile::read(char* buf, size_t n) {
   }
 }
 
+size_t InputFile::read_at(char* buf, size_t n, size_t offset) {
+  for (;;) {
+    const ssize_t got = ::pread(fd_, buf, n, static_cast<off_t>(offset));
+    if (got >= 0) return static_cast<size_t>(got);
+    if (errno != EINTR) throw FileError(path_, std::strerror(errno));
+  }
+}
+
 std::string read_text_file(const std::string& path) {
   InputFile file(path);
   // Read to the end rather than trusting the size stat() reported: a pipe reports none, and a

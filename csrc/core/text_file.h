@@ -29,6 +29,8 @@ class InputFile {
 
   // Up to `n` bytes; 0 at the end. A read error is a FileError.
   size_t read(char* buf, size_t n);
+  // Up to `n` bytes from `offset` on, whatever read() has reached; 0 at the end.
+  size_t read_at(char* buf, size_t n, size_t offset);
   // The size a regular file reported when opened; 0 for a pipe.
   size_t size_hint() const { return size_hint_; }
   const std::string& path() const { return path_; }

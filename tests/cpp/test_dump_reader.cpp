@@ -16,27 +16,12 @@ using namespace msprobe::testing;
 
 namespace {
 
-// What a reading produced, in a form two readings can be compared by.
-std::string outcome(const std::function<DumpHeader(const CallSink&)>& read) {
-  std::string out;
-  try {
-    DumpHeader h = read([&](CallRecord&& r) {
-      JsonWriter w(0);
-      write_record(w, r);
-      out += r.name + "=" + w.str() + "\n";
-    });
-    return h.task + "|" + h.level + "|" + h.dump_data_dir.value_or("(none)") + "\n" + out;
-  } catch (const DumpError& e) {
-    return std::string("error: ") + e.what();
-  }
-}
-
 // A streamed reading, `chunk` bytes at a time, must give what the in-memory reading gives.
 void expect_streaming_agrees(const std::string& text) {
-  const std::string whole = outcome(
+  const std::string whole = reading_outcome(
       [&](const CallSink& sink) { return read_dump(std::string_view(text), "dump.json", sink); });
   for (size_t chunk : {size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{4096}}) {
-    const std::string streamed = outcome([&](const CallSink& sink) {
+    const std::string streamed = reading_outcome([&](const CallSink& sink) {
       JsonCursor cur = msprobe::testing::chunked_cursor(text, chunk);
       return read_dump(cur, "dump.json", sink);
     });

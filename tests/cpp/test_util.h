@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -17,10 +18,27 @@
 #include <vector>
 
 #include "core/dump_reader.h"
+#include "core/dump_writer.h"
+#include "core/json_writer.h"
 #include "core/json_cursor.h"
 #include "core/record.h"
 
 namespace msprobe::testing {
+
+// What a reading produced, in a form two readings can be compared by.
+inline std::string reading_outcome(const std::function<DumpHeader(const CallSink&)>& read) {
+  std::string out;
+  try {
+    DumpHeader h = read([&](CallRecord&& r) {
+      JsonWriter w(0);
+      write_record(w, r);
+      out += r.name + "=" + w.str() + "\n";
+    });
+    return h.task + "|" + h.level + "|" + h.dump_data_dir.value_or("(none)") + "\n" + out;
+  } catch (const DumpError& e) {
+    return std::string("error: ") + e.what();
+  }
+}
 
 // A cursor that reads `text` at most `chunk` bytes at a time, as a file is read: the streamed
 // side of a reader's test against the whole text. `text` must outlive the cursor.
