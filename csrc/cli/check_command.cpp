@@ -57,11 +57,15 @@ std::vector<std::string> dump_files(const std::string& path) {
 
 // The findings of one dump file, in record order, as they are found.
 template <typename Fn>
-void for_each_finding(const std::string& file, Detector& detector, Fn&& fn) {
+void for_each_finding(const std::string& file, Detector& detector, MemberThreads& threads, Fn&& fn) {
   detector.reset();
-  read_dump_file(file, [&](CallRecord&& rec) {
-    if (auto f = detector.judge(rec)) fn(*f);
-  });
+  ParallelOptions parallel;
+  parallel.threads = &threads;
+  read_dump_file(
+      file, [&](CallRecord&& rec) {
+        if (auto f = detector.judge(rec)) fn(*f);
+      },
+      parallel);
 }
 
 }  // namespace
@@ -77,10 +81,11 @@ int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err)
     const bool single = !fs::is_directory(options.path, ec);
     const std::vector<std::string> files = dump_files(options.path);
     bool any = false;
+    MemberThreads threads(0);  // one set for every file of a folder
     // Each file's findings are spilled as they are found (Findings::spilled), then rendered.
     auto findings_of = [&](const std::string& file) {
       Findings findings = Findings::spilled();
-      for_each_finding(file, detector, [&](const Finding& f) { findings.add(f); });
+      for_each_finding(file, detector, threads, [&](const Finding& f) { findings.add(f); });
       any = any || findings.counts().fails(options.fail_on);
       return findings;
     };

@@ -77,22 +77,18 @@ class RecordParser {
 
   static void recycle(Entry& e) { e = Entry(); }
 
-  std::vector<std::pair<std::string, Entry>> entry_map(const std::string& field) {
+  // Into `out`'s storage, as entry_list_into.
+  void entry_map_into(std::vector<std::pair<std::string, Entry>>& out, const std::string& field) {
     if (cur_.peek() != '{') fail_expected(field, "an object");
-    std::vector<std::pair<std::string, Entry>> out;
-    std::string key;
+    size_t n = 0;
     cur_.begin_object();
-    while (cur_.next_key(key)) {
-      Entry e = entry(field);
-      out.emplace_back(std::move(key), std::move(e));
+    for (;; ++n) {
+      if (n == out.size()) out.emplace_back();
+      if (!cur_.next_key(out[n].first)) break;
+      recycle(out[n].second);
+      entry_into(out[n].second, field);
     }
-    return out;
-  }
-
-  Entry entry(const std::string& field) {
-    Entry e;
-    entry_into(e, field);
-    return e;
+    out.resize(n);
   }
 
   // Fills a default Entry (a recycled one included).
@@ -209,7 +205,7 @@ void read_record(JsonCursor& cur, RecordParser& parser, CallRecord& rec) {
       parser.entry_list_into(rec.inputs, "input");
       rec.uses_input_key = true;
     } else if (key == "input_kwargs"sv) {
-      rec.kwargs = parser.entry_map("input_kwargs");
+      parser.entry_map_into(rec.kwargs, "input_kwargs");
     } else if (key == "output"sv) {
       parser.entry_list_into(rec.outputs, "output");
     } else {

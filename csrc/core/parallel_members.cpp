@@ -6,6 +6,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -17,8 +18,10 @@ namespace msprobe {
 
 namespace {
 
+}  // namespace
+
 // One region's text and what a thread made of it. The reading thread waits for `done`.
-struct Region {
+struct MemberRegion {
   size_t offset = 0;
   std::string text;
   ParsedMembers parsed;
@@ -27,6 +30,30 @@ struct Region {
   std::condition_variable finished;
   bool done = false;
 };
+
+MemberThreads::MemberThreads(size_t threads) {
+  if (threads == 0) threads = std::min<size_t>(std::thread::hardware_concurrency(), 4);
+  for (size_t i = 0; i < threads; ++i) {
+    workers_.push_back(std::make_unique<JobThread>(2, nullptr, nullptr));
+  }
+}
+
+MemberThreads::~MemberThreads() = default;
+
+std::shared_ptr<MemberRegion> MemberThreads::take() {
+  if (spare_.empty()) return std::make_shared<MemberRegion>();
+  std::shared_ptr<MemberRegion> region = std::move(spare_.back());
+  spare_.pop_back();
+  region->done = false;
+  region->error = nullptr;
+  return region;
+}
+
+void MemberThreads::give_back(std::shared_ptr<MemberRegion> region) {
+  spare_.push_back(std::move(region));
+}
+
+namespace {
 
 // "\n" and the indentation of the first member's line, then '"': where a member begins in this
 // file's layout. Empty when the first member is not on a line of its own (a compact file).
@@ -108,11 +135,6 @@ class RegionCutter {
   bool done_ = false;
 };
 
-size_t thread_count(const ParallelOptions& options) {
-  if (options.threads != 0) return options.threads;
-  return std::min<size_t>(std::thread::hardware_concurrency(), 4);
-}
-
 // Where the sequential reader goes on: after the members handed on so far.
 struct Resume {
   size_t offset;
@@ -124,27 +146,19 @@ struct Resume {
 // ended exactly where the next one begins.
 class OrderedRegions {
  public:
-  OrderedRegions(size_t threads, const MemberParser& parse,
+  OrderedRegions(MemberThreads& threads, const MemberParser& parse,
                  const std::function<void(CallRecord&&)>& on_call, Resume start)
-      : parse_(parse), on_call_(on_call), resume_(start) {
-    for (size_t i = 0; i < threads; ++i) {
-      workers_.push_back(std::make_unique<JobThread>(2, nullptr, nullptr));
-    }
+      : threads_(threads), parse_(parse), on_call_(on_call), resume_(start) {}
+  // The jobs refer to `parse`: none may outlive this reading, even one left by an exception.
+  ~OrderedRegions() {
+    for (const std::shared_ptr<MemberRegion>& region : in_flight_) wait_for(*region);
   }
-
-  // A region to fill: one handed on already, with its storage, or a new one.
-  std::shared_ptr<Region> take() {
-    if (spare_.empty()) return std::make_shared<Region>();
-    std::shared_ptr<Region> region = std::move(spare_.back());
-    spare_.pop_back();
-    region->done = false;
-    region->error = nullptr;
-    return region;
-  }
+  OrderedRegions(const OrderedRegions&) = delete;
+  OrderedRegions& operator=(const OrderedRegions&) = delete;
 
   // Parses `region` on a thread; hands on the oldest regions while too many are in flight.
-  void add(std::shared_ptr<Region> region) {
-    workers_[added_++ % workers_.size()]->post([region, &parse = parse_] {
+  void add(std::shared_ptr<MemberRegion> region) {
+    threads_.worker(added_++).post([region, &parse = parse_] {
       std::exception_ptr error;
       try {
         parse(region->text, region->offset, region->parsed);
@@ -157,7 +171,7 @@ class OrderedRegions {
       region->finished.notify_all();
     });
     in_flight_.push_back(std::move(region));
-    while (in_flight_.size() >= 2 * workers_.size()) hand_on_oldest();
+    while (in_flight_.size() >= 2 * threads_.size()) hand_on_oldest();
   }
   // Hands on what is still in flight; the regions after one that ended early are dropped.
   void finish() {
@@ -168,14 +182,16 @@ class OrderedRegions {
   size_t members() const { return members_; }
 
  private:
+  static void wait_for(MemberRegion& region) {
+    std::unique_lock<std::mutex> lock(region.mu);
+    region.finished.wait(lock, [&] { return region.done; });
+  }
+
   void hand_on_oldest() {
-    std::shared_ptr<Region> region = std::move(in_flight_.front());
+    std::shared_ptr<MemberRegion> region = std::move(in_flight_.front());
     in_flight_.pop_front();
-    {
-      std::unique_lock<std::mutex> lock(region->mu);
-      region->finished.wait(lock, [&] { return region->done; });
-    }
-    if (!going_) return;
+    wait_for(*region);
+    if (!going_) return threads_.give_back(std::move(region));
     if (region->error) std::rethrow_exception(region->error);
     ParsedMembers& parsed = region->parsed;
     for (size_t i = 0; i < parsed.count; ++i) on_call_(std::move(parsed.records[i]));
@@ -187,20 +203,17 @@ class OrderedRegions {
     // A complete region ends where the next member begins; any other where the reader goes on.
     resume_.at_member = parsed.complete || parsed.at_member;
     going_ = parsed.complete;
-    spare_.push_back(std::move(region));
+    threads_.give_back(std::move(region));
   }
 
+  MemberThreads& threads_;
   const MemberParser& parse_;
   const std::function<void(CallRecord&&)>& on_call_;
   Resume resume_;
   size_t members_ = 0;
   bool going_ = true;
   size_t added_ = 0;
-  // A job still running when an exception leaves holds its region: the workers, destroyed
-  // first, run what was handed over and end.
-  std::deque<std::shared_ptr<Region>> in_flight_;
-  std::vector<std::shared_ptr<Region>> spare_;
-  std::vector<std::unique_ptr<JobThread>> workers_;
+  std::deque<std::shared_ptr<MemberRegion>> in_flight_;
 };
 
 }  // namespace
@@ -208,16 +221,20 @@ class OrderedRegions {
 void read_members_in_parallel(InputFile& file, JsonCursor& cur, const MemberParser& parse,
                               const std::function<void(CallRecord&&)>& on_call,
                               const ParallelOptions& options) {
-  const size_t threads = thread_count(options);
-  if (threads < 2 || file.size_hint() < options.min_file_bytes || cur.peek() != '"') return;
+  if (file.size_hint() < options.min_file_bytes || cur.peek() != '"') return;
+  std::optional<MemberThreads> own;
+  MemberThreads& threads = options.threads ? *options.threads : own.emplace(0);
+  if (threads.size() < 2) return;
   const size_t first = cur.offset();
   std::string pattern = member_start_pattern(file, first);
   if (pattern.empty()) return;
 
   OrderedRegions regions(threads, parse, on_call, Resume{first, true, cur.position(first)});
-  RegionCutter cutter(file, first, std::move(pattern), options.region_bytes);
+  const size_t region_bytes = std::min(
+      options.region_bytes, std::max(file.size_hint() / (4 * threads.size()), size_t{256} << 10));
+  RegionCutter cutter(file, first, std::move(pattern), region_bytes);
   while (regions.going()) {
-    std::shared_ptr<Region> region = regions.take();
+    std::shared_ptr<MemberRegion> region = threads.take();
     region->offset = cutter.start();
     if (!cutter.next(region->text)) break;
     regions.add(std::move(region));

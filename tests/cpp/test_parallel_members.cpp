@@ -34,8 +34,9 @@ Readings read_both(const TempDir& dir, const std::string& text, size_t region) {
   r.sequential = reading_outcome(
       [&](const CallSink& sink) { return read_dump(std::string_view(text), dir.path() / "dump.json", sink); });
   const std::string path = dir.write("dump.json", text);
+  MemberThreads threads(2);
   ParallelOptions options;
-  options.threads = 2;
+  options.threads = &threads;
   options.region_bytes = region;
   options.min_file_bytes = 0;
   options.members_read = &r.members;
@@ -121,8 +122,9 @@ TEST(ParallelMembers, ABrokenFileSaysWhatOneThreadSays) {
 TEST(ParallelMembers, ASinkThatThrowsEndsTheReading) {
   TempDir dir;
   const std::string path = dir.write("dump.json", many_calls(fixture("mlp_statistics_L1"), 20));
+  MemberThreads threads(3);  // one set for every reading, as check keeps it for a folder
   ParallelOptions options;
-  options.threads = 3;
+  options.threads = &threads;
   options.region_bytes = 100;
   options.min_file_bytes = 0;
   for (int stop_after : {0, 1, 5, 40}) {
@@ -142,8 +144,9 @@ TEST(ParallelMembers, ASmallFileOrOneThreadReadsSequentially) {
   const std::string path = dir.write("dump.json", many_calls(fixture("mlp_statistics_L1"), 3));
   for (const auto& [threads, min_file] : {std::pair<size_t, size_t>{1, 0}, {2, 1 << 30}}) {
     size_t members = 0;
+    MemberThreads pool(threads);
     ParallelOptions options;
-    options.threads = threads;
+    options.threads = &pool;
     options.min_file_bytes = min_file;
     options.members_read = &members;
     size_t calls = 0;
