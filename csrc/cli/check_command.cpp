@@ -9,6 +9,7 @@
 #include "cli/stop_replays.h"
 #include "cli/text_report.h"
 #include "core/detector.h"
+#include "core/dump_files_ahead.h"
 #include "core/dump_reader.h"
 #include "core/json_writer.h"
 #include "core/report.h"
@@ -55,19 +56,6 @@ std::vector<std::string> dump_files(const std::string& path) {
   return files;
 }
 
-// The findings of one dump file, in record order, as they are found.
-template <typename Fn>
-void for_each_finding(const std::string& file, Detector& detector, MemberThreads& threads, Fn&& fn) {
-  detector.reset();
-  ParallelOptions parallel;
-  parallel.threads = &threads;
-  read_dump_file(
-      file, [&](CallRecord&& rec) {
-        if (auto f = detector.judge(rec)) fn(*f);
-      },
-      parallel);
-}
-
 }  // namespace
 
 int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err) {
@@ -81,11 +69,18 @@ int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err)
     const bool single = !fs::is_directory(options.path, ec);
     const std::vector<std::string> files = dump_files(options.path);
     bool any = false;
-    MemberThreads threads(0);  // one set for every file of a folder
-    // Each file's findings are spilled as they are found (Findings::spilled), then rendered.
-    auto findings_of = [&](const std::string& file) {
+    // One set of threads for every file of a folder; small files parsed ahead on them.
+    MemberThreads threads(0);
+    DumpFilesAhead reader(files, threads);
+    size_t next_file = 0;
+    // Each file's findings, in record order, are spilled as they are found (Findings::spilled),
+    // then rendered. Files are asked for in order.
+    auto findings_of = [&](const std::string&) {
       Findings findings = Findings::spilled();
-      for_each_finding(file, detector, threads, [&](const Finding& f) { findings.add(f); });
+      detector.reset();
+      reader.read(next_file++, [&](CallRecord&& rec) {
+        if (auto f = detector.judge(rec)) findings.add(*f);
+      });
       any = any || findings.counts().fails(options.fail_on);
       return findings;
     };

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/dump_files_ahead.h"
 #include "core/dump_reader.h"
 #include "core/parallel_members.h"
 #include "core/text_file.h"
@@ -154,4 +155,52 @@ TEST(ParallelMembers, ASmallFileOrOneThreadReadsSequentially) {
     EXPECT_EQ(members, 0u);
     EXPECT_GT(calls, 0u);
   }
+}
+
+// A folder's small files parsed ahead on the threads (dump_files_ahead.h) read as one thread
+// reads them one after the other: each file's records and header, and a broken file's error
+// after the records before it, in its turn.
+TEST(DumpFilesAhead, ReadsEachFileAsOneThreadDoes) {
+  TempDir dir;
+  const std::string calls = many_calls(fixture("mlp_statistics_mix"), 2);
+  std::vector<std::string> files;
+  for (int i = 0; i < 12; ++i) {
+    std::string text = calls;
+    if (i == 5) text = text.substr(0, text.size() / 2);                    // cut short
+    if (i == 8) text.replace(text.find("\"Max\": "), 7, "\"Max\": [");  // a list where a number goes
+    if (i == 10) text = "";                                                 // empty
+    files.push_back(dir.write("dump" + std::to_string(i) + ".json", text));
+  }
+  files.push_back((dir / "missing.json").string());
+  for (size_t threads : {1, 2, 3}) {
+    MemberThreads pool(threads);
+    DumpFilesAhead ahead(files, pool);
+    for (size_t i = 0; i < files.size(); ++i) {
+      const std::string alone =
+          reading_outcome([&](const CallSink& sink) { return read_dump_file(files[i], sink); });
+      const std::string read_ahead =
+          reading_outcome([&](const CallSink& sink) { return ahead.read(i, sink); });
+      EXPECT_EQ(read_ahead, alone) << "file " << i << ", " << threads << " threads";
+    }
+  }
+}
+
+TEST(DumpFilesAhead, AReaderLeftEarlyLeavesNoWorkBehind) {
+  TempDir dir;
+  std::vector<std::string> files;
+  for (int i = 0; i < 20; ++i) {
+    files.push_back(dir.write("dump" + std::to_string(i) + ".json",
+                              many_calls(fixture("mlp_statistics_L1"), 3)));
+  }
+  MemberThreads pool(2);
+  {
+    DumpFilesAhead ahead(files, pool);
+    EXPECT_THROW(ahead.read(0, [](CallRecord&&) { throw std::runtime_error("stop"); }),
+                 std::runtime_error);
+  }
+  // The pool still works for the next reader.
+  DumpFilesAhead again(files, pool);
+  size_t calls = 0;
+  again.read(0, [&](CallRecord&&) { ++calls; });
+  EXPECT_GT(calls, 0u);
 }
