@@ -16,10 +16,6 @@
 
 namespace msprobe {
 
-namespace {
-
-}  // namespace
-
 // One region's text and what a thread made of it. The reading thread waits for `done`.
 struct MemberRegion {
   size_t offset = 0;
