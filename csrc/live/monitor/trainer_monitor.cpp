@@ -147,11 +147,24 @@ std::optional<std::string> TrainerMonitor::parameter_tag(int vpp_stage, const st
 void TrainerMonitor::watch(const std::vector<std::pair<std::string, at::Tensor>>& params) {
   PythonCrossing::assert_gil();
   if (!config_.families.wg_distribution) return;
+  size_t empty = 0;
   for (const auto& [name, param] : params) {
+    // A parameter that holds no elements now is one DeepSpeed ZeRO-3 partitioned (it gathers it
+    // around each forward): its gradient accumulator, made now, would fix its shape at zero, and
+    // the next backward would fail on the gathered parameter's gradient. It is not watched.
+    if (param.numel() == 0) {
+      ++empty;
+      continue;
+    }
     auto after = [rows = hook_rows_, name = name](const at::Tensor& p) {
       if (p.grad().defined()) rows->accumulated(name, p.grad());
     };
     if (auto token = on_accumulated_grad(param, std::move(after))) grad_hooks_.push_back(token);
+  }
+  if (empty > 0) {
+    say_warning("wg_distribution: " + std::to_string(empty) +
+                " parameters hold no elements now (DeepSpeed ZeRO-3 partitions them): their "
+                "accumulated gradients are not watched (no grad_unreduced rows for them)");
   }
 }
 
