@@ -1,9 +1,7 @@
 #include "core/dump_files_ahead.h"
 
-#include <condition_variable>
 #include <exception>
 #include <filesystem>
-#include <mutex>
 #include <system_error>
 
 #include "core/job_thread.h"
@@ -18,9 +16,7 @@ struct FileAhead {
   size_t count = 0;  // this file's, the first of `records`
   DumpHeader header;
   std::exception_ptr error;
-  std::mutex mu;
-  std::condition_variable finished;
-  bool done = false;
+  JobLatch parsed_latch;
 };
 
 namespace {
@@ -53,7 +49,7 @@ void DumpFilesAhead::parse_ahead_of(size_t i) {
       spare_.pop_back();
       file->count = 0;
       file->error = nullptr;
-      file->done = false;
+      file->parsed_latch.reset();
     }
     ahead_[posted_] = file;
     threads_.worker(posted_).post([file, path = files_[posted_]] {
@@ -66,9 +62,7 @@ void DumpFilesAhead::parse_ahead_of(size_t i) {
       } catch (...) {
         file->error = std::current_exception();
       }
-      std::lock_guard<std::mutex> lock(file->mu);
-      file->done = true;
-      file->finished.notify_all();
+      file->parsed_latch.set();
     });
   }
 }
@@ -81,10 +75,7 @@ DumpHeader DumpFilesAhead::read(size_t i, const CallSink& on_call) {
     parallel.threads = &threads_;
     return read_dump_file(files_[i], on_call, parallel);
   }
-  {
-    std::unique_lock<std::mutex> lock(file->mu);
-    file->finished.wait(lock, [&] { return file->done; });
-  }
+  file->parsed_latch.wait();
   for (size_t r = 0; r < file->count; ++r) on_call(std::move(file->records[r]));
   spare_.push_back(file);
   if (file->error) std::rethrow_exception(file->error);

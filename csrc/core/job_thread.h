@@ -54,4 +54,30 @@ class JobThread {
   pid_t owner_ = 0;     // the process that started it
 };
 
+// What a thread that handed a job over waits on: the job sets it when it is done. Reset for the
+// next job (check's regions and files are reused with their storage).
+class JobLatch {
+ public:
+  void reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = false;
+  }
+  void set() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    changed_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [&] { return done_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool done_ = false;
+};
+
 }  // namespace msprobe

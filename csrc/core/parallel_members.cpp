@@ -1,11 +1,9 @@
 #include "core/parallel_members.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <deque>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -16,15 +14,13 @@
 
 namespace msprobe {
 
-// One region's text and what a thread made of it. The reading thread waits for `done`.
+// One region's text and what a thread made of it. The reading thread waits on `parsed_latch`.
 struct MemberRegion {
   size_t offset = 0;
   std::string text;
   ParsedMembers parsed;
   std::exception_ptr error;  // not a syntax error (those end `parsed`): out of memory, say
-  std::mutex mu;
-  std::condition_variable finished;
-  bool done = false;
+  JobLatch parsed_latch;
 };
 
 MemberThreads::MemberThreads(size_t threads) {
@@ -40,7 +36,7 @@ std::shared_ptr<MemberRegion> MemberThreads::take() {
   if (spare_.empty()) return std::make_shared<MemberRegion>();
   std::shared_ptr<MemberRegion> region = std::move(spare_.back());
   spare_.pop_back();
-  region->done = false;
+  region->parsed_latch.reset();
   region->error = nullptr;
   return region;
 }
@@ -147,7 +143,7 @@ class OrderedRegions {
       : threads_(threads), parse_(parse), on_call_(on_call), resume_(start) {}
   // The jobs refer to `parse`: none may outlive this reading, even one left by an exception.
   ~OrderedRegions() {
-    for (const std::shared_ptr<MemberRegion>& region : in_flight_) wait_for(*region);
+    for (const std::shared_ptr<MemberRegion>& region : in_flight_) region->parsed_latch.wait();
   }
   OrderedRegions(const OrderedRegions&) = delete;
   OrderedRegions& operator=(const OrderedRegions&) = delete;
@@ -161,10 +157,8 @@ class OrderedRegions {
       } catch (...) {
         error = std::current_exception();
       }
-      std::lock_guard<std::mutex> lock(region->mu);
       region->error = error;
-      region->done = true;
-      region->finished.notify_all();
+      region->parsed_latch.set();
     });
     in_flight_.push_back(std::move(region));
     while (in_flight_.size() >= 2 * threads_.size()) hand_on_oldest();
@@ -178,15 +172,10 @@ class OrderedRegions {
   size_t members() const { return members_; }
 
  private:
-  static void wait_for(MemberRegion& region) {
-    std::unique_lock<std::mutex> lock(region.mu);
-    region.finished.wait(lock, [&] { return region.done; });
-  }
-
   void hand_on_oldest() {
     std::shared_ptr<MemberRegion> region = std::move(in_flight_.front());
     in_flight_.pop_front();
-    wait_for(*region);
+    region->parsed_latch.wait();
     if (!going_) return threads_.give_back(std::move(region));
     if (region->error) std::rethrow_exception(region->error);
     ParsedMembers& parsed = region->parsed;
