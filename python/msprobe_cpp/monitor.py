@@ -18,6 +18,7 @@ from typing import Any, List, Optional, Tuple
 import torch
 
 from . import _C
+from .monitor_optimizers import OptimizerView, optimizer_view
 from .ranks import current_rank
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -55,7 +56,7 @@ class TrainerMon:
         self._params_have_main_grad = bool(params_have_main_grad)
         self._process_group = process_group
         self._params: List[Tuple[str, torch.nn.Parameter]] = []
-        self._optimizer: Optional[torch.optim.Optimizer] = None
+        self._optimizer: Optional[OptimizerView] = None
         self._chunks: List[torch.nn.Module] = []
         self._grad_acc_steps = 1
         self._next_step = 0
@@ -160,7 +161,7 @@ class TrainerMon:
 
     def _wrap_step(self, optimizer: torch.optim.Optimizer) -> None:
         # msprobe replaces the instance's step: the class's, and other optimizers, stay as they are.
-        self._optimizer = optimizer
+        self._optimizer = optimizer_view(optimizer, self._params_have_main_grad)
         original = optimizer.step
         monitor = self
 
@@ -189,7 +190,7 @@ class TrainerMon:
             raise Exception(stop)
         collects = watching.collects()
         if collects:
-            watching.before_step(self._step_parameters(), bool(self._optimizer.state))
+            watching.before_step(self._step_parameters(), self._optimizer.has_state())
         out = original(*args, **kwargs)
         if collects:
             watching.after_step(self._step_parameters())
@@ -205,16 +206,7 @@ class TrainerMon:
         return out
 
     def _step_parameters(self) -> list:
-        state = self._optimizer.state if self._optimizer is not None else {}
-        out = []
-        for name, param in self._params:
-            grad = getattr(param, "main_grad", None) if self._params_have_main_grad else param.grad
-            if grad is not None and grad.__class__.__name__ == "DTensor":
-                grad = grad.to_local()
-            kept = state.get(param) if param in state else None
-            out.append((name, param.detach(), None if grad is None else grad.detach(), kept is not None,
-                        (kept or {}).get("exp_avg"), (kept or {}).get("exp_avg_sq")))
-        return out
+        return self._optimizer.parameters(self._params) if self._optimizer is not None else []
 
     def drain(self) -> None:
         """Returns once every written step is on disk."""
