@@ -24,6 +24,15 @@ struct MonitorValue {
   static MonitorValue of_text(std::string v) { return {Kind::Text, 0, 0, std::move(v)}; }
 };
 
+// One collective's slot since the last written step ("post_0": its first tensor after the call)
+// and its values, op by op: what the alert rules scan of cc_distribution, as msprobe scans its
+// "<collective>/rank<R>/<slot>" tags.
+struct MonitorCallSlot {
+  std::string collective;
+  std::string slot;
+  std::vector<MonitorValue> values;
+};
+
 // A row: the key columns before and after the step (vpp_stage, name | micro_step), the step, and
 // one value per op column.
 struct MonitorRow {

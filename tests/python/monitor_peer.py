@@ -88,7 +88,7 @@ def train(tool: str, config_path: str, out: str, steps: int = 3, model_kind: str
                 h = block(h)
             return self.output(self.model.norm(h))
 
-    def share_gradients(model):  # cc: a step's collectives, as a hand-written data-parallel loop
+    def share_gradients(model, step):  # cc: a step's collectives, as a hand-written data-parallel loop
         dist = torch.distributed
         for p in model.parameters():
             dist.all_reduce(p.grad)
@@ -96,6 +96,7 @@ def train(tool: str, config_path: str, out: str, steps: int = 3, model_kind: str
         work = dist.all_reduce(torch.ones(3) * 2, async_op=True)
         work.wait()
         dist.broadcast(next(model.parameters()).detach().clone(), 0)
+        dist.broadcast(torch.full((2,), 4.0 ** step), 0)  # growing: what the alert rules catch
 
     def gather_norms(model):
         norms = torch.stack([p.grad.norm() for p in model.parameters()])
@@ -117,7 +118,7 @@ def train(tool: str, config_path: str, out: str, steps: int = 3, model_kind: str
         for x, y in batches:
             (nn.functional.mse_loss(model(x), y) / grad_acc).backward()
         if model_kind == "cc":
-            share_gradients(model)
+            share_gradients(model, step)
         optimizer.step()
         if step == switch_at:  # the user turns the monitor on (DYNAMIC_MONITOR=true)
             with open(config_path, encoding="utf-8") as f:

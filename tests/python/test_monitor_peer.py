@@ -203,6 +203,25 @@ ALERTS = {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5
 @pytest.mark.slow
 @pytest.mark.msprobe26
 @pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
+def test_the_collectives_alerts_are_msprobes_own(tmp_path):
+    """msprobe scans cc_distribution's values with the alert rules as it scans every family's,
+    under "<collective>/rank<R>/<slot>" tags with no call id: the same anomaly.json, byte for
+    byte. (Ours were once written to the CSVs and never scanned.)"""
+    config = {"cc_distribution": {"enable": True}, "ops": ["min", "max", "norm"], "alert": ALERTS}
+    runs = {}
+    for tool in ("msprobe", "msprobe_cpp"):
+        out = tmp_path / tool
+        runs[tool] = peer_run(tool, config, out, 5, "cc", env={"MASTER_PORT": str(free_port())})
+        runs[tool + ".json"] = (out / "anomaly_detected" / "rank0" / "anomaly.json").read_text()
+    assert_same_files(runs["msprobe_cpp"], runs["msprobe"])
+    theirs = json.loads(runs["msprobe.json"])
+    assert any(key.startswith(("all_reduce/", "all_gather/", "broadcast/")) for key in theirs), list(theirs)
+    assert runs["msprobe_cpp.json"] == runs["msprobe.json"]
+
+
+@pytest.mark.slow
+@pytest.mark.msprobe26
+@pytest.mark.skipif(msprobe_version() != "26.2.0", reason="msprobe 26.2.0 is not installed here")
 @pytest.mark.parametrize("config,grad_acc", [
     ({"targets": {"fc1": {}, "fc2": {}}, "xy_distribution": True, **FAMILIES,
       "ops": ["min", "max", "norm", "zeros", "nans", "mean"], "alert": ALERTS}, 1),

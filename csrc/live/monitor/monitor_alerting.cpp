@@ -76,6 +76,18 @@ void MonitorAlerting::scan(const std::string& prefix, const MonitorRowTable& tab
   }
 }
 
+void MonitorAlerting::scan_collectives(const std::vector<MonitorCallSlot>& slots, int64_t step) {
+  for (const MonitorCallSlot& slot : slots) {
+    MonitorRow row;
+    row.step = step;
+    row.values = slot.values;
+    MonitorRowOrigin origin;
+    origin.call = "Distributed." + slot.collective;  // the guard's name of the call
+    anomalies_.scan(row, slot.collective + "/rank" + std::to_string(rank_) + "/" + slot.slot, ops_,
+                    -1, origin);
+  }
+}
+
 std::vector<std::pair<std::string, std::string>> MonitorAlerting::step_written() {
   for (std::string& line : anomalies_.take_lines()) {
     // msprobe's line: "Rule <rule> reports anomaly signal in ('<tag>', '<op>') at step ...".

@@ -31,6 +31,8 @@ class MonitorAlerting {
              std::map<std::string, std::string> module_classes);
   // A written table of family `prefix` ("actv", "grad_unreduced", ...) at `step`.
   void scan(const std::string& prefix, const MonitorRowTable& table, int64_t step);
+  // cc_distribution's slots at `step`, msprobe's "<collective>/rank<R>/<slot>" tags (no call id).
+  void scan_collectives(const std::vector<MonitorCallSlot>& slots, int64_t step);
   // The step is written: its alerts are said; returns the files to write, (path, text).
   std::vector<std::pair<std::string, std::string>> step_written();
   // alert.dump_step_on: the first alert of the step written last whose tag holds one of its

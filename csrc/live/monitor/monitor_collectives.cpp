@@ -184,18 +184,21 @@ void MonitorCollectives::record(const std::string& name, const py::tuple& argume
   }
 }
 
-std::vector<std::vector<MonitorValue>> MonitorCollectives::take_rows(int64_t step) {
+MonitorCollectives::Rows MonitorCollectives::take_rows(int64_t step) {
   PythonCrossing::assert_gil();
-  std::vector<std::vector<MonitorValue>> rows;
+  Rows rows;
   // msprobe keeps each collective's place from its first call ever; a step without its calls
   // writes no row for it.
   for (Calls& calls : calls_) {
     std::vector<MonitorValue> values;
     for (const std::string& tag : calls.tags) {
       const auto& per_op = calls.values.at(tag);
+      MonitorCallSlot slot{calls.name, tag, {}};
       for (size_t i = 0; i < metrics_.ops.size(); ++i) {
-        values.push_back(monitor_aggregate(metrics_.ops[i], per_op[i]));
+        slot.values.push_back(monitor_aggregate(metrics_.ops[i], per_op[i]));
       }
+      values.insert(values.end(), slot.values.begin(), slot.values.end());
+      rows.slots.push_back(std::move(slot));
     }
     calls.tags.clear();
     calls.values.clear();
@@ -203,7 +206,7 @@ std::vector<std::vector<MonitorValue>> MonitorCollectives::take_rows(int64_t ste
     std::vector<MonitorValue> row = {MonitorValue::of_text(calls.name), values.front(),
                                      MonitorValue::of_integer(step)};
     row.insert(row.end(), values.begin() + 1, values.end());
-    rows.push_back(std::move(row));
+    rows.cells.push_back(std::move(row));
   }
   return rows;
 }

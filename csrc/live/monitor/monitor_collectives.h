@@ -38,10 +38,14 @@ class MonitorCollectives : public std::enable_shared_from_this<MonitorCollective
   // looked at once it is waited for. GIL required.
   pybind11::object wait_wrapper(pybind11::object original, pybind11::handle work_class);
 
-  // A written step's rows since the last one, in the order the collectives were first called,
-  // each [name, first value, step, the other values...]; then nothing is kept. GIL required
-  // (the pending calls' tensors are Python's).
-  std::vector<std::vector<MonitorValue>> take_rows(int64_t step);
+  // A written step's collectives since the last one, in the order they were first called; then
+  // nothing is kept. GIL required (the pending calls' tensors are Python's).
+  struct Rows {
+    std::vector<std::vector<MonitorValue>> cells;  // [name, first value, step, the others...]
+    std::vector<MonitorCallSlot> slots;            // each slot's values, for the alert rules
+    bool empty() const { return cells.empty(); }
+  };
+  Rows take_rows(int64_t step);
   // cc_log_only: the collectives called and their call stacks, as msprobe prints them.
   std::string logged_stacks() const;
   bool log_only() const { return config_.log_only; }

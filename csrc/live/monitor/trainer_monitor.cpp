@@ -329,11 +329,15 @@ std::function<void()> TrainerMonitor::events_job(const std::string& prefix,
 
 std::function<void()> TrainerMonitor::other_job() {
   // mg_direction's rows, then the collectives' (CSV only: msprobe 26.2.0 writes no TensorBoard).
-  if (run_folder_.empty() || !events_file_.empty()) return nullptr;
-  if (alerting_.on() && !tables_.other.empty()) alerting_.scan("other", tables_.other, step_);
+  if (run_folder_.empty()) return nullptr;
+  if (alerting_.on()) {  // msprobe scans them as one family: mg_direction's, then each slot's
+    if (!tables_.other.empty()) alerting_.scan("other", tables_.other, step_);
+    alerting_.scan_collectives(tables_.collectives.slots, step_);
+  }
+  if (!events_file_.empty()) return nullptr;
   std::vector<std::vector<MonitorValue>> cells;
   for (const MonitorRow& row : tables_.other.rows(step_)) cells.push_back(monitor_row_cells(row));
-  for (auto& row : tables_.collectives) cells.push_back(std::move(row));
+  for (auto& row : tables_.collectives.cells) cells.push_back(std::move(row));
   return csv_job("other", false, [cells = std::move(cells)](int ndigits) {
     return monitor_csv_cells(cells, ndigits);
   });
@@ -368,7 +372,7 @@ void TrainerMonitor::end_step() {
       jobs.push_back(std::move(job));
     }
     tables_.other.clear();
-    tables_.collectives.clear();
+    tables_.collectives = {};
     if (!jobs.empty()) {
       writes_.post([jobs = std::move(jobs)] {
         for (const auto& job : jobs) job();

@@ -141,7 +141,7 @@ class TrainerMonitor final : public TaskProcessor {
   struct StepTables {
     MonitorRowTable grad_reduced, exp_avg, exp_avg_sq, param_origin, param_updated;
     MonitorRowTable other;  // mg_direction
-    std::vector<std::vector<MonitorValue>> collectives;  // cc_distribution's rows of `other`
+    MonitorCollectives::Rows collectives;  // cc_distribution's rows of `other`
   };
   StepTables tables_;
   const std::shared_ptr<MonitorHookRows> hook_rows_;  // what the hooks saw this step
