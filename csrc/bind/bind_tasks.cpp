@@ -90,6 +90,14 @@ void bind_monitor(py::module_& m) {
             t.watch(params);
           },
           py::arg("params"), "The watched [(\"<vpp>:<name>\", parameter)], in the model's order.")
+      .def(
+          "unreduced",
+          [](TrainerMonitor& t, const std::string& tag, const at::Tensor& grad) {
+            ReentryGuard unhooked;  // the statistics' own ATen calls are not the program's
+            t.unreduced(tag, grad);
+          },
+          py::arg("tag"), py::arg("grad"),
+          "A watched parameter's gradient as its rank hands it to FSDP2's reduce-scatter.")
       .def("stack_hook", &TrainerMonitor::stack_hook, py::arg("vpp_stage"), py::arg("name"),
            "stack_info: the forward hook recording module <name>'s call stack, else None.")
       .def_property_readonly("stacks_pending", &TrainerMonitor::stacks_pending,

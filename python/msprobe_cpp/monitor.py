@@ -10,6 +10,7 @@ as msprobe does, and hands each step's parameters, gradients and Adam moments ov
 What is built and what is refused: docs/monitor.md.
 """
 import atexit
+import importlib
 import inspect
 import os
 import weakref
@@ -37,6 +38,19 @@ def _int_argument(name: str, value: Any, least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"TrainerMon.set_monitor({name}={value!r}): expected an integer >= {least}")
     return value
+
+
+def _fsdp2_param_group_module() -> Any:
+    """The module whose FSDPParamGroup calls foreach_reduce (torch 2.6 on, then the 2.4-2.5 path)."""
+    for name in ("torch.distributed.fsdp._fully_shard._fsdp_param_group",
+                 "torch.distributed._composable.fsdp._fsdp_param_group"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, "foreach_reduce"):
+            return module
+    return None
 
 
 class TrainerMon:
@@ -97,6 +111,7 @@ class TrainerMon:
         for vpp, chunk in enumerate(chunks):
             self._hook_modules(vpp, chunk)
         self._wrap_collectives()
+        self._wrap_fsdp2_reduce()
 
     def _wrap_collectives(self) -> None:
         # cc_distribution: msprobe's collectives replaced, in torch.distributed and its c10d
@@ -117,6 +132,27 @@ class TrainerMon:
         if work is not None:
             self._restore.append((work, "wait", work.wait))
             work.wait = collectives.wait_wrapper(work.wait, work)
+
+    def _wrap_fsdp2_reduce(self) -> None:
+        # FSDP2 hands each rank's unsharded gradients to its reduce-scatter and sets the sharded
+        # parameter's .grad from what comes back: no gradient accumulates on the parameters the
+        # monitor watches. msprobe replaces foreach_reduce (and reloads the module that calls it);
+        # here the name is replaced where it is looked up, and put back at the end.
+        group_module = _fsdp2_param_group_module()
+        if group_module is None or not any(hasattr(m, "_get_fsdp_state") for c in self._chunks for m in c.modules()):
+            return
+        tags = {id(param): tag for tag, param in self._params}
+        original, unreduced = group_module.foreach_reduce, self._monitor.unreduced
+
+        def foreach_reduce(fsdp_params: Any, unsharded_grads: Any, *args: Any, **kwargs: Any) -> Any:
+            for fsdp_param, grad in zip(fsdp_params, unsharded_grads):
+                tag = tags.get(id(getattr(fsdp_param, "sharded_param", None)))
+                if tag is not None:
+                    unreduced(tag, grad)
+            return original(fsdp_params, unsharded_grads, *args, **kwargs)
+
+        self._restore.append((group_module, "foreach_reduce", original))
+        group_module.foreach_reduce = foreach_reduce
 
     def _detach(self) -> None:
         # The hooks off the model; what the monitor holds is written first.

@@ -6,9 +6,10 @@ gradient, grad_reduced the gradient after DDP's all-reduce (the same on both ran
 `module_ranks: [1]` makes rank 1 alone write. Under FSDP2 (fully_shard) each rank's values are
 its local shards' (the shape column: the shard's for grad_reduced, the DTensor's whole shape for
 param_* and exp_avg*, as msprobe 26.2.0 writes them). In every run the losses and the final state
-are bit-identical to the same run without the monitor. An xfail(strict) test holds what msprobe
-26.2.0 does and this product does not: grad_unreduced under FSDP2 (it passes on msprobe's own
-TrainerMon run in this worker; docs/monitor.md says why it is not done here).
+are bit-identical to the same run without the monitor. Under FSDP2 grad_unreduced is each rank's
+unsharded gradient as FSDP2 hands it to its reduce-scatter, as msprobe 26.2.0 writes it (the test
+once was a strict xfail: the monitor watched the sharded parameters' accumulation, which FSDP2
+never runs).
 
 This file is also the ranks' worker (dist_runs.run_ranks(worker=this file)):
 
@@ -365,11 +366,6 @@ def test_fsdp2_each_rank_writes_its_local_shards(fsdp2_run):
     assert (folders[0] / "param_origin_0-0.csv").read_text() != (folders[1] / "param_origin_0-0.csv").read_text()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "product: no grad_unreduced file under FSDP2: the monitor hooks the accumulation of each "
-    "sharded parameter's gradient, which FSDP2 never runs (it sets the reduce-scattered .grad "
-    "itself); msprobe 26.2.0 patches FSDP2's foreach_reduce and writes grad_unreduced_<s>-<s>.csv "
-    "from each rank's unsharded gradients"))
 def test_fsdp2_grad_unreduced_is_each_ranks_unsharded_gradient(fsdp2_run):
     """msprobe 26.2.0 writes grad_unreduced under FSDP2 from the gradients FSDP2 hands to its
     reduce-scatter (foreach_reduce): each rank's own gradient of the whole parameter, before

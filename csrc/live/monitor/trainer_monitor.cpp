@@ -168,6 +168,10 @@ void TrainerMonitor::watch(const std::vector<std::pair<std::string, at::Tensor>>
   }
 }
 
+void TrainerMonitor::unreduced(const std::string& tag, const at::Tensor& grad) {
+  if (config_.families.wg_distribution && grad.defined()) hook_rows_->accumulated(tag, grad);
+}
+
 std::optional<std::string> TrainerMonitor::module_tag(int vpp_stage,
                                                       const std::string& name) const {
   if (!config_.families.xy_distribution && !config_.output.print_struct) return std::nullopt;

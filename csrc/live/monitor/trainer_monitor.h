@@ -69,6 +69,9 @@ class TrainerMonitor final : public TaskProcessor {
   // The watched parameters, in the model's order; with wg_distribution, the hooks on their
   // gradients' accumulation (grad_unreduced). GIL required.
   void watch(const std::vector<std::pair<std::string, at::Tensor>>& params);
+  // With wg_distribution, watched parameter `tag`'s gradient as a rank hands it to a reduction
+  // that sets the parameter's .grad itself (FSDP2's reduce-scatter): its grad_unreduced row.
+  void unreduced(const std::string& tag, const at::Tensor& grad);
   // Module `name` of model chunk `vpp_stage`: its tag if xy_distribution watches it.
   std::optional<std::string> module_tag(int vpp_stage, const std::string& name) const;
   // (pre_hook, forward_hook) for watched module "<vpp_stage>:<name>", to be registered with
