@@ -265,6 +265,8 @@ def main() -> int:
     ap.add_argument("--medium-steps", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=900, help="seconds for one process")
     ap.add_argument("--json", help="also write every run's numbers here")
+    ap.add_argument("--monitor-config", help="the monitor's config as JSON, instead of the issue's "
+                    "(to see what each family costs; the files checked are then the config's)")
     ap.add_argument("--profile", metavar="MODEL", help="cProfile our timed steps of MODEL in this process")
     ap.add_argument("--profile-config", default="ours", choices=CONFIGS)
     ap.add_argument("--top", type=int, default=15, help="--profile's rows, by cumulative and by own time")
@@ -280,7 +282,7 @@ def main() -> int:
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="monitor_overhead_"))
     config_path = tmp / "monitor_config.json"
-    config_path.write_text(json.dumps(MONITOR_CONFIG))
+    config_path.write_text(args.monitor_config or json.dumps(MONITOR_CONFIG))
 
     if args.profile:
         os.environ["MONITOR_OUTPUT_DIR"] = str(tmp / "profile")

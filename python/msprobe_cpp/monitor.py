@@ -138,8 +138,10 @@ class TrainerMon:
         # parameter's .grad from what comes back: no gradient accumulates on the parameters the
         # monitor watches. msprobe replaces foreach_reduce (and reloads the module that calls it);
         # here the name is replaced where it is looked up, and put back at the end.
+        if not any(hasattr(m, "_get_fsdp_state") for c in self._chunks for m in c.modules()):
+            return  # no FSDP2 module (nor its import, which fails on torch 1.13's Python 3.11)
         group_module = _fsdp2_param_group_module()
-        if group_module is None or not any(hasattr(m, "_get_fsdp_state") for c in self._chunks for m in c.modules()):
+        if group_module is None:
             return
         tags = {id(param): tag for tag, param in self._params}
         original, unreduced = group_module.foreach_reduce, self._monitor.unreduced

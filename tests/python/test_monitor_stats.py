@@ -25,6 +25,13 @@ def tensors(device):
         "bfloat16": torch.randn(4, 4, device=device).to(torch.bfloat16),
         "float16": (torch.randn(7, device=device) * 100).half(),
         "int64": torch.arange(-3, 9, device=device),
+        # Integer tensors are read in one pass on CPU too (ids, positions: a model's every step).
+        "int32": torch.tensor([[-7, 0], [12, 3]], dtype=torch.int32, device=device),
+        "int16": torch.tensor([-300, 2, 299], dtype=torch.int16, device=device),
+        "int8": torch.tensor([-128, 5, 127, 0], dtype=torch.int8, device=device),
+        "uint8": torch.arange(0, 250, 7, dtype=torch.uint8, device=device),
+        "0-d int64": torch.tensor(41, device=device),
+        "int64 ids": torch.randint(0, 50_000, (2, 1000), device=device),
         "0-d": torch.tensor(2.5, device=device),
         "empty": torch.zeros(0, 3, device=device),
     }
@@ -68,6 +75,12 @@ def test_each_op_is_msprobes_formula(device):
                 same(a, b)
             except AssertionError as e:
                 raise AssertionError(f"{name}, {op}: ours {a!r}, msprobe's {b!r}") from e
+
+
+def test_an_integer_tensors_min_and_max_are_exact_integers():
+    """Beyond 2^53 a float64 would round them: they are read as the integers they are."""
+    x = torch.tensor([2 ** 62 + 1, -(2 ** 62) - 3, 7])
+    assert units.monitor_values(x, ["min", "max"])[:2] == [-(2 ** 62) - 3, 2 ** 62 + 1]
 
 
 def test_eps_is_the_zeros_threshold():

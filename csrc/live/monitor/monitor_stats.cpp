@@ -3,13 +3,16 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <tuple>
 
 #include "core/python_text.h"
 #include "live/stats/cpu_summary.h"
+#include "live/stats/device_stats.h"
 
 namespace msprobe {
 namespace {
@@ -92,6 +95,39 @@ MonitorValue op_value(const at::Tensor& x, MonitorOp op, double eps, SharedWork&
   return MonitorValue::missing();
 }
 
+// A one-pass read's sums; an integer tensor's min and max exactly too.
+struct OnePassSums : WideSums {
+  int64_t int_min = 0, int_max = 0;
+};
+
+// A value of the tensor's own kind: an integer tensor's is an int, as item() gives it.
+template <typename T>
+MonitorValue extreme(double as_real, int64_t as_integer) {
+  if constexpr (std::is_integral_v<T>) {
+    return MonitorValue::of_integer(as_integer);
+  } else {
+    return MonitorValue::of_real(as_real);
+  }
+}
+
+template <typename T>
+OnePassSums integer_sums(const at::Tensor& x) {
+  const T* data = x.data_ptr<T>();
+  OnePassSums m{};
+  m.int_min = m.int_max = static_cast<int64_t>(data[0]);
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+    const auto v = static_cast<int64_t>(data[i]);
+    m.int_min = std::min(m.int_min, v);
+    m.int_max = std::max(m.int_max, v);
+    const auto d = static_cast<double>(v);
+    m.sum += d;
+    m.sumsq += d * d;
+  }
+  m.min = static_cast<double>(m.int_min);
+  m.max = static_cast<double>(m.int_max);
+  return m;
+}
+
 // The rarer ops' counts, each a read of its own when asked.
 template <typename T, typename Test>
 int64_t count_where(const T* data, int64_t n, Test test) {
@@ -100,13 +136,33 @@ int64_t count_where(const T* data, int64_t n, Test test) {
   return count;
 }
 
+// msprobe's zeros, |x| < eps, with torch's abs: an integer's in its own type, so that the most
+// negative one stays negative (abs of int8 -128 is -128, a "zero").
+template <typename T>
+int64_t count_zeros(const T* data, int64_t n, double eps) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return count_where(data, n, [eps](double v) {
+      const auto x = static_cast<T>(v);
+      const auto magnitude = x < 0 ? static_cast<T>(U(0) - static_cast<U>(x)) : x;
+      return static_cast<double>(magnitude) < eps;
+    });
+  } else {
+    return count_where(data, n, [eps](double v) { return std::fabs(v) < eps; });
+  }
+}
+
 // A dense CPU tensor's ops from one read of its elements: each op's own ATen call (a dispatch, an
 // item(), and for norm and mean a float64 reduction of their own) cost more than the read, on a
 // small tensor by the calls, on a large one by the reads. min, max, nans and zeros are exact in
 // any order. norm and mean from the read's float64 sums (another order than torch's: they may
 // differ from msprobe's in the last bits, 1e-13 tested), or with exact_sums torch's own.
+//
+// An integer tensor (ids, positions) is read the same way: its min and max exact as integers,
+// as torch's item() gives them, its sums widened to float64 (exact while they stay below 2^53,
+// then in another order than torch's float64 copy, as for floats).
 template <typename T>
-std::vector<MonitorValue> one_pass(const at::Tensor& x, const WideSums& m,
+std::vector<MonitorValue> one_pass(const at::Tensor& x, const OnePassSums& m,
                                    const MonitorMetrics& metrics) {
   const std::vector<MonitorOp>& ops = metrics.ops;
   const double eps = metrics.eps;
@@ -114,23 +170,23 @@ std::vector<MonitorValue> one_pass(const at::Tensor& x, const WideSums& m,
   const int64_t n = x.numel();
   const bool has_nan = std::isnan(m.sumsq);
   const double nan = std::nan("");
+  SharedWork shared(x);  // exact_sums: torch's own float64 reductions
   std::vector<MonitorValue> out;
   out.reserve(ops.size());
   for (MonitorOp op : ops) {
     switch (op) {
-      case MonitorOp::Min: out.push_back(MonitorValue::of_real(has_nan ? nan : m.min)); break;
-      case MonitorOp::Max: out.push_back(MonitorValue::of_real(has_nan ? nan : m.max)); break;
+      case MonitorOp::Min: out.push_back(extreme<T>(has_nan ? nan : m.min, m.int_min)); break;
+      case MonitorOp::Max: out.push_back(extreme<T>(has_nan ? nan : m.max, m.int_max)); break;
       case MonitorOp::Norm:
-        out.push_back(metrics.exact_sums
-                          ? item_of(at::linalg_vector_norm(x, 2, c10::nullopt, false, at::kDouble))
-                          : MonitorValue::of_real(std::sqrt(m.sumsq)));
+        out.push_back(metrics.exact_sums ? op_value(x, op, eps, shared)
+                                         : MonitorValue::of_real(std::sqrt(m.sumsq)));
         break;
       case MonitorOp::Mean:
-        out.push_back(metrics.exact_sums ? item_of(at::mean(x, at::kDouble))
+        out.push_back(metrics.exact_sums ? op_value(x, op, eps, shared)
                                          : MonitorValue::of_real(m.sum / static_cast<double>(n)));
         break;
       case MonitorOp::Zeros: {  // float32, as torch divides an int64 count by an int
-        const int64_t zeros = count_where(data, n, [eps](double v) { return std::fabs(v) < eps; });
+        const int64_t zeros = count_zeros(data, n, eps);
         out.push_back(MonitorValue::of_real(static_cast<float>(zeros) / static_cast<float>(n)));
         break;
       }
@@ -139,7 +195,8 @@ std::vector<MonitorValue> one_pass(const at::Tensor& x, const WideSums& m,
             has_nan ? count_where(data, n, [](double v) { return std::isnan(v); }) : 0));
         break;
       case MonitorOp::Id:
-        out.push_back(x.dim() == 0 ? MonitorValue::of_real(static_cast<double>(data[0]))
+        out.push_back(x.dim() == 0 ? extreme<T>(static_cast<double>(data[0]),
+                                                static_cast<int64_t>(data[0]))
                                    : MonitorValue::missing());
         break;
       case MonitorOp::Shape: out.push_back(MonitorValue::of_text(shape_text(x))); break;
@@ -149,15 +206,43 @@ std::vector<MonitorValue> one_pass(const at::Tensor& x, const WideSums& m,
   return out;
 }
 
-// The one read where it applies: a dense, contiguous CPU tensor of a floating dtype.
+// The one read where it applies: a dense, contiguous CPU tensor of a floating or integer dtype
+// (not bool: its min is a bool).
 bool one_pass_applies(const at::Tensor& x) {
   // A tensor subclass (DTensor) or a fake one has no data of its own to read.
   return x.device().is_cpu() && x.layout() == at::kStrided && x.is_contiguous() &&
          !x.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Python) &&
          x.has_storage() && x.storage().data() != nullptr && x.numel() > 0 && !x.is_conj() &&
-         !x.is_neg() &&
-         (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble ||
-          x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
+         !x.is_neg();
+}
+
+std::optional<std::vector<MonitorValue>> one_pass_values(const at::Tensor& x,
+                                                         const MonitorMetrics& metrics) {
+  const auto floating = [&](auto tag) -> std::optional<std::vector<MonitorValue>> {
+    using T = decltype(tag);
+    const std::optional<WideSums> sums = cpu_wide_sums(x);
+    if (!sums) return std::nullopt;
+    OnePassSums m{};
+    static_cast<WideSums&>(m) = *sums;
+    return one_pass<T>(x, m, metrics);
+  };
+  const auto integral = [&](auto tag) -> std::optional<std::vector<MonitorValue>> {
+    using T = decltype(tag);
+    if (generic_statistics_forced()) return std::nullopt;  // the other devices' path, tested
+    return one_pass<T>(x, integer_sums<T>(x), metrics);
+  };
+  switch (x.scalar_type()) {
+    case at::kFloat: return floating(float{});
+    case at::kDouble: return floating(double{});
+    case at::kHalf: return floating(at::Half{});
+    case at::kBFloat16: return floating(at::BFloat16{});
+    case at::kLong: return integral(int64_t{});
+    case at::kInt: return integral(int32_t{});
+    case at::kShort: return integral(int16_t{});
+    case at::kChar: return integral(int8_t{});
+    case at::kByte: return integral(uint8_t{});
+    default: return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -172,13 +257,8 @@ std::vector<MonitorValue> monitor_values(const at::Tensor& x, const MonitorMetri
   const at::NoGradGuard no_grad;  // msprobe's ops run under torch.no_grad()
   const std::vector<MonitorOp>& ops = metrics.ops;
   if (one_pass_applies(x)) {
-    if (const std::optional<WideSums> sums = cpu_wide_sums(x)) {
-      switch (x.scalar_type()) {
-        case at::kFloat: return one_pass<float>(x, *sums, metrics);
-        case at::kDouble: return one_pass<double>(x, *sums, metrics);
-        case at::kHalf: return one_pass<at::Half>(x, *sums, metrics);
-        default: return one_pass<at::BFloat16>(x, *sums, metrics);
-      }
+    if (std::optional<std::vector<MonitorValue>> values = one_pass_values(x, metrics)) {
+      return std::move(*values);
     }
   }
   std::vector<MonitorValue> out;
