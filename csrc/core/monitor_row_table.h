@@ -5,8 +5,8 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/monitor_csv.h"
@@ -26,7 +26,9 @@ class MonitorRowTable {
 
  private:
   std::vector<std::string> tags_;
-  std::map<std::string, std::vector<MonitorValue>> values_;
+  // Hashed: a step puts a row per tag, and the tags of one model share long prefixes
+  // ("0:model.layers.0.self_attn..."), which an ordered map compares again at every level.
+  std::unordered_map<std::string, std::vector<MonitorValue>> values_;
 };
 
 }  // namespace msprobe

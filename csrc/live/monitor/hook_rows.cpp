@@ -16,7 +16,7 @@ void MonitorHookRows::forward_kind(const std::string& name, ObservedOutputKind k
   if (structure_) structure_->forward_kind(name, std::move(kind));
 }
 
-int64_t MonitorHookRows::next_micro(std::map<std::string, int64_t>& counters,
+int64_t MonitorHookRows::next_micro(std::unordered_map<std::string, int64_t>& counters,
                                     const std::string& name) {
   int64_t& counter = counters[name];
   const int64_t micro = counter;

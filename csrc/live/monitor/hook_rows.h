@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -84,7 +85,7 @@ class MonitorHookRows final : public ModuleObserver {
   void put_slots(MonitorRowTable& table, const std::string& family, const std::string& name,
                  const char* side, int64_t micro, const ObservedTensors& slots);
   void register_call_locked(const std::string& key);
-  int64_t next_micro(std::map<std::string, int64_t>& counters, const std::string& name);
+  int64_t next_micro(std::unordered_map<std::string, int64_t>& counters, const std::string& name);
 
   const MonitorMetrics metrics_;
   const bool per_micro_step_;
@@ -94,10 +95,11 @@ class MonitorHookRows final : public ModuleObserver {
   mutable std::mutex mu_;
   // Guarded by mu_:
   std::vector<std::string> module_order_;  // by first forward
-  std::map<std::string, MonitorRowTable> actv_;
-  std::map<std::string, int64_t> forward_micro_, backward_micro_, accumulated_micro_;
+  // Hashed, as MonitorRowTable's rows: each looked up for every call of the step.
+  std::unordered_map<std::string, MonitorRowTable> actv_;
+  std::unordered_map<std::string, int64_t> forward_micro_, backward_micro_, accumulated_micro_;
   MonitorRowTable actv_grad_, unreduced_;
-  std::map<std::string, int64_t> call_ids_;
+  std::unordered_map<std::string, int64_t> call_ids_;
   int64_t next_call_id_ = 0;
   std::map<std::string, std::string> sources_;
 };
