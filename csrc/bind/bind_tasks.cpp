@@ -103,6 +103,12 @@ void bind_monitor(py::module_& m) {
       .def_property_readonly("stacks_pending", &TrainerMonitor::stacks_pending,
                              "stack_info.csv is still to be written.")
       .def("collects", &TrainerMonitor::collects, "Whether the current step is written.")
+      .def_property_readonly("reads_grads", &TrainerMonitor::reads_grads,
+                             "before_step reads the parameters' gradients.")
+      .def_property_readonly("reads_moments", &TrainerMonitor::reads_moments,
+                             "before_step reads the optimizer's moments.")
+      .def_property_readonly("reads_after_step", &TrainerMonitor::reads_after_step,
+                             "after_step reads the parameters (param_distribution).")
       .def("stops_run", &TrainerMonitor::stops_run,
            "At an optimizer step: the text of msprobe's exception that ends the run "
            "(print_struct, cc_log_only), else \"\".")

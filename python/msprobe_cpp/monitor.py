@@ -228,10 +228,11 @@ class TrainerMon:
             raise Exception(stop)
         collects = watching.collects()
         if collects:
-            watching.before_step(self._step_parameters(), self._optimizer.has_state())
+            watching.before_step(self._step_parameters(watching.reads_grads, watching.reads_moments),
+                                 self._optimizer.has_state())
         out = original(*args, **kwargs)
-        if collects:
-            watching.after_step(self._step_parameters())
+        if collects and watching.reads_after_step:  # param_distribution; the next moments read ahead
+            watching.after_step(self._step_parameters(False, watching.reads_moments))
         watching.end_step()
         if self._stack_handles and not watching.stacks_pending:
             for handle in self._stack_handles:
@@ -243,8 +244,9 @@ class TrainerMon:
                 self._switch.finish()  # dynamic_on back to false, in the file
         return out
 
-    def _step_parameters(self) -> list:
-        return self._optimizer.parameters(self._params) if self._optimizer is not None else []
+    def _step_parameters(self, grads: bool, moments: bool) -> list:
+        # Only what the monitor reads: its C++ side says which (reads_grads, reads_moments).
+        return self._optimizer.parameters(self._params, grads, moments) if self._optimizer is not None else []
 
     def drain(self) -> None:
         """Returns once every written step is on disk."""

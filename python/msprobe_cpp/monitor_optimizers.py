@@ -49,11 +49,13 @@ class OptimizerView:
             return False, None, None
         return True, kept.get("exp_avg"), kept.get("exp_avg_sq")
 
-    def parameters(self, params: Sequence[Tuple[str, torch.Tensor]]) -> List[StepParameter]:
+    def parameters(self, params: Sequence[Tuple[str, torch.Tensor]], grads: bool = True,
+                   moments: bool = True) -> List[StepParameter]:
         out = []
         for name, param in params:
-            in_state, exp_avg, exp_avg_sq = self.moments(param)
-            out.append((name, param.detach(), _local_grad(self.grad(param)), in_state, exp_avg, exp_avg_sq))
+            in_state, exp_avg, exp_avg_sq = self.moments(param) if moments else (False, None, None)
+            grad = _local_grad(self.grad(param)) if grads else None
+            out.append((name, param.detach(), grad, in_state, exp_avg, exp_avg_sq))
         return out
 
 

@@ -128,6 +128,43 @@ def test_the_values_are_the_tensors_statistics(tmp_path, monkeypatch):
         w.min().item(), w.max().item(), torch.norm(w.double()).item(), torch.mean(w.double()).item())]
 
 
+@pytest.mark.parametrize("change", ["in place", "replaced"])
+def test_the_moments_are_the_steps_own_when_changed_between_steps(tmp_path, monkeypatch, change):
+    """mv_distribution's moments are read ahead, after the optimizer step before the written one
+    (moment_prefetch.h). A program that changes them in between, in place or by putting others in
+    (load_state_dict), gets the values of what its optimizer steps with, not of what was read."""
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    path = tmp_path / "monitor.json"
+    path.write_text(json.dumps({"mv_distribution": True, "ops": ["min", "max", "norm"]}))
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    monitor = msprobe_cpp.TrainerMon(str(path), params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer)
+    x, y = torch.randn(16, 4), torch.randn(16, 2)
+    expected = {}
+    for step in range(4):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        if step == 2:  # after step 1's optimizer step, before step 2's
+            state = optimizer.state[model.fc1.weight]
+            if change == "in place":
+                state["exp_avg"].mul_(3.0)
+            else:
+                state["exp_avg"] = state["exp_avg"] * 5.0
+        if step >= 1:
+            m = optimizer.state[model.fc1.weight]["exp_avg"]
+            expected[step] = [repr(round(v, 6)) for v in (m.min().item(), m.max().item(),
+                                                         torch.norm(m.double()).item())]
+        optimizer.step()
+    monitor.drain()
+    files = csv_files(str(tmp_path / "out"))
+    for step, values in expected.items():
+        rows = {line.split(",")[1]: line.split(",") for line in
+                files[f"exp_avg_{step}-{step}.csv"].splitlines()[1:]}
+        assert rows["fc1.weight"][3:6] == values, (step, rows["fc1.weight"], values)
+
+
 @pytest.mark.parametrize("schedule, written", [
     ({"start_step": 2}, [2, 3, 4, 5]),
     ({"step_interval": 3}, [0, 3]),

@@ -77,7 +77,7 @@ class MonitorHookRows final : public ModuleObserver {
       if (!actv_grad_.empty()) taken.emplace_back("actv_grad", actv_grad_);
       if (!unreduced_.empty()) taken.emplace_back("grad_unreduced", unreduced_);
     }
-    for (const auto& [prefix, table] : taken) write(prefix, table);
+    for (auto& [prefix, table] : taken) write(prefix, std::move(table));
   }
 
  private:

@@ -62,7 +62,10 @@ TrainerMonitor::TrainerMonitor(const TaskParts& parts)
       stacks_(config_.output.stack_info ? std::make_shared<MonitorStacks>() : nullptr),
       collectives_(config_.collectives.enable
                        ? std::make_shared<MonitorCollectives>(config_.collectives, hook_rows_->metrics())
-                       : nullptr) {
+                       : nullptr),
+      moments_ahead_(config_.families.mv_distribution
+                         ? std::make_unique<MomentPrefetch>(hook_rows_->metrics())
+                         : nullptr) {
   for (const std::string& note : config_.notes) say_warning(note);
 }
 
@@ -192,9 +195,9 @@ pybind11::object TrainerMonitor::stack_hook(int vpp_stage, const std::string& na
   return stacks_->hook(std::to_string(vpp_stage) + ":" + shown);
 }
 
-bool TrainerMonitor::collects() const {
+bool TrainerMonitor::collects_at(int64_t step) const {
   const MonitorSchedule& s = config_.schedule;
-  if (finished() || step_ < start_step_ || (step_ - start_step_) % s.step_interval != 0) {
+  if (finished() || step < start_step_ || (step - start_step_) % s.step_interval != 0) {
     return false;
   }
   const auto& ranks = config_.output.module_ranks;
@@ -238,11 +241,14 @@ void TrainerMonitor::before_step(const std::vector<StepParameter>& params,
     for (const StepParameter& p : params) {
       if (!p.in_state) continue;
       const auto of = [this](const at::Tensor& t) {
-        return t.defined() ? values_of(t) : missing_values();
+        if (!t.defined()) return missing_values();
+        std::optional<std::vector<MonitorValue>> ahead = moments_ahead_->take(t);
+        return ahead ? std::move(*ahead) : values_of(t);
       };
       tables_.exp_avg.put(p.name, of(p.exp_avg));
       tables_.exp_avg_sq.put(p.name, of(p.exp_avg_sq));
     }
+    moments_ahead_->forget();
   }
   if (config_.families.param_distribution) {
     for (const StepParameter& p : params) {
@@ -277,35 +283,43 @@ void TrainerMonitor::put_mg_direction(const std::vector<StepParameter>& params) 
 }
 
 void TrainerMonitor::after_step(const std::vector<StepParameter>& params) {
-  if (!config_.families.param_distribution) return;
-  for (const StepParameter& p : params) {
-    if (p.param.numel() != 0) tables_.param_updated.put(p.name, values_of(p.param));
+  if (config_.families.param_distribution) {
+    for (const StepParameter& p : params) {
+      if (p.param.numel() != 0) tables_.param_updated.put(p.name, values_of(p.param));
+    }
+  }
+  // The next step's moments are this step's result: read while the next step's forward runs.
+  if (moments_ahead_ && written_steps_ + 1 < config_.schedule.collect_times &&
+      collects_at(step_ + 1)) {
+    moments_ahead_->read_ahead(params);
   }
 }
 
-std::function<void()> TrainerMonitor::table_job(const std::string& prefix,
-                                                const MonitorRowTable& table) {
+std::function<void()> TrainerMonitor::table_job(const std::string& prefix, MonitorRowTable table) {
   if (table.empty() || run_folder_.empty()) return nullptr;
   if (alerting_.on()) alerting_.scan(prefix, table, step_);
-  if (!events_file_.empty()) return events_job(prefix, table);
+  if (!events_file_.empty()) return events_job(prefix, std::move(table));
   const bool micro_step = prefix == "actv" || prefix == "actv_grad" ||
                           (prefix == "grad_unreduced" && config_.families.monitor_mbs_grad);
-  // The text is made by the write thread: the step hands over its rows and goes on.
-  return csv_job(prefix, micro_step, [rows = table.rows(step_)](int ndigits) {
-    return monitor_csv_rows(rows, ndigits);
+  // The rows and their text are made by the write thread: the step hands over its table and
+  // goes on.
+  return csv_job(prefix, micro_step, [table = std::move(table), step = step_](int ndigits) {
+    return monitor_csv_rows(table.rows(step), ndigits);
   });
 }
 
 std::function<void()> TrainerMonitor::csv_job(const std::string& prefix, bool micro_step,
                                               std::function<std::string(int)> rows_text) {
-  const std::string path =
-      (std::filesystem::path(run_folder_) /
-       monitor_csv_name(prefix, step_, config_.schedule.step_count_per_record))
-          .string();
-  std::vector<std::string> op_names;
-  for (MonitorOp op : config_.output.ops) op_names.emplace_back(monitor_op_name(op));
-  return [this, path, header = monitor_csv_header(micro_step, op_names),
-          rows_text = std::move(rows_text), ndigits = config_.output.ndigits] {
+  // The file's path and header too are made by the write thread, from what is known now.
+  return [this, prefix, micro_step, step = step_, rows_text = std::move(rows_text)] {
+    const std::string path =
+        (std::filesystem::path(run_folder_) /
+         monitor_csv_name(prefix, step, config_.schedule.step_count_per_record))
+            .string();
+    std::vector<std::string> op_names;
+    for (MonitorOp op : config_.output.ops) op_names.emplace_back(monitor_op_name(op));
+    const std::string header = monitor_csv_header(micro_step, op_names);
+    const int ndigits = config_.output.ndigits;
     std::error_code ec;
     const bool is_new = !std::filesystem::exists(path, ec);
     std::ofstream out(path, std::ios::app | std::ios::binary);
@@ -317,13 +331,14 @@ std::function<void()> TrainerMonitor::csv_job(const std::string& prefix, bool mi
 }
 
 std::function<void()> TrainerMonitor::events_job(const std::string& prefix,
-                                                 const MonitorRowTable& table) {
+                                                 MonitorRowTable table) {
   const double now = std::chrono::duration<double>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
   const std::string tail =
       "/rank" + std::to_string(rank_ < 0 ? 0 : rank_) + "/" + monitor_family_tag(prefix);
-  return [this, bytes = monitor_event_records(table, tail, config_.output.ops, step_, now)] {
+  return [this, table = std::move(table), tail, step = step_, now] {
+    const std::string bytes = monitor_event_records(table, tail, config_.output.ops, step, now);
     std::ofstream out(events_file_, std::ios::app | std::ios::binary);
     out << bytes;
     out.flush();
@@ -361,8 +376,8 @@ void TrainerMonitor::end_step() {
     ++written_steps_;
     // One job for the step's files: each hand-over to the write thread costs a wake-up.
     std::vector<std::function<void()>> jobs;
-    const auto add = [&](const std::string& prefix, const MonitorRowTable& table) {
-      if (auto job = table_job(prefix, table)) jobs.push_back(std::move(job));
+    const auto add = [&](const std::string& prefix, MonitorRowTable table) {
+      if (auto job = table_job(prefix, std::move(table))) jobs.push_back(std::move(job));
     };
     hook_rows_->take(add);
     add("grad_reduced", tables_.grad_reduced);
@@ -371,7 +386,7 @@ void TrainerMonitor::end_step() {
     add("param_origin", tables_.param_origin);
     add("param_updated", tables_.param_updated);
     if (tables_.collectives.empty()) {
-      add("other", tables_.other);
+      add("other", std::move(tables_.other));
     } else if (auto job = other_job()) {
       jobs.push_back(std::move(job));
     }

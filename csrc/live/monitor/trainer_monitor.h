@@ -30,21 +30,13 @@
 #include "live/monitor/monitor_alerting.h"
 #include "live/monitor/monitor_collectives.h"
 #include "live/monitor/monitor_stacks.h"
+#include "live/monitor/moment_prefetch.h"
 #include "live/monitor/monitor_stats.h"
+#include "live/monitor/step_parameter.h"
 #include "live/session/task_processor.h"
 #include "live/session/write_thread.h"
 
 namespace msprobe {
-
-// A watched parameter at an optimizer step, as the step wrapper forwards it.
-struct StepParameter {
-  std::string name;  // "0:fc1.weight": the model chunk (msprobe's vpp stage), then the name
-  at::Tensor param;
-  at::Tensor grad;        // undefined: the parameter has none
-  bool in_state = false;  // the optimizer keeps state for it
-  at::Tensor exp_avg;     // undefined where the state has none
-  at::Tensor exp_avg_sq;
-};
 
 class TrainerMonitor final : public TaskProcessor {
  public:
@@ -83,7 +75,16 @@ class TrainerMonitor final : public TaskProcessor {
   // Whether stack_info.csv is still to be written: its hooks are wanted until then.
   bool stacks_pending() const { return stacks_ && stacks_->pending(); }
   // Whether the current step is written.
-  bool collects() const;
+  bool collects() const { return collects_at(step_); }
+  // What before_step reads of each parameter: its gradient, its optimizer's moments, the
+  // parameter itself; and whether after_step reads anything (param_distribution).
+  bool reads_grads() const { return config_.families.wg_distribution || config_.families.mg_direction; }
+  bool reads_moments() const {
+    return config_.families.mv_distribution || config_.families.mg_direction;
+  }
+  bool reads_after_step() const {
+    return config_.families.param_distribution || moments_ahead_ != nullptr;
+  }
   // Before the optimizer's step: grad_reduced, exp_avg and exp_avg_sq (where the optimizer has
   // state at all), param_origin. `params` in the model's order.
   void before_step(const std::vector<StepParameter>& params, bool optimizer_has_state);
@@ -108,16 +109,17 @@ class TrainerMonitor final : public TaskProcessor {
   void drain();
 
  private:
+  bool collects_at(int64_t step) const;
   std::vector<MonitorValue> values_of(const at::Tensor& t) const;
   std::vector<MonitorValue> missing_values() const;
   // What writes `table`'s rows of this step, to be run by the write thread (null: nothing).
-  std::function<void()> table_job(const std::string& prefix, const MonitorRowTable& table);
+  std::function<void()> table_job(const std::string& prefix, MonitorRowTable table);
   void failed(const std::string& why);
   void write_anomalies();
   void put_mg_direction(const std::vector<StepParameter>& params);
   void start_events();
   std::string earlier_run_folder(int rank) const;
-  std::function<void()> events_job(const std::string& prefix, const MonitorRowTable& table);
+  std::function<void()> events_job(const std::string& prefix, MonitorRowTable table);
   std::function<void()> other_job();
   // The job appending this step's rows of `prefix` to its CSV (the header first into a new
   // file); `rows_text(ndigits)` makes their text on the write thread.
@@ -151,6 +153,7 @@ class TrainerMonitor final : public TaskProcessor {
   MonitorAlerting alerting_;
   const std::shared_ptr<MonitorStacks> stacks_;  // stack_info, else null
   const std::shared_ptr<MonitorCollectives> collectives_;  // cc_distribution, else null
+  const std::unique_ptr<MomentPrefetch> moments_ahead_;      // mv_distribution, else null
   std::vector<std::shared_ptr<void>> grad_hooks_;  // on_accumulated_grad's tokens
   std::mutex failed_mu_;
   std::vector<std::string> failed_;  // the write thread's errors, said by the training thread
