@@ -67,10 +67,13 @@ void bind_monitor_parts(py::module_& m) {
         "task_processor.");
 }
 
+void bind_monitor_steps(py::class_<TrainerMonitor, TaskProcessor, std::shared_ptr<TrainerMonitor>>& c);
+
 void bind_monitor(py::module_& m) {
   bind_monitor_parts(m);
-  py::class_<TrainerMonitor, TaskProcessor, std::shared_ptr<TrainerMonitor>>(
-      m, "TrainerMonitor", "TrainerMon: msprobe's training monitor, step by step.")
+  py::class_<TrainerMonitor, TaskProcessor, std::shared_ptr<TrainerMonitor>> monitor(
+      m, "TrainerMonitor", "TrainerMon: msprobe's training monitor, step by step.");
+  monitor
       .def("begin", &TrainerMonitor::begin, py::arg("first_step"), py::arg("rank"),
            py::arg("micro_steps"), py::arg("starts_now") = false, py::arg("run_folder") = "",
            "set_monitor(): the first step's number, this rank (-1: not distributed), "
@@ -102,18 +105,24 @@ void bind_monitor(py::module_& m) {
            "stack_info: the forward hook recording module <name>'s call stack, else None.")
       .def_property_readonly("stacks_pending", &TrainerMonitor::stacks_pending,
                              "stack_info.csv is still to be written.")
-      .def("collects", &TrainerMonitor::collects, "Whether the current step is written.")
-      .def_property_readonly("reads_grads", &TrainerMonitor::reads_grads,
-                             "before_step reads the parameters' gradients.")
-      .def_property_readonly("reads_moments", &TrainerMonitor::reads_moments,
-                             "before_step reads the optimizer's moments.")
-      .def_property_readonly("reads_after_step", &TrainerMonitor::reads_after_step,
-                             "after_step reads the parameters (param_distribution).")
       .def("stops_run", &TrainerMonitor::stops_run,
            "At an optimizer step: the text of msprobe's exception that ends the run "
            "(print_struct, cc_log_only), else \"\".")
       .def_property_readonly("collectives", &TrainerMonitor::collectives,
-                             "cc_distribution's wrappers of the collectives, else None.")
+                             "cc_distribution's wrappers of the collectives, else None.");
+  bind_monitor_steps(monitor);
+}
+
+// The step wrapper's calls, in their order at each optimizer step.
+void bind_monitor_steps(py::class_<TrainerMonitor, TaskProcessor, std::shared_ptr<TrainerMonitor>>& c) {
+  c.def(
+       "step_reads",
+       [](const TrainerMonitor& t) {
+         const TrainerMonitor::StepReads r = t.step_reads();
+         return py::make_tuple(r.collects, r.grads, r.moments, r.after_step);
+       },
+       "(collects, grads, moments, after_step): whether this step is written; whether "
+       "before_step reads the gradients and the optimizer's moments; whether to call after_step.")
       .def(
           "before_step",
           [](TrainerMonitor& t, const std::vector<py::tuple>& params, bool has_state) {

@@ -226,13 +226,12 @@ class TrainerMon:
         stop = watching.stops_run()
         if stop:  # print_struct and cc_log_only end the run, with msprobe's words
             raise Exception(stop)
-        collects = watching.collects()
+        collects, grads, moments, after_step = watching.step_reads()
         if collects:
-            watching.before_step(self._step_parameters(watching.reads_grads, watching.reads_moments),
-                                 self._optimizer.has_state())
+            watching.before_step(self._step_parameters(grads, moments), self._optimizer.has_state())
         out = original(*args, **kwargs)
-        if collects and watching.reads_after_step:  # param_distribution; the next moments read ahead
-            watching.after_step(self._step_parameters(False, watching.reads_moments))
+        if collects and after_step:  # param_distribution; the next step's moments read ahead
+            watching.after_step(self._step_parameters(False, moments))
         watching.end_step()
         if self._stack_handles and not watching.stacks_pending:
             for handle in self._stack_handles:

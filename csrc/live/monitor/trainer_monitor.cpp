@@ -79,7 +79,7 @@ void TrainerMonitor::begin(int64_t first_step, int rank, int64_t micro_steps, bo
   start_step_ = starts_now ? first_step : config_.schedule.start_step;
   rank_ = rank;
   hook_rows_->set_micro_steps(micro_steps);
-  hook_rows_->set_collecting(collects());
+  hook_rows_->set_collecting(collects_at(step_));
   // msprobe makes its writer, and the run's folder, only on the ranks that write.
   const auto& ranks = config_.output.module_ranks;
   if (!ranks.empty() && std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) return;
@@ -195,6 +195,13 @@ pybind11::object TrainerMonitor::stack_hook(int vpp_stage, const std::string& na
   return stacks_->hook(std::to_string(vpp_stage) + ":" + shown);
 }
 
+TrainerMonitor::StepReads TrainerMonitor::step_reads() const {
+  const MonitorFamilies& f = config_.families;
+  return {collects_at(step_), f.wg_distribution || f.mg_direction,
+          f.mv_distribution || f.mg_direction,
+          f.param_distribution || moments_ahead_ != nullptr};
+}
+
 bool TrainerMonitor::collects_at(int64_t step) const {
   const MonitorSchedule& s = config_.schedule;
   if (finished() || step < start_step_ || (step - start_step_) % s.step_interval != 0) {
@@ -227,8 +234,8 @@ void TrainerMonitor::before_step(const std::vector<StepParameter>& params,
   tables_.exp_avg.clear();
   tables_.exp_avg_sq.clear();
   const bool moments = config_.families.mv_distribution || config_.families.mg_direction;
-  if (moments && !optimizer_has_state && !said_no_state_) {
-    said_no_state_ = true;  // msprobe's line, said once: Adam has no state before its first step
+  if (moments && !optimizer_has_state && !said_.no_state) {
+    said_.no_state = true;  // msprobe's line, said once: Adam has no state before its first step
     say_warning("optimizer state can not accessed");
   }
   if (config_.families.mv_distribution) {
@@ -372,7 +379,7 @@ void TrainerMonitor::append(const std::string& path, std::string bytes) {
 }
 
 void TrainerMonitor::end_step() {
-  if (collects()) {
+  if (collects_at(step_)) {
     ++written_steps_;
     // One job for the step's files: each hand-over to the write thread costs a wake-up.
     std::vector<std::function<void()>> jobs;
@@ -405,7 +412,7 @@ void TrainerMonitor::end_step() {
     hook_rows_->reset_calls();
   }
   ++step_;
-  hook_rows_->set_collecting(collects());
+  hook_rows_->set_collecting(collects_at(step_));
   if (finished()) grad_hooks_.clear();  // msprobe removes its hooks after collect_times steps
   say_failures();
 }
@@ -418,7 +425,7 @@ void TrainerMonitor::write_anomalies() {
   const std::shared_ptr<Session> guarded = current_session();
   if (guarded && guarded->config().task == Task::OverflowCheck) {
     guarded->guard().flag_for_monitor(alert);
-  } else if (!std::exchange(said_no_guard_, true)) {
+  } else if (!std::exchange(said_.no_guard, true)) {
     say_warning(config_.source + ": alert.dump_step_on: no PrecisionDebugger of task "
                 "overflow_check is running: its alerts flag no dump");
   }

@@ -75,16 +75,14 @@ class TrainerMonitor final : public TaskProcessor {
   // Whether stack_info.csv is still to be written: its hooks are wanted until then.
   bool stacks_pending() const { return stacks_ && stacks_->pending(); }
   // Whether the current step is written.
-  bool collects() const { return collects_at(step_); }
-  // What before_step reads of each parameter: its gradient, its optimizer's moments, the
-  // parameter itself; and whether after_step reads anything (param_distribution).
-  bool reads_grads() const { return config_.families.wg_distribution || config_.families.mg_direction; }
-  bool reads_moments() const {
-    return config_.families.mv_distribution || config_.families.mg_direction;
-  }
-  bool reads_after_step() const {
-    return config_.families.param_distribution || moments_ahead_ != nullptr;
-  }
+  // At an optimizer step: whether it is written, and what the step wrapper hands over.
+  struct StepReads {
+    bool collects;    // the step is written
+    bool grads;       // before_step reads the gradients (wg_distribution, mg_direction)
+    bool moments;     // ... and the optimizer's moments (mv_distribution, mg_direction)
+    bool after_step;  // after_step is called (param_distribution; moments read ahead)
+  };
+  StepReads step_reads() const;
   // Before the optimizer's step: grad_reduced, exp_avg and exp_avg_sq (where the optimizer has
   // state at all), param_origin. `params` in the model's order.
   void before_step(const std::vector<StepParameter>& params, bool optimizer_has_state);
@@ -139,8 +137,10 @@ class TrainerMonitor final : public TaskProcessor {
   int64_t start_step_ = 0;  // the config's start_step, or the step dynamic_on started it at
   int rank_ = -1;
   int64_t written_steps_ = 0;
-  bool said_no_state_ = false;
-  bool said_no_guard_ = false;  // alert.dump_step_on without a guard, said once
+  struct Said {
+    bool no_state = false;  // "optimizer state can not accessed", once
+    bool no_guard = false;  // alert.dump_step_on without a guard, once
+  } said_;
   // msprobe never clears its gradient rows: a name not refreshed in a step is written again
   // with its last values. The others are this step's.
   struct StepTables {
