@@ -7,6 +7,8 @@ monitor, on the same models, seed and batches. Run in the torch 2.13 venv, where
     ... bench/monitor_overhead.py --models tinygpt,hf_llama_tiny --rounds 5 --steps 20
     ... bench/monitor_overhead.py --profile hf_llama_tiny      # cProfile of our timed steps, top 15
                                                                # by cumulative and by own time
+    ... bench/monitor_overhead.py --configs ours --monitor-config '{"xy_distribution": true}'
+                                                               # one family's cost (file checks off)
 
 Models: TinyGPT (examples/tinygpt.py via tests/python/models.py: 4 blocks, d=64, seq 32, batch
 8); the real-model zoo's tiny HF llama and gpt2 (tests/python/real_models.py: hidden 32, 2
