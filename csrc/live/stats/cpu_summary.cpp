@@ -30,8 +30,11 @@ struct Lanes {
   double sum[N], sumsq[N], max[N], min[N];
 };
 
+// Inlined into each scan, so that it is compiled for the scan's own instruction set: called from
+// an AVX-512 clone, an out-of-line copy in the default set's SSE cost more than a small
+// tensor's whole scan (perf: 85 % of its samples on its first load).
 template <int N>
-Moments fold(const Lanes<N>& l) {
+__attribute__((always_inline)) inline Moments fold(const Lanes<N>& l) {
   Moments m;
   for (int k = 0; k < N; ++k) {
     m.sum += l.sum[k];
