@@ -16,8 +16,10 @@ constexpr double kPosInf = std::numeric_limits<double>::infinity();
 
 // One branch-free pass: counts of NaN, +inf and -inf, and the extremes of the finite elements
 // (a mask's tensor is half -inf: branches on the value would mispredict at every element).
+// Inlined, so that the AVX-512 clone's tail is its own code (cpu_summary.cpp's fold: an
+// out-of-line call into the default instruction set paid the AVX-to-SSE transition).
 template <typename T>
-NonFiniteFacts scan_nonfinite_scalar(const T* p, int64_t n) {
+__attribute__((always_inline)) inline NonFiniteFacts scan_nonfinite_scalar(const T* p, int64_t n) {
   int64_t nan = 0, posinf = 0, neginf = 0;
   double hi = -kPosInf, lo = kPosInf;
   for (int64_t i = 0; i < n; ++i) {
