@@ -4,6 +4,7 @@
 // producer instead of filling memory; post() says when it had to wait, for its caller to tell.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -17,6 +18,16 @@
 
 namespace msprobe {
 
+// How an idle thread waits for its next job. Waking a thread that sleeps costs the thread that
+// wakes it a futex call, and on a virtual machine an interrupt to the idle core: about 40 us
+// of the training thread's time per step, measured (docs/decisions.md). A polling thread
+// looks for jobs every `interval` itself while jobs keep coming (`linger` after the last),
+// and post() wakes it only once it has gone to sleep. Zero interval: post() always wakes it.
+struct JobPolling {
+  std::chrono::microseconds interval{0};
+  std::chrono::milliseconds linger{0};
+};
+
 class JobThread {
  public:
   // Made on the thread when it starts, kept while it runs (a thread-local setting's guard).
@@ -25,7 +36,7 @@ class JobThread {
   using ErrorSink = std::function<void(const std::string&)>;
 
   // `waiting`: how many jobs may wait beside the running one (at least 1).
-  JobThread(size_t waiting, ThreadGuard guard, ErrorSink on_error);
+  JobThread(size_t waiting, ThreadGuard guard, ErrorSink on_error, JobPolling polling = {});
   ~JobThread();  // runs every job handed over, then ends the thread
   JobThread(const JobThread&) = delete;
   JobThread& operator=(const JobThread&) = delete;
@@ -38,18 +49,25 @@ class JobThread {
   void drain();
   // Jobs queued or running now.
   size_t pending();
+  // How many times post() woke the thread from its sleep.
+  size_t wakeups();
 
  private:
   void run();
+  // Returns with the lock held, once there is a job or the thread is ending.
+  void wait_for_job(std::unique_lock<std::mutex>& lock);
 
   const size_t waiting_;
   const ThreadGuard guard_;
   const ErrorSink on_error_;
+  const JobPolling polling_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::deque<std::function<void()>> jobs_;
   bool running_job_ = false;
   bool ending_ = false;
+  bool asleep_ = false;  // waiting with no timeout: only a post() or the end wakes it
+  size_t wakeups_ = 0;
   std::thread thread_;  // started by the first post()
   pid_t owner_ = 0;     // the process that started it
 };

@@ -67,6 +67,30 @@ TEST(JobThread, AtMostWaitingJobsWaitAndTheNextPostWaitsForRoomAndSaysSo) {
   EXPECT_EQ(done, (std::vector<int>{0, 1, 2, 3, 4}));
 }
 
+TEST(JobThread, APollingThreadIsWokenOnlyOnceItHasGoneToSleep) {
+  std::atomic<int> done{0};
+  JobThread jobs(2, nullptr, nullptr,
+                 JobPolling{std::chrono::microseconds(500), std::chrono::milliseconds(2000)});
+  jobs.post([&] { ++done; });  // starts the thread: nothing to wake
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    jobs.post([&] { ++done; });
+  }
+  jobs.drain();
+  EXPECT_EQ(done.load(), 21);
+  EXPECT_EQ(jobs.wakeups(), 0u) << "posts while the thread polled woke it";
+
+  JobThread brief(2, nullptr, nullptr,
+                  JobPolling{std::chrono::microseconds(500), std::chrono::milliseconds(5)});
+  brief.post([&] { ++done; });
+  brief.drain();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // past its linger: asleep
+  brief.post([&] { ++done; });
+  brief.drain();
+  EXPECT_EQ(done.load(), 23);
+  EXPECT_EQ(brief.wakeups(), 1u);
+}
+
 TEST(JobThread, TheDestructorRunsEveryJobHandedOver) {
   std::vector<int> done;
   {

@@ -1,5 +1,6 @@
 #include "live/session/write_thread.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -14,6 +15,9 @@ WriteThread::WriteThread(size_t waiting)
           [] { return std::make_shared<QueuedLinesOnly>(); },
           [](const std::string& what) {
             say(LogLevel::Error, "msprobe_cpp: a step's dump could not be written: " + what);
-          }) {}
+          },
+          // A job a step: the thread looks for the next itself, so that handing it over costs
+          // the training thread no wake-up while steps keep coming.
+          JobPolling{std::chrono::microseconds(1000), std::chrono::milliseconds(500)}) {}
 
 }  // namespace msprobe
