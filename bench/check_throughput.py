@@ -42,6 +42,26 @@ def tensor(rng: random.Random, anomalous: bool = False) -> dict:
 
 
 ANOMALOUS = [0.001]  # the share of records with an anomalous output (--anomalous)
+LAYOUT = ["plain"]  # --layout
+
+
+def nested(rng: random.Random, depth: int) -> object:
+    """A deeply nested argument, as a module that takes a structure of tensors gets one: lists of
+    lists and dicts down to `depth`, tensors and scalars at each level."""
+    if depth == 0:
+        return tensor(rng)
+    inner = [nested(rng, depth - 1) for _ in range(2)]
+    if rng.random() < 0.3:
+        return {f"k{i}": v for i, v in enumerate(inner)}
+    return inner + [{"type": "int", "value": rng.randrange(100)}]
+
+
+def arguments(rng: random.Random) -> list:
+    if LAYOUT[0] == "lists":  # torch.cat and the _foreach_ ops: one argument, a long list of tensors
+        return [[tensor(rng) for _ in range(rng.randrange(16, 65))]]
+    if LAYOUT[0] == "nested":
+        return [nested(rng, rng.randrange(4, 7))]
+    return [tensor(rng) for _ in range(rng.choice([1, 2, 3]))]
 
 
 def record(rng: random.Random, name: str, n: int, backward: bool) -> tuple:
@@ -49,7 +69,7 @@ def record(rng: random.Random, name: str, n: int, backward: bool) -> tuple:
     if backward:
         return f"{name}.{n}.backward", {"input": [tensor(rng)],
                                           "output": [tensor(rng, anomalous), tensor(rng)]}
-    args = [tensor(rng) for _ in range(rng.choice([1, 2, 3]))]
+    args = arguments(rng)
     if rng.random() < 0.3:
         args.append({"type": "float", "value": rng.uniform(-2, 2)})
     kwargs = {}
@@ -149,6 +169,9 @@ def main() -> None:
     ap.add_argument("--anomalous", type=float, default=0.001,
                     help="share of records with an anomalous output (0.15: ~36 MB of findings in 600 MB)")
     ap.add_argument("--format", default="json", choices=("json", "text"))
+    ap.add_argument("--layout", default="plain", choices=("plain", "lists", "nested"),
+                    help="the calls' arguments: 1-3 tensors; a list of 16-64 tensors (torch.cat, "
+                         "_foreach_); a structure of lists and dicts 4-6 deep")
     ap.add_argument("--bin", default=str(ROOT / "build" / "bin" / "msprobe-cpp"))
     ap.add_argument("--from-model", help="a real-model zoo name: check its own dump, not a generated one")
     ap.add_argument("--level", default="mix", help="--from-model: the dump's level")
@@ -159,6 +182,7 @@ def main() -> None:
         check_model_dump(args)
         return
     ANOMALOUS[0] = args.anomalous
+    LAYOUT[0] = args.layout
     if args.generate_to:
         print(generate(pathlib.Path(args.generate_to), args.calls, int(args.gb * 1e9)))
         return
@@ -167,7 +191,8 @@ def main() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         calls = subprocess.run([sys.executable, __file__, "--calls", str(args.calls), "--gb", str(args.gb),
-                                "--anomalous", str(args.anomalous), "--generate-to", str(path)],
+                                "--anomalous", str(args.anomalous), "--layout", args.layout,
+                                "--generate-to", str(path)],
                                check=True, capture_output=True, text=True).stdout
         size = path.stat().st_size
         print(f"generated {calls.strip()} calls, {size / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s")

@@ -71,7 +71,7 @@ bool JsonCursor::fill(size_t at) {
   const size_t keep = std::min({pos_, pin_, end_});
   if (keep > base_) {
     base_position_.advance(data_, data_ + (keep - base_));
-    buf_.erase(0, keep - base_);
+    buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(keep - base_));
     base_ = keep;
   }
   while (end_ <= at && !eof_) {

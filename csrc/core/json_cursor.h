@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/byte_buffer.h"
 #include "core/record.h"
 #include "core/text_file.h"
 
@@ -140,7 +141,7 @@ class JsonCursor {
   ReadFn read_;  // empty for text in memory
   size_t chunk_ = 0;
   bool eof_ = false;
-  std::string buf_;
+  ByteBuffer buf_;
   TextPosition base_position_;  // of base_, counted as text is discarded
 };
 
