@@ -67,7 +67,45 @@ void bind_monitor_parts(py::module_& m) {
         "task_processor.");
 }
 
-void bind_monitor_steps(py::class_<TrainerMonitor, TaskProcessor, std::shared_ptr<TrainerMonitor>>& c);
+// The step wrapper's calls, in their order at each optimizer step.
+void bind_monitor_steps(py::class_<TrainerMonitor, TaskProcessor, std::shared_ptr<TrainerMonitor>>& c) {
+  c.def(
+       "step_reads",
+       [](const TrainerMonitor& t) {
+         const TrainerMonitor::StepReads r = t.step_reads();
+         return py::make_tuple(r.collects, r.grads, r.moments, r.after_step);
+       },
+       "(collects, grads, moments, after_step): whether this step is written; whether "
+       "before_step reads the gradients and the optimizer's moments; whether to call after_step.")
+      .def(
+          "before_step",
+          [](TrainerMonitor& t, const std::vector<py::tuple>& params, bool has_state) {
+            ReentryGuard unhooked;
+            t.before_step(step_parameters(params), has_state);
+          },
+          py::arg("params"), py::arg("optimizer_has_state"),
+          "Before the optimizer's step: [(name, param, grad, in_state, exp_avg, exp_avg_sq)].")
+      .def(
+          "after_step",
+          [](TrainerMonitor& t, const std::vector<py::tuple>& params) {
+            ReentryGuard unhooked;
+            t.after_step(step_parameters(params));
+          },
+          py::arg("params"), "After the optimizer's step: the same list.")
+      .def("end_step", &TrainerMonitor::end_step, "The step's files handed over; the next step.")
+      .def_property_readonly("step", &TrainerMonitor::step, "The current step's number.")
+      .def_property_readonly("finished", &TrainerMonitor::finished,
+                             "collect_times steps were written.")
+      .def_property_readonly("run_folder", &TrainerMonitor::run_folder,
+                             "<output root>/<time>-rank<R>-<id>, or \"\" where nothing is written.")
+      .def(
+          "drain",
+          [](TrainerMonitor& t) {
+            PythonCrossing::WithoutGil waits;  // for the write thread, which never takes it
+            t.drain();
+          },
+          "Returns once every step handed over is on disk.");
+}
 
 void bind_monitor(py::module_& m) {
   bind_monitor_parts(m);
@@ -111,46 +149,6 @@ void bind_monitor(py::module_& m) {
       .def_property_readonly("collectives", &TrainerMonitor::collectives,
                              "cc_distribution's wrappers of the collectives, else None.");
   bind_monitor_steps(monitor);
-}
-
-// The step wrapper's calls, in their order at each optimizer step.
-void bind_monitor_steps(py::class_<TrainerMonitor, TaskProcessor, std::shared_ptr<TrainerMonitor>>& c) {
-  c.def(
-       "step_reads",
-       [](const TrainerMonitor& t) {
-         const TrainerMonitor::StepReads r = t.step_reads();
-         return py::make_tuple(r.collects, r.grads, r.moments, r.after_step);
-       },
-       "(collects, grads, moments, after_step): whether this step is written; whether "
-       "before_step reads the gradients and the optimizer's moments; whether to call after_step.")
-      .def(
-          "before_step",
-          [](TrainerMonitor& t, const std::vector<py::tuple>& params, bool has_state) {
-            ReentryGuard unhooked;
-            t.before_step(step_parameters(params), has_state);
-          },
-          py::arg("params"), py::arg("optimizer_has_state"),
-          "Before the optimizer's step: [(name, param, grad, in_state, exp_avg, exp_avg_sq)].")
-      .def(
-          "after_step",
-          [](TrainerMonitor& t, const std::vector<py::tuple>& params) {
-            ReentryGuard unhooked;
-            t.after_step(step_parameters(params));
-          },
-          py::arg("params"), "After the optimizer's step: the same list.")
-      .def("end_step", &TrainerMonitor::end_step, "The step's files handed over; the next step.")
-      .def_property_readonly("step", &TrainerMonitor::step, "The current step's number.")
-      .def_property_readonly("finished", &TrainerMonitor::finished,
-                             "collect_times steps were written.")
-      .def_property_readonly("run_folder", &TrainerMonitor::run_folder,
-                             "<output root>/<time>-rank<R>-<id>, or \"\" where nothing is written.")
-      .def(
-          "drain",
-          [](TrainerMonitor& t) {
-            PythonCrossing::WithoutGil waits;  // for the write thread, which never takes it
-            t.drain();
-          },
-          "Returns once every step handed over is on disk.");
 }
 
 }  // namespace

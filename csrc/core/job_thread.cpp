@@ -37,10 +37,8 @@ bool JobThread::post(std::function<void()> job) {
   const bool waited = jobs_.size() >= waiting_;
   changed_.wait(lock, [&] { return jobs_.size() < waiting_; });
   jobs_.push_back(std::move(job));
-  if (polling_.interval.count() == 0 || asleep_) {
-    wakeups_ += asleep_ ? 1 : 0;
-    changed_.notify_all();
-  }
+  if (asleep_) ++wakeups_;
+  if (asleep_ || polling_.interval.count() == 0) changed_.notify_all();
   return waited;
 }
 

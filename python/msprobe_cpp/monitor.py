@@ -244,7 +244,7 @@ class TrainerMon:
         return out
 
     def _step_parameters(self, grads: bool, moments: bool) -> list:
-        # Only what the monitor reads: its C++ side says which (reads_grads, reads_moments).
+        # Only what the monitor reads: its C++ side says which (step_reads()).
         return self._optimizer.parameters(self._params, grads, moments) if self._optimizer is not None else []
 
     def drain(self) -> None:

@@ -27,10 +27,10 @@
 #include "core/monitor_names.h"
 #include "core/monitor_row_table.h"
 #include "live/monitor/hook_rows.h"
+#include "live/monitor/moment_prefetch.h"
 #include "live/monitor/monitor_alerting.h"
 #include "live/monitor/monitor_collectives.h"
 #include "live/monitor/monitor_stacks.h"
-#include "live/monitor/moment_prefetch.h"
 #include "live/monitor/monitor_stats.h"
 #include "live/monitor/step_parameter.h"
 #include "live/session/task_processor.h"
@@ -74,7 +74,6 @@ class TrainerMonitor final : public TaskProcessor {
   pybind11::object stack_hook(int vpp_stage, const std::string& name);
   // Whether stack_info.csv is still to be written: its hooks are wanted until then.
   bool stacks_pending() const { return stacks_ && stacks_->pending(); }
-  // Whether the current step is written.
   // At an optimizer step: whether it is written, and what the step wrapper hands over.
   struct StepReads {
     bool collects;    // the step is written
