@@ -25,7 +25,7 @@ std::string monitor_event_records(const MonitorRowTable& table, const std::strin
                            : v.kind == MonitorValue::Kind::Real  ? v.real
                                                                  : std::nan("");
       out += tensorboard_scalar_record(
-          table.tags()[i] + tag_tail + "_" + monitor_op_name(ops[k]), static_cast<float>(value),
+          table.tag(i) + tag_tail + "_" + monitor_op_name(ops[k]), static_cast<float>(value),
           step, wall_time);
     }
   }

@@ -1,6 +1,7 @@
 #include "core/monitor_row_table.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace msprobe {
 namespace {
@@ -24,21 +25,59 @@ MonitorRow row_of(const std::string& tag, int64_t step, std::vector<MonitorValue
 
 }  // namespace
 
+uint32_t MonitorRowTable::place_of(const std::string& tag) {
+  const auto known = tags_->index.find(std::string_view(tag));
+  if (known != tags_->index.end()) return known->second;
+  if (tags_.use_count() > 1) {
+    // A copy (on the write thread) reads these: append to a copy of our own. A count that the
+    // copy's owner is lowering as we read it only makes this copy unneeded, never unsafe.
+    auto own = std::make_shared<Tags>();
+    own->names.reserve(tags_->names.size() + 1);
+    for (const auto& name : tags_->names) {
+      own->names.push_back(std::make_unique<const std::string>(*name));
+      own->index.emplace(*own->names.back(), static_cast<uint32_t>(own->names.size() - 1));
+    }
+    tags_ = std::move(own);
+  }
+  const auto place = static_cast<uint32_t>(tags_->names.size());
+  tags_->names.push_back(std::make_unique<const std::string>(tag));
+  tags_->index.emplace(*tags_->names.back(), place);
+  slots_.emplace_back();
+  return place;
+}
+
 void MonitorRowTable::put(const std::string& tag, std::vector<MonitorValue> values) {
-  auto [it, added] = values_.insert_or_assign(tag, std::move(values));
-  if (added) tags_.push_back(tag);
+  const uint32_t place = place_of(tag);
+  Slot& slot = slots_[place];
+  if (slot.round != round_) {
+    slot.round = round_;
+    order_.push_back(place);
+  }
+  if (slot.width != values.size()) {  // its first values, or another count of them
+    slot.offset = static_cast<uint32_t>(cells_.size());
+    slot.width = static_cast<uint32_t>(values.size());
+    cells_.resize(cells_.size() + values.size());
+  }
+  std::move(values.begin(), values.end(), cells_.begin() + slot.offset);
 }
 
 std::vector<MonitorRow> MonitorRowTable::rows(int64_t step) const {
   std::vector<MonitorRow> out;
-  out.reserve(tags_.size());
-  for (const std::string& tag : tags_) out.push_back(row_of(tag, step, values_.at(tag)));
+  out.reserve(order_.size());
+  for (const uint32_t place : order_) {
+    const Slot& slot = slots_[place];
+    const auto first = cells_.begin() + slot.offset;
+    out.push_back(row_of(*tags_->names[place], step,
+                         std::vector<MonitorValue>(first, first + slot.width)));
+  }
   return out;
 }
 
+const std::string& MonitorRowTable::tag(size_t i) const { return *tags_->names[order_.at(i)]; }
+
 void MonitorRowTable::clear() {
-  tags_.clear();
-  values_.clear();
+  order_.clear();
+  ++round_;
 }
 
 }  // namespace msprobe

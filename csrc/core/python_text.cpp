@@ -45,12 +45,17 @@ std::string python_float(double x) {
 }
 
 std::string python_int_list(const std::vector<int64_t>& values) {
+  return python_int_list(values.data(), values.size());
+}
+
+std::string python_int_list(const int64_t* values, size_t count) {
   std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     if (i) out += ", ";
     out += std::to_string(values[i]);
   }
-  return out + "]";
+  out += ']';
+  return out;
 }
 
 std::string csv_row(const std::vector<std::string>& fields, const char* line_end) {

@@ -3,6 +3,7 @@
 // of csv.writer's default dialect.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@ namespace msprobe {
 std::string python_float(double x);
 // str(list_of_ints): "[2, 3]", "[]".
 std::string python_int_list(const std::vector<int64_t>& values);
+std::string python_int_list(const int64_t* values, size_t count);
 
 // One CSV row as Python's csv.writer writes it (excel dialect): fields joined by ',', a field
 // holding ',', '"', '\r' or '\n' quoted with its quotes doubled, the row ended by "\r\n"

@@ -27,17 +27,21 @@ int64_t MonitorHookRows::next_micro(std::unordered_map<std::string, int64_t>& co
 void MonitorHookRows::put_slots(MonitorRowTable& table, const std::string& family,
                                 const std::string& name, const char* side, int64_t micro,
                                 const ObservedTensors& slots) {
-  const std::string suffix = ":" + std::to_string(micro);
+  // Built in key_, whose capacity stays: a step makes no string of its own for its rows' tags.
+  std::string& key = key_;
   for (size_t i = 0; i < slots.size(); ++i) {
-    std::string tag = name + "." + side;
-    if (slots.size() > 1) tag += "_" + std::to_string(i);
-    register_call_locked(tag + suffix + "/" + family);
+    key.assign(name).append(".").append(side);
+    if (slots.size() > 1) key.append("_").append(std::to_string(i));
+    key.append(":").append(std::to_string(micro));
+    const size_t tag_size = key.size();
+    key.append("/").append(family);
+    register_call_locked(key);
+    key.resize(tag_size);
     // msprobe fills a slot without a tensor with nan, shape and dtype too.
-    table.put(tag + suffix,
-              slots[i].defined()
-                  ? monitor_values(slots[i], metrics_)
-                  : std::vector<MonitorValue>(metrics_.ops.size(),
-                                              MonitorValue::of_real(std::nan(""))));
+    table.put(key, slots[i].defined()
+                       ? monitor_values(slots[i], metrics_)
+                       : std::vector<MonitorValue>(metrics_.ops.size(),
+                                                   MonitorValue::of_real(std::nan(""))));
   }
 }
 
@@ -65,10 +69,13 @@ void MonitorHookRows::accumulated(const std::string& tag, const at::Tensor& grad
   if (!observing()) return;
   std::vector<MonitorValue> values = monitor_values(grad, metrics_);
   std::lock_guard<std::mutex> lock(mu_);
+  std::string& key = key_;
+  key.assign(tag);
   // monitor_mbs_grad: each micro step's gradient as it stands then, "<tag>:<micro>".
-  const std::string key =
-      per_micro_step_ ? tag + ":" + std::to_string(next_micro(accumulated_micro_, tag)) : tag;
-  register_call_locked(key + "/acc_grad");
+  if (per_micro_step_) key.append(":").append(std::to_string(next_micro(accumulated_micro_, tag)));
+  const size_t tag_size = key.size();
+  register_call_locked(key.append("/acc_grad"));
+  key.resize(tag_size);
   unreduced_.put(key, std::move(values));
 }
 
@@ -78,7 +85,9 @@ void MonitorHookRows::called_from(const std::string& name, const std::string& so
 }
 
 void MonitorHookRows::register_call_locked(const std::string& key) {
-  call_ids_[key] = next_call_id_++;
+  auto it = call_ids_.find(key);
+  if (it == call_ids_.end()) it = call_ids_.emplace(key, CallId{}).first;
+  it->second = {next_call_id_++, calls_round_};
 }
 
 void MonitorHookRows::register_call(const std::string& key) {
@@ -86,15 +95,20 @@ void MonitorHookRows::register_call(const std::string& key) {
   register_call_locked(key);
 }
 
+void MonitorHookRows::register_call(const std::string& name, const char* family) {
+  std::lock_guard<std::mutex> lock(mu_);
+  register_call_locked(key_.assign(name).append(family));
+}
+
 int64_t MonitorHookRows::call_id(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = call_ids_.find(key);
-  return it == call_ids_.end() ? -1 : it->second;
+  return it == call_ids_.end() || it->second.round != calls_round_ ? -1 : it->second.id;
 }
 
 void MonitorHookRows::reset_calls() {
   std::lock_guard<std::mutex> lock(mu_);
-  call_ids_.clear();
+  ++calls_round_;
   next_call_id_ = 0;
 }
 

@@ -55,6 +55,7 @@ class MonitorHookRows final : public ModuleObserver {
   // msprobe's call ids: the order in which the step's tags came ("<tag>/<family>": the forward's
   // and the backward's slots, each accumulation, each optimizer moment), for its anomaly.json.
   void register_call(const std::string& key);
+  void register_call(const std::string& name, const char* family);  // "<name><family>"
   int64_t call_id(const std::string& key) const;  // -1: it did not come
   void reset_calls();
   // Where module "<vpp>:<name>" was first called from; "" if it was not seen.
@@ -71,7 +72,7 @@ class MonitorHookRows final : public ModuleObserver {
       std::lock_guard<std::mutex> lock(mu_);
       for (const std::string& module : module_order_) {
         MonitorRowTable& table = actv_[module];
-        if (!table.empty()) taken.emplace_back("actv", std::move(table));
+        if (!table.empty()) taken.emplace_back("actv", table);  // a copy: the tags stay known
         table.clear();
       }
       if (!actv_grad_.empty()) taken.emplace_back("actv_grad", actv_grad_);
@@ -99,8 +100,15 @@ class MonitorHookRows final : public ModuleObserver {
   std::unordered_map<std::string, MonitorRowTable> actv_;
   std::unordered_map<std::string, int64_t> forward_micro_, backward_micro_, accumulated_micro_;
   MonitorRowTable actv_grad_, unreduced_;
-  std::unordered_map<std::string, int64_t> call_ids_;
-  int64_t next_call_id_ = 0;
+  // Kept across steps, so that a step that registers the keys the last one did allocates
+  // nothing: an id counts only if registered since the last reset_calls().
+  struct CallId {
+    int64_t id = -1;
+    int64_t round = -1;
+  };
+  std::unordered_map<std::string, CallId> call_ids_;
+  int64_t next_call_id_ = 0, calls_round_ = 0;
+  std::string key_;  // the key being built, its capacity kept (guarded by mu_)
   std::map<std::string, std::string> sources_;
 };
 

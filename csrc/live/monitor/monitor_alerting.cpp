@@ -70,7 +70,7 @@ void MonitorAlerting::scan(const std::string& prefix, const MonitorRowTable& tab
   const std::string family = monitor_family_tag(prefix);
   const std::vector<MonitorRow> rows = table.rows(step);
   for (size_t i = 0; i < rows.size(); ++i) {
-    const std::string& tag = table.tags()[i];
+    const std::string& tag = table.tag(i);
     anomalies_.scan(rows[i], tag + rank + family, ops_, hook_rows_->call_id(tag + "/" + family),
                     origin_of(prefix, tag));
   }

@@ -25,8 +25,7 @@ MonitorValue item_of(const at::Tensor& t) {
 }
 
 std::string shape_text(const at::Tensor& x) {
-  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
-  return python_int_list(sizes);
+  return python_int_list(x.sizes().data(), x.sizes().size());
 }
 
 // "torch.float32": str() of a torch dtype.

@@ -227,7 +227,7 @@ void TrainerMonitor::before_step(const std::vector<StepParameter>& params,
   if (config_.families.wg_distribution) {
     for (const StepParameter& p : params) {
       if (!p.grad.defined()) continue;
-      hook_rows_->register_call(p.name + "/post_grad");
+      hook_rows_->register_call(p.name, "/post_grad");
       tables_.grad_reduced.put(p.name, values_of(p.grad));
     }
   }
@@ -241,7 +241,7 @@ void TrainerMonitor::before_step(const std::vector<StepParameter>& params,
   if (config_.families.mv_distribution) {
     // msprobe numbers every watched parameter's moments in its call ids, state or not.
     for (const char* family : {"/exp_avg", "/exp_avg_sq"}) {
-      for (const StepParameter& p : params) hook_rows_->register_call(p.name + family);
+      for (const StepParameter& p : params) hook_rows_->register_call(p.name, family);
     }
   }
   if (config_.families.mv_distribution && optimizer_has_state) {
@@ -272,7 +272,7 @@ void TrainerMonitor::before_step(const std::vector<StepParameter>& params,
 void TrainerMonitor::put_mg_direction(const std::vector<StepParameter>& params) {
   // msprobe's share of elements whose gradient and first moment agree in sign, 1.0 at step 0.
   for (const StepParameter& p : params) {
-    hook_rows_->register_call(p.name + "/mg_direction");
+    hook_rows_->register_call(p.name, "/mg_direction");
     if (!p.grad.defined()) {
       say_warning("grad is None: " + p.name + ", maybe something wrong happened.");
       continue;
@@ -393,7 +393,7 @@ void TrainerMonitor::end_step() {
     add("param_origin", tables_.param_origin);
     add("param_updated", tables_.param_updated);
     if (tables_.collectives.empty()) {
-      add("other", std::move(tables_.other));
+      add("other", tables_.other);  // a copy: the tags stay known
     } else if (auto job = other_job()) {
       jobs.push_back(std::move(job));
     }
