@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <string_view>
 
 namespace msprobe {
 
@@ -21,23 +22,30 @@ void append_float(std::string& out, double d) {
   auto res = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
   std::string_view sci(buf, static_cast<size_t>(res.ptr - buf));
   const size_t e_at = sci.find('e');
-  const int exp10 = std::atoi(std::string(sci.substr(e_at + 1)).c_str());
+  int exp10 = 0;
+  const char* exp_text = sci.data() + e_at + 1;
+  if (*exp_text == '+') ++exp_text;  // from_chars takes a '-' only
+  std::from_chars(exp_text, sci.data() + sci.size(), exp10);
   std::string_view mant = sci.substr(0, e_at);
   bool negative = false;
   if (!mant.empty() && mant[0] == '-') {
     negative = true;
     mant.remove_prefix(1);
   }
-  std::string digits;
+  // Up to 17 significant digits: on the stack, as every statistic of every record comes here (a
+  // std::string of them was an allocation a value on the write thread).
+  char digit_buf[32];
+  size_t digit_count = 0;
   for (char c : mant) {
-    if (c != '.') digits += c;
+    if (c != '.' && digit_count < sizeof(digit_buf)) digit_buf[digit_count++] = c;
   }
+  const std::string_view digits(digit_buf, digit_count);
   if (negative) out += '-';
   if (exp10 < -4 || exp10 >= 16) {
     out += digits[0];
     if (digits.size() > 1) {
       out += '.';
-      out.append(digits, 1, std::string::npos);
+      out += digits.substr(1);
     }
     out += 'e';
     out += exp10 < 0 ? '-' : '+';
@@ -56,9 +64,9 @@ void append_float(std::string& out, double d) {
     out.append(static_cast<size_t>(decpt) - digits.size(), '0');
     out += ".0";
   } else {
-    out.append(digits, 0, static_cast<size_t>(decpt));
+    out += digits.substr(0, static_cast<size_t>(decpt));
     out += '.';
-    out.append(digits, static_cast<size_t>(decpt), std::string::npos);
+    out += digits.substr(static_cast<size_t>(decpt));
   }
 }
 

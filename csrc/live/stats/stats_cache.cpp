@@ -37,8 +37,8 @@ void StatsCache::put(const at::Tensor& t, const DataStats& stats) {
             static_cast<uint32_t>(t._version()),
             t.storage().unsafeGetStorageImpl(),
             t.storage_offset(),
-            t.sizes().vec(),
-            t.strides().vec(),
+            {t.sizes().begin(), t.sizes().end()},
+            {t.strides().begin(), t.strides().end()},
             stats};
   items_.insert_or_assign(t.unsafeGetTensorImpl(), std::move(item));
 }

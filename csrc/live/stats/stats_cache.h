@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/util/SmallVector.h>
 
 #include <atomic>
 #include <cstdint>
@@ -12,7 +13,6 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <vector>
 
 #include "core/record.h"
 #include "core/step_ticket.h"
@@ -55,7 +55,8 @@ class StatsCache {
     uint32_t version;
     const void* storage;
     int64_t offset;
-    std::vector<int64_t> sizes, strides;
+    // Inline up to six dimensions: two allocations a cached tensor fewer (issue 56).
+    c10::SmallVector<int64_t, 6> sizes, strides;
     DataStats stats;
   };
   static bool same_layout(const Item& item, const at::Tensor& t);
