@@ -1,6 +1,7 @@
 #include "core/monitor_row_table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 namespace msprobe {
@@ -38,6 +39,10 @@ uint32_t MonitorRowTable::place_of(const std::string& tag) {
       own->index.emplace(*own->names.back(), static_cast<uint32_t>(own->names.size() - 1));
     }
     tags_ = std::move(own);
+  } else {
+    // The last copy's reads of these tags, on the write thread, happen before our append: its
+    // release of the count, seen by our relaxed read of it, then acquired here.
+    std::atomic_thread_fence(std::memory_order_acquire);
   }
   const auto place = static_cast<uint32_t>(tags_->names.size());
   tags_->names.push_back(std::make_unique<const std::string>(tag));

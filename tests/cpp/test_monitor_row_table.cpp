@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace msprobe {
@@ -79,6 +80,25 @@ TEST(MonitorRowTable, ARowMayChangeItsNumberOfValues) {
   EXPECT_EQ(rows_text(t), "0:a=4;5;6 0:b=3");
   t.put("0:a", {});
   EXPECT_EQ(rows_text(t), "0:a= 0:b=3");
+}
+
+TEST(MonitorRowTable, CopiesReadOnAnotherThreadWhileTheTableLearnsNewTags) {
+  // The monitor's hand-over: each step a copy goes to the write thread, which reads its rows while
+  // the next step puts again, new tags among them (a module first called late).
+  MonitorRowTable t;
+  std::vector<std::thread> readers;
+  std::vector<std::string> seen(50);
+  for (int step = 0; step < 50; ++step) {
+    t.clear();
+    for (int k = 0; k <= step; ++k) t.put("0:m" + std::to_string(k), reals({double(step)}));
+    readers.emplace_back([copy = MonitorRowTable(t), &out = seen[step]] {
+      out = rows_text(copy);
+    });
+  }
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(seen[0], "0:m0=0");
+  EXPECT_EQ(seen[2], "0:m0=2 0:m1=2 0:m2=2");
+  EXPECT_EQ(seen[49].substr(seen[49].size() - 8), "0:m49=49");
 }
 
 }  // namespace
