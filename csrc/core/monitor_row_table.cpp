@@ -33,10 +33,9 @@ uint32_t MonitorRowTable::place_of(const std::string& tag) {
     // A copy (on the write thread) reads these: append to a copy of our own. A count that the
     // copy's owner is lowering as we read it only makes this copy unneeded, never unsafe.
     auto own = std::make_shared<Tags>();
-    own->names.reserve(tags_->names.size() + 1);
-    for (const auto& name : tags_->names) {
-      own->names.push_back(std::make_unique<const std::string>(*name));
-      own->index.emplace(*own->names.back(), static_cast<uint32_t>(own->names.size() - 1));
+    own->names = tags_->names;
+    for (size_t place = 0; place < own->names.size(); ++place) {
+      own->index.emplace(own->names[place], static_cast<uint32_t>(place));
     }
     tags_ = std::move(own);
   } else {
@@ -45,8 +44,8 @@ uint32_t MonitorRowTable::place_of(const std::string& tag) {
     std::atomic_thread_fence(std::memory_order_acquire);
   }
   const auto place = static_cast<uint32_t>(tags_->names.size());
-  tags_->names.push_back(std::make_unique<const std::string>(tag));
-  tags_->index.emplace(*tags_->names.back(), place);
+  tags_->names.push_back(tag);
+  tags_->index.emplace(tags_->names.back(), place);
   slots_.emplace_back();
   return place;
 }
@@ -72,13 +71,13 @@ std::vector<MonitorRow> MonitorRowTable::rows(int64_t step) const {
   for (const uint32_t place : order_) {
     const Slot& slot = slots_[place];
     const auto first = cells_.begin() + slot.offset;
-    out.push_back(row_of(*tags_->names[place], step,
+    out.push_back(row_of(tags_->names[place], step,
                          std::vector<MonitorValue>(first, first + slot.width)));
   }
   return out;
 }
 
-const std::string& MonitorRowTable::tag(size_t i) const { return *tags_->names[order_.at(i)]; }
+const std::string& MonitorRowTable::tag(size_t i) const { return tags_->names[order_.at(i)]; }
 
 void MonitorRowTable::clear() {
   order_.clear();

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -37,7 +38,7 @@ class MonitorRowTable {
   // Every tag ever put, each at the place it first came. Only appended to; shared by the copies,
   // and copied before an append while another copy holds it (the write thread reads its own).
   struct Tags {
-    std::vector<std::unique_ptr<const std::string>> names;  // stable addresses for the index
+    std::deque<std::string> names;  // appended to only: the index's views stay valid
     std::unordered_map<std::string_view, uint32_t> index;
   };
   struct Slot {
