@@ -37,6 +37,7 @@ OUT/state_rank<r>.pt, the rank's local state (a DTensor's or a flat parameter's 
 --reraise: what ended the run is re-raised after the files are written (torchrun sees the failure).
 """
 import argparse
+import datetime
 import faulthandler
 import json
 import logging
@@ -381,6 +382,30 @@ def record_damage(job: Job, out: pathlib.Path) -> None:
     torch.save(local_state(job.model), out / f"state_rank{job.rank}.pt")
 
 
+# Where gloo leaves a rank's address on the store, in torch 2.x: the default group's "0", gloo's
+# first context "0", the rank (torch 2.14's ProcessGroupGloo, read back with TCPStore.list_keys).
+GLOO_ADDRESS_KEY = "default_pg/0//cpu//0/{rank}"
+
+
+def forget_the_attempt_before(out: pathlib.Path, rank: int, world: int, attempt: str, limit_s: float = 30.0) -> None:
+    """torch's own restart race, taken out of the restart tests (test_large_scale.py,
+    TORCH_RESTART_RACE): where torchrun's agent serves the store (its static rendezvous, and on
+    torch 2 its c10d one too), the store outlives an attempt, and with it each rank's gloo
+    address of the attempt before. A rank that reads its peer's old address before the peer has
+    written its new one connects to a dead port and init_process_group fails or hangs. Each rank
+    deletes its old address, and no rank goes on until all have: every read then waits for the new
+    one. Only gloo's keys go; the tool's own keys of attempt 0 stay on the store as in a user's run."""
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=datetime.timedelta(seconds=limit_s))
+    store.delete_key(GLOO_ADDRESS_KEY.format(rank=rank))
+    (out / f"forgot_rank{rank}_attempt{attempt}").write_text("")
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if all((out / f"forgot_rank{r}_attempt{attempt}").exists() for r in range(world)):
+            return
+        time.sleep(0.02)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     out = pathlib.Path(args.out)
@@ -392,6 +417,8 @@ def main(argv=None) -> None:
     lines = Lines()
     logging.getLogger("msprobe_cpp").addHandler(lines)
     torch.set_num_threads(1)
+    if attempt != "0" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        forget_the_attempt_before(out, rank, world, attempt)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     (out / f"started_rank{rank}_attempt{attempt}").write_text(repr(time.time()))
     result: Dict[str, Any] = {"rank": rank, "world": world, "attempt": attempt, "args": vars(args),
