@@ -20,8 +20,11 @@ pytestmark = [pytest.mark.slow, needs_gloo]
 # One process: a bare engine and a monitored one, from the same seed, for each stage asked for;
 # prints each one's losses as hex, as JSON on the last line.
 SCRIPT = """
-import json, os, sys, torch
+import importlib, json, os, sys, torch
 import deepspeed, msprobe_cpp
+# Without DeepSpeed's shared-memory inference all-reduce, compiled at its first start in a venv and
+# never called by training (ds_worker.py says more).
+importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
 
 def losses(stage, monitor):
     torch.manual_seed(0)

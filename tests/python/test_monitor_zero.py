@@ -17,6 +17,7 @@ This file is also the ranks' worker:
     RANK=<r> WORLD_SIZE=2 MASTER_ADDR=... MASTER_PORT=... python test_monitor_zero.py OUT CONFIG
 """
 import csv
+import importlib
 import json
 import math
 import os
@@ -73,6 +74,9 @@ def worker(out: pathlib.Path, config: str) -> None:
     result = {}
     try:
         import deepspeed
+        # Without DeepSpeed's shared-memory inference all-reduce, which its CPU accelerator compiles
+        # at its first start in a venv (35 s of the suite's CPU) and training never calls (ds_worker.py).
+        importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
         deepspeed.init_distributed(dist_backend="gloo")
         if rank == 0:
             result["plain"] = train(config, out / "plain", None)
