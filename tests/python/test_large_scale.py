@@ -577,8 +577,8 @@ def _static_rendezvous():
 # init_process_group reads attempt 0's gloo addresses, left on the agent's store, and is refused
 # ("Gloo connectFullMesh failed") or hangs. The worker now deletes those addresses before attempt 1
 # starts gloo (large_scale_worker.forget_the_attempt_before: 10 of 10 runs on torch 2.14 took one
-# try, against 1.9 tries and 25-71 s a test before). A try that still ends so (another torch's key
-# names) is torch's, and is tried again.
+# try, against 2-3 tries and 29-42 s a test in the suite before). A try that still ends so
+# (another torch's key names) is torch's, and is tried again.
 TORCH_RESTART_RACE = "Gloo connectFullMesh failed"
 RESTART_TRIES = 4
 RESTART_TRY_S = 45.0
