@@ -85,14 +85,7 @@ void MonitorHookRows::called_from(const std::string& name, const std::string& so
 }
 
 void MonitorHookRows::register_call_locked(const std::string& key) {
-  auto it = call_ids_.find(key);
-  if (it == call_ids_.end()) it = call_ids_.emplace(key, CallId{}).first;
-  it->second = {next_call_id_++, calls_round_};
-}
-
-void MonitorHookRows::register_call(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  register_call_locked(key);
+  call_ids_.try_emplace(key).first->second = {next_call_id_++, calls_round_};  // a key known: no copy
 }
 
 void MonitorHookRows::register_call(const std::string& name, const char* family) {

@@ -54,7 +54,6 @@ class MonitorHookRows final : public ModuleObserver {
 
   // msprobe's call ids: the order in which the step's tags came ("<tag>/<family>": the forward's
   // and the backward's slots, each accumulation, each optimizer moment), for its anomaly.json.
-  void register_call(const std::string& key);
   void register_call(const std::string& name, const char* family);  // "<name><family>"
   int64_t call_id(const std::string& key) const;  // -1: it did not come
   void reset_calls();
