@@ -12,7 +12,7 @@
 #include "core/dump_files_ahead.h"
 #include "core/dump_reader.h"
 #include "core/json_writer.h"
-#include "core/report.h"
+#include "core/streamed_report.h"
 #include "core/rules.h"
 #include "core/spill_file.h"
 #include "core/step_folders.h"
@@ -73,19 +73,22 @@ int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err)
     MemberThreads threads(0);
     DumpFilesAhead reader(files, threads);
     size_t next_file = 0;
-    // Each file's findings, in record order, are spilled as they are found (Findings::spilled),
-    // then rendered. Files are asked for in order.
-    auto findings_of = [&](const std::string&) {
-      Findings findings = Findings::spilled();
+    // Files are read in order; each record is judged as it is read, and each finding handed to
+    // `found` as it is made.
+    auto judge_next_file = [&](const std::function<void(const Finding&)>& found) {
       detector.reset();
       reader.read(next_file++, [&](CallRecord&& rec) {
-        if (auto f = detector.judge(rec)) findings.add(*f);
+        if (auto f = detector.judge(rec)) found(*f);
       });
-      any = any || findings.counts().fails(options.fail_on);
-      return findings;
     };
     if (options.text) {
-      for (const std::string& file : files) write_text_report(out, file, findings_of(file));
+      for (const std::string& file : files) {
+        // Spilled as they are found (Findings::spilled), then rendered.
+        Findings findings = Findings::spilled();
+        judge_next_file([&](const Finding& f) { findings.add(f); });
+        any = any || findings.counts().fails(options.fail_on);
+        write_text_report(out, file, findings);
+      }
       return any ? 1 : 0;
     }
     // JSON, streamed into `sink` as it is rendered. A folder's
@@ -100,13 +103,18 @@ int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err)
         out << text;
       }
     };
-    JsonWriter json(1);
+    constexpr int kIndent = 1;
+    JsonWriter json(kIndent);
     if (!single) json.begin_object();
     for (const std::string& file : files) {
-      Report report{findings_of(file), std::nullopt, std::nullopt, std::nullopt, std::nullopt};
-      if (const std::optional<LiveStop> live = read_live_stop(file)) report.live_stop = live->json;
+      // A folder's reports are members of the document's object.
+      StreamedReport report(kIndent, single ? 0 : 1);
+      judge_next_file([&](const Finding& f) { report.add(f); });
+      any = any || report.counts().fails(options.fail_on);
+      std::optional<std::string> live_stop;
+      if (const std::optional<LiveStop> live = read_live_stop(file)) live_stop = live->json;
       if (!single) json.key(file);
-      report.write(json, sink);
+      report.write(json, sink, live_stop);
     }
     if (!single) json.end_object();
     sink(json.take_chunk() + "\n");

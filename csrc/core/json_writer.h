@@ -36,6 +36,18 @@ class JsonWriter {
   void value_null();
   void value_raw(std::string_view json);  // already-formatted JSON text
 
+  // Members of a container rendered apart, by a writer made with members_at(), to be handed to
+  // the sink between this writer's chunks: the open container takes them as its own (its closing
+  // bracket goes on a line of its own). Call it once, after the members' text has been sunk.
+  void members_written_apart() { has_members_.back() = true; }
+  // A writer for members rendered apart: as if `depth` containers were open and empty, so the
+  // first member has no comma before it and each is indented for that depth.
+  static JsonWriter members_at(int indent, size_t depth) {
+    JsonWriter w(indent);
+    w.has_members_.assign(depth, false);
+    return w;
+  }
+
   const std::string& str() const { return out_; }
   std::string take() { return std::move(out_); }
   // What has been written since the last call, leaving the writer where it is: a long document

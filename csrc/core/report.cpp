@@ -17,15 +17,18 @@ void write_peer_stop(JsonWriter& w, const PeerOverflow& peer) {
 
 }  // namespace
 
+void write_finding_detail(JsonWriter& w, const Finding& f) {
+  w.begin_object();
+  write_json_fields(w, fields_of(f));
+  w.end_object();
+}
+
 void Report::write(JsonWriter& w, const std::function<void(const std::string&)>& sink) const {
   auto grew = [&] {
     if (sink && w.str().size() >= kChunkBytes) sink(w.take_chunk());
   };
   w.begin_object();
-  const std::pair<const char*, Severity> lists[] = {{"critical_apis", Severity::Critical},
-                                                    {"high_priority_apis", Severity::High},
-                                                    {"medium_priority_apis", Severity::Medium}};
-  for (const auto& [key, severity] : lists) {
+  for (const auto& [key, severity] : kReportLists) {
     w.key(key);
     w.begin_array();
     if (findings.counts().by_level[static_cast<int>(severity)] > 0) {
@@ -40,9 +43,7 @@ void Report::write(JsonWriter& w, const std::function<void(const std::string&)>&
   w.key("anomaly_details");
   w.begin_array();
   findings.for_each([&](const Finding& f) {
-    w.begin_object();
-    write_json_fields(w, fields_of(f));
-    w.end_object();
+    write_finding_detail(w, f);
     grew();
   });
   w.end_array();

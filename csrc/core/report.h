@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/detector.h"
@@ -34,6 +35,15 @@ struct Report {
   void write(JsonWriter& w, const std::function<void(const std::string&)>& sink = {}) const;
   std::string to_json(int indent = 1) const;
 };
+
+// The report's lists of calls by level, in the order they are written.
+inline constexpr std::pair<const char*, Severity> kReportLists[] = {
+    {"critical_apis", Severity::Critical},
+    {"high_priority_apis", Severity::High},
+    {"medium_priority_apis", Severity::Medium}};
+
+// One member of the report's anomaly_details.
+void write_finding_detail(JsonWriter& w, const Finding& f);
 
 // "5 anomalous calls (1 critical, 2 high, 2 medium)".
 std::string severity_summary(const SeverityCounts& counts);
