@@ -76,7 +76,10 @@ DumpHeader DumpFilesAhead::read(size_t i, const CallSink& on_call) {
     return read_dump_file(files_[i], on_call, parallel);
   }
   file->parsed_latch.wait();
-  for (size_t r = 0; r < file->count; ++r) on_call(std::move(file->records[r]));
+  for (size_t r = 0; r < file->count; ++r) {
+    on_call(std::move(file->records[r]));
+    drop_entries(file->records[r]);
+  }
   spare_.push_back(file);
   if (file->error) std::rethrow_exception(file->error);
   return file->header;

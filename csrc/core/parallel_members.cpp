@@ -179,7 +179,10 @@ class OrderedRegions {
     if (!going_) return threads_.give_back(std::move(region));
     if (region->error) std::rethrow_exception(region->error);
     ParsedMembers& parsed = region->parsed;
-    for (size_t i = 0; i < parsed.count; ++i) on_call_(std::move(parsed.records[i]));
+    for (size_t i = 0; i < parsed.count; ++i) {
+      on_call_(std::move(parsed.records[i]));
+      drop_entries(parsed.records[i]);
+    }
     members_ += parsed.count;
     const char* const text = region->text.data();
     const size_t end = parsed.complete ? region->text.size() : parsed.resume - region->offset;

@@ -156,4 +156,11 @@ std::string module_qualname(const std::string& call_name) {
   return call_name.substr(7, end - 7);
 }
 
+void drop_entries(CallRecord& rec) {
+  rec.inputs.clear();
+  rec.kwargs.clear();
+  rec.outputs.clear();
+  rec.parameters.clear();
+}
+
 }  // namespace msprobe

@@ -138,3 +138,24 @@ TEST(Shapes, BeyondTheInlineDimensionsCopiesAndMovesHoldEveryDimension) {
     EXPECT_EQ(assigned.size(), rank);
   }
 }
+
+namespace msprobe {
+namespace {
+
+TEST(CallRecordTest, DropEntriesEmptiesEveryListAndKeepsItsStorage) {
+  CallRecord rec;
+  rec.name = "Torch.add.0.forward";
+  rec.inputs.resize(3);
+  rec.kwargs.resize(2);
+  rec.outputs.resize(1);
+  rec.parameters.resize(1);
+  const size_t inputs_capacity = rec.inputs.capacity();
+  drop_entries(rec);
+  EXPECT_TRUE(rec.inputs.empty() && rec.kwargs.empty() && rec.outputs.empty() &&
+              rec.parameters.empty());
+  EXPECT_EQ(rec.inputs.capacity(), inputs_capacity);
+  EXPECT_EQ(rec.name, "Torch.add.0.forward");
+}
+
+}  // namespace
+}  // namespace msprobe
