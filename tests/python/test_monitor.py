@@ -128,6 +128,35 @@ def test_the_values_are_the_tensors_statistics(tmp_path, monkeypatch):
         w.min().item(), w.max().item(), torch.norm(w.double()).item(), torch.mean(w.double()).item())]
 
 
+class DoubledInPlace(torch.nn.Module):
+    def forward(self, x):
+        return x.mul_(2)
+
+
+def test_a_tensor_is_read_once_a_step_and_again_once_changed(tmp_path, monkeypatch):
+    """The monitor reads a tensor that fills several slots (a module's output, the next one's
+    input) once a step, and again once it has changed: the middle module doubles its input in
+    place, and the rows after it are the doubled tensor's, not those of the output it was."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), DoubledInPlace(), torch.nn.Linear(64, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    (tmp_path / "monitor.json").write_text(json.dumps({"xy_distribution": True, "ops": ["min", "max", "norm"]}))
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    monitor = msprobe_cpp.TrainerMon(str(tmp_path / "monitor.json"), params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer)
+    x = torch.randn(64, 64)
+    with torch.no_grad():
+        first = model[0](x)
+    model(x).sum().backward()
+    optimizer.step()
+    monitor.drain()
+    rows = {line.split(",")[1]: [float(v) for v in line.split(",")[4:7]]
+            for line in csv_files(str(tmp_path / "out"))["actv_0-0.csv"].splitlines()[1:]}
+    expected = {"0.output": first, "1.input": 2 * first, "1.output": 2 * first, "2.input": 2 * first}
+    for slot, t in expected.items():
+        assert rows[slot] == pytest.approx([t.min().item(), t.max().item(), t.norm().item()], rel=1e-5), slot
+
+
 @pytest.mark.parametrize("change", ["in place", "replaced"])
 def test_the_moments_are_the_steps_own_when_changed_between_steps(tmp_path, monkeypatch, change):
     """mv_distribution's moments are read ahead, after the optimizer step before the written one

@@ -21,6 +21,7 @@
 #include "live/hooks/module_observer.h"
 #include "live/monitor/monitor_stats.h"
 #include "live/monitor/monitor_structure.h"
+#include "live/stats/tensor_version_map.h"
 
 namespace msprobe {
 
@@ -74,6 +75,7 @@ class MonitorHookRows final : public ModuleObserver {
         if (!table.empty()) taken.emplace_back("actv", table);  // a copy: the tags stay known
         table.clear();
       }
+      read_.clear();
       if (!actv_grad_.empty()) taken.emplace_back("actv_grad", actv_grad_);
       if (!unreduced_.empty()) taken.emplace_back("grad_unreduced", unreduced_);
     }
@@ -84,6 +86,8 @@ class MonitorHookRows final : public ModuleObserver {
   // Each slot's row: "<name>.<side>:<micro>" for one slot, "<name>.<side>_<i>:<micro>" for several.
   void put_slots(MonitorRowTable& table, const std::string& family, const std::string& name,
                  const char* side, int64_t micro, const ObservedTensors& slots);
+  // `t`'s values, read once a step however many slots it fills (mu_ held).
+  std::vector<MonitorValue> values_locked(const at::Tensor& t);
   void register_call_locked(const std::string& key);
   int64_t next_micro(std::unordered_map<std::string, int64_t>& counters, const std::string& name);
 
@@ -99,6 +103,9 @@ class MonitorHookRows final : public ModuleObserver {
   std::unordered_map<std::string, MonitorRowTable> actv_;
   std::unordered_map<std::string, int64_t> forward_micro_, backward_micro_, accumulated_micro_;
   MonitorRowTable actv_grad_, unreduced_;
+  // The step's tensors read so far: 41-47 % of the forward's slots are a tensor another slot
+  // had (a module's input is the module before's output, a block's output its last child's).
+  TensorVersionMap<std::vector<MonitorValue>> read_;
   // Kept across steps, so that a step that registers the keys the last one did allocates
   // nothing: an id counts only if registered since the last reset_calls().
   struct CallId {
