@@ -12,10 +12,10 @@
 #include "core/dump_files_ahead.h"
 #include "core/dump_reader.h"
 #include "core/json_writer.h"
-#include "core/streamed_report.h"
 #include "core/rules.h"
 #include "core/spill_file.h"
 #include "core/step_folders.h"
+#include "core/streamed_report.h"
 
 namespace fs = std::filesystem;
 
