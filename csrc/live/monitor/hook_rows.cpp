@@ -46,6 +46,7 @@ void MonitorHookRows::put_slots(MonitorRowTable& table, const std::string& famil
 }
 
 std::vector<MonitorValue> MonitorHookRows::values_locked(const at::Tensor& t) {
+  if (!TensorVersion::trackable(t)) return monitor_values(t, metrics_);
   if (const std::vector<MonitorValue>* known = read_.find(t)) return *known;
   std::vector<MonitorValue> values = monitor_values(t, metrics_);
   read_.put(t, values);

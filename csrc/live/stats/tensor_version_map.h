@@ -9,7 +9,6 @@
 #include <c10/util/SmallVector.h>
 
 #include <cstdint>
-#include <optional>
 #include <unordered_map>
 
 namespace msprobe {
@@ -58,14 +57,15 @@ class TensorVersionMap {
   // A bound on a step's memory, not a tuning knob.
   static constexpr size_t kMaxItems = 1 << 16;
 
-  // What was put for `t` as it is now; null for a tensor not trackable or not put.
+  // `t` is TensorVersion::trackable (the caller asks once: it decides what an untracked tensor
+  // costs it, as the statistics cache's hit and miss counts do).
+  // What was put for `t` as it is now; null if nothing was.
   const Value* find(const at::Tensor& t) const {
-    if (!TensorVersion::trackable(t)) return nullptr;
     auto it = items_.find(t.unsafeGetTensorImpl());
     return it != items_.end() && it->second.first.is(t) ? &it->second.second : nullptr;
   }
   void put(const at::Tensor& t, Value value) {
-    if (!TensorVersion::trackable(t) || items_.size() >= kMaxItems) return;
+    if (items_.size() >= kMaxItems) return;
     items_.insert_or_assign(t.unsafeGetTensorImpl(),
                             std::make_pair(TensorVersion(t), std::move(value)));
   }
