@@ -93,6 +93,25 @@ TEST(JsonCursorTest, ScalarsOfEveryKind) {
   EXPECT_EQ(scalar("\"text\""), "s:text");
 }
 
+// skip_ws reads 16 bytes at a time where it can: runs of every length, of all four whitespace
+// bytes, ending anywhere in such a block or at the end of the text, in memory and streamed.
+TEST(JsonCursorTest, WhitespaceRunsOfEveryLengthAndKindAreSkipped) {
+  const std::string kinds = " \n\r\t";
+  for (size_t n = 0; n <= 40; ++n) {
+    std::string ws;
+    for (size_t i = 0; i < n; ++i) ws += kinds[(i * 7 + n) % kinds.size()];
+    EXPECT_EQ(value("[" + ws + "1" + ws + "," + ws + "\"a\"" + ws + "]"), "[i:1;s:a;]") << n;
+    const auto scalar_then_end = [](JsonCursor& c) {
+      const std::string read = describe(c.read_scalar());
+      return read + (c.at_end() ? " end" : " more");
+    };
+    EXPECT_EQ(both(ws + "7" + ws, scalar_then_end), "i:7 end") << n;
+    // A byte that JSON does not count as whitespace ends the run where it stands.
+    const std::string stopped = value("[" + ws + "\f1]");
+    EXPECT_EQ(stopped.substr(0, stopped.find(':')), std::to_string(n + 1)) << stopped;
+  }
+}
+
 TEST(JsonCursorTest, PythonsNonFiniteTokens) {
   EXPECT_EQ(scalar("NaN"), "f:nan");
   EXPECT_EQ(scalar("Infinity"), "f:inf");
