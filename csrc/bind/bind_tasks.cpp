@@ -93,7 +93,6 @@ void bind_monitor_steps(py::class_<TrainerMonitor, TaskProcessor, std::shared_pt
           },
           py::arg("params"), "After the optimizer's step: the same list.")
       .def("end_step", &TrainerMonitor::end_step, "The step's files handed over; the next step.")
-      .def_property_readonly("step", &TrainerMonitor::step, "The current step's number.")
       .def_property_readonly("finished", &TrainerMonitor::finished,
                              "collect_times steps were written.")
       .def_property_readonly("run_folder", &TrainerMonitor::run_folder,
@@ -119,6 +118,9 @@ void bind_monitor(py::module_& m) {
       .def("place", &TrainerMonitor::place, py::arg("pp_stage"), py::arg("group_mates"),
            py::arg("module_classes"),
            "anomaly.json's pp_stage and group_mates; each module's class by \"<vpp>:<name>\".")
+      .def("set_has_peers", &TrainerMonitor::set_has_peers, py::arg("peers"),
+           "torch.distributed has more than one rank: no tensor's values are reused between "
+           "slots (an in-place collective bumps no version).")
       .def("parameter_tag", &TrainerMonitor::parameter_tag, py::arg("vpp_stage"),
            py::arg("name"), "The parameter's tag if the targets take it, else None.")
       .def("module_tag", &TrainerMonitor::module_tag, py::arg("vpp_stage"), py::arg("name"),

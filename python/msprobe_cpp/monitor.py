@@ -40,6 +40,11 @@ def _int_argument(name: str, value: Any, least: int) -> int:
     return value
 
 
+def _has_peers() -> bool:
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
 def _fsdp2_param_group_module() -> Any:
     """The module whose FSDPParamGroup calls foreach_reduce (torch 2.6 on, then the 2.4-2.5 path)."""
     for name in ("torch.distributed.fsdp._fully_shard._fsdp_param_group",
@@ -74,6 +79,7 @@ class TrainerMon:
         self._chunks: List[torch.nn.Module] = []
         self._grad_acc_steps = 1
         self._next_step = 0
+        self._has_peers = False
         self._run_folder = ""  # dynamic_on: every monitor it starts writes into the first's folder
         self._handles: List[Any] = []
         self._stack_handles: List[Any] = []  # stack_info's, removed once its file is written
@@ -103,6 +109,8 @@ class TrainerMon:
                 if tag is not None:
                     self._params.append((tag, param))
         self._monitor.begin(self._next_step, current_rank(), self._grad_acc_steps, starts_now, self._run_folder)
+        self._has_peers = _has_peers()
+        self._monitor.set_has_peers(self._has_peers)
         self._run_folder = self._run_folder or self._monitor.run_folder
         self._monitor.place(*self._group_place(), {f"{vpp}:{name}": type(module).__name__
                                                    for vpp, chunk in enumerate(chunks)
@@ -223,6 +231,9 @@ class TrainerMon:
         optimizer.step = step
 
     def _watched_step(self, watching: Any, original: Any, args: tuple, kwargs: dict) -> Any:
+        if not self._has_peers and _has_peers():  # a process group made after set_monitor
+            self._has_peers = True
+            watching.set_has_peers(True)
         stop = watching.stops_run()
         if stop:  # print_struct and cc_log_only end the run, with msprobe's words
             raise Exception(stop)

@@ -156,6 +156,7 @@ class CacheUnderTest {
     return s ? std::optional<std::string>(s->md5) : std::nullopt;
   }
   void clear() { cache_.clear(); }
+  void written_without_version(const at::Tensor& t) { cache_.written_without_version(t); }
   // The session's step moves on: the cache lets the last step's statistics go at its next look.
   void next_step() {
     const StepTicket now = tickets_.current();
@@ -257,6 +258,7 @@ void bind_units(py::module_& units) {
       .def("put", &CacheUnderTest::put, py::arg("tensor"), py::arg("tag"))
       .def("find", &CacheUnderTest::find, py::arg("tensor"))
       .def("clear", &CacheUnderTest::clear)
+      .def("written_without_version", &CacheUnderTest::written_without_version, py::arg("tensor"))
       .def("next_step", &CacheUnderTest::next_step)
       .def_property_readonly("hits_misses", &CacheUnderTest::hits_misses);
   units.def("write_step", &write_step, py::arg("dump_path"), py::arg("step"), py::arg("rank"),

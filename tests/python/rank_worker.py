@@ -31,6 +31,8 @@ overflows on every rank, inside one debugger step. --job linear_step: one step o
 (loss: the outputs' sum), the gradients averaged by all_reduce, then an all_reduce with a process
 group argument; "expected" in the result holds the float64 Max/Min of the input and of the
 rank's own weight gradient, and the averaged gradients' sum, for the test to compare with the dump.
+--job reduce_in_place: a tensor of 4096 elements made by an op, all-reduced in place (then used by
+another op), synchronously and asynchronously; "expected" holds the reduced tensors' Max.
 
 The debugger: PrecisionDebugger(config_path=--config) alone, else from --task, --level,
 --dump-steps, --action and --overflow-nums (the last two only when given), dumping to OUT/dump.
@@ -70,7 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--spawn", type=int, default=None, metavar="WORLD",
                    help="start WORLD ranks of this script with torch.multiprocessing.spawn, join them, "
                         "then write OUT/spawn_joined")
-    p.add_argument("--job", choices=["train", "fp16_all_reduce", "linear_step"], default="train")
+    p.add_argument("--job", choices=list(JOBS), default="train")
     p.add_argument("--mode", default="clean", choices=FAULTS)
     p.add_argument("--bad-rank", type=int, default=-1)
     p.add_argument("--bad-step", type=int, default=2)
@@ -246,7 +248,24 @@ def linear_step(r: Rank) -> None:
     r.result["expected"] = expected
 
 
-JOBS = {"train": train, "fp16_all_reduce": fp16_all_reduce, "linear_step": linear_step}
+def reduce_in_place(r: Rank) -> None:
+    debugger = make_debugger(r.args, r.out)
+    debugger.start()
+    # 4096 elements: enough for the statistics cache to keep what each was read as before.
+    x = torch.full((4096,), r.rank + 1.0)
+    y = x * 1.0
+    dist.all_reduce(y)
+    y.add(0.0)
+    a = x * 2.0
+    dist.all_reduce(a, async_op=True).wait()
+    a.add(0.0)
+    debugger.stop()
+    debugger.step()
+    r.result["expected"] = {"y": y.max().item(), "a": a.max().item()}
+
+
+JOBS = {"train": train, "fp16_all_reduce": fp16_all_reduce, "linear_step": linear_step,
+        "reduce_in_place": reduce_in_place}
 
 
 def record_damage(r: Rank) -> None:

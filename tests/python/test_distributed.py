@@ -32,9 +32,9 @@ def write_config(tmp_path: pathlib.Path, rank: List) -> pathlib.Path:
     return path
 
 
-def run_two_ranks(tmp_path: pathlib.Path, config: pathlib.Path) -> Dict[int, dict]:
+def run_two_ranks(tmp_path: pathlib.Path, config: pathlib.Path, job: str = "linear_step") -> Dict[int, dict]:
     """Runs the two ranks; returns what each worker computed itself, by rank."""
-    run = run_ranks(tmp_path, WORLD_SIZE, ["--job", "linear_step", "--config", str(config), "--reraise", "all"],
+    run = run_ranks(tmp_path, WORLD_SIZE, ["--job", job, "--config", str(config), "--reraise", "all"],
                     timeout=TIMEOUT_S)
     assert run.returncodes == [0] * WORLD_SIZE, f"the 2-process run failed\n{run.context()}"
     return {r: run.results[r]["expected"] for r in range(WORLD_SIZE)}
@@ -107,3 +107,22 @@ def test_rank_list_1_leaves_rank_0_without_output(tmp_path):
     assert x["Max"] == pytest.approx(expected[1]["Max"], rel=1e-6)
     assert x["Min"] == pytest.approx(expected[1]["Min"], rel=1e-6)
     assert expected[0]["grad_sum"] == pytest.approx(expected[1]["grad_sum"], rel=1e-6)
+
+
+def test_an_in_place_collective_is_recorded_with_what_it_wrote(tmp_path):
+    # all_reduce writes its buffer and bumps no version counter: the buffer's statistics from
+    # before the call (the op that made it was recorded with them) must not stand for its output,
+    # nor for the input of the op after it; nor after an asynchronous one's wait.
+    config = write_config(tmp_path, rank=[])
+    expected = run_two_ranks(tmp_path, config, job="reduce_in_place")
+    for rank in range(WORLD_SIZE):
+        data = load(tmp_path / "dump" / "step0" / f"rank{rank}", "dump.json")["data"]
+        assert expected[rank] == {"y": 3.0, "a": 6.0}  # 1 + 2, and twice it: the collectives ran
+        made = data["Tensor.__mul__.0.forward"]["output"][0]
+        assert made["Max"] == rank + 1.0
+        reduced = data["Distributed.all_reduce.0.forward"]
+        assert reduced["input_args"][0]["Max"] == rank + 1.0  # in-place: its input before the call
+        assert reduced["output"][0]["Max"] == 3.0
+        assert data["Tensor.add.0.forward"]["input_args"][0]["Max"] == 3.0
+        assert data["Distributed.all_reduce.1.forward"]["input_args"][0]["Max"] == 2.0 * (rank + 1)
+        assert data["Tensor.add.1.forward"]["input_args"][0]["Max"] == 6.0

@@ -210,6 +210,28 @@ def test_the_cache_lets_a_step_go_when_the_next_begins(device):
     assert cache.find(t) == "step 1"
 
 
+@pytest.mark.parametrize("device", devices(), indirect=True)
+def test_memory_written_without_a_version_is_never_answered_from_the_cache(device):
+    """An in-place collective writes its buffer and bumps no version (dist.all_reduce, both
+    torches): from then until the step ends, nothing on that storage comes from the cache, views
+    and the base included, and nothing on it is kept; other storages are not touched."""
+    cache = units.StatsCache()
+    flat = torch.zeros(8192, device=device)
+    half, other = flat[:4096], torch.ones(4096, device=device)
+    for t, tag in ((flat, "flat"), (half, "half"), (other, "other")):
+        cache.put(t, tag)
+    version = half._version
+    cache.written_without_version(half)
+    assert half._version == version, "the tool bumps no version of the user's tensor"
+    assert cache.find(half) is None and cache.find(flat) is None, "the written storage is stale"
+    cache.put(half, "after")
+    assert cache.find(half) is None, "kept again while its writer may still write it"
+    assert cache.find(other) == "other"
+    cache.next_step()
+    cache.put(half, "next step")
+    assert cache.find(half) == "next step", "a new step starts with every storage cacheable"
+
+
 def test_the_cache_never_gives_a_dead_tensors_statistics_to_a_new_one():
     cache = units.StatsCache()
     for i in range(50):  # the allocator hands the same addresses out again

@@ -127,10 +127,44 @@ def _train(out: pathlib.Path, name: str, kind: str, rank: int, world: int, confi
     return {"losses": losses}
 
 
+class RowParallel(torch.nn.Module):
+    """A tensor-parallel layer as people write it: each rank's partial product, summed over the
+    ranks by an all_reduce of the output in place (its backward is the identity)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.part = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        out = self.part(x)
+        torch.distributed.all_reduce(out)
+        return out
+
+
+def _train_tp(out: pathlib.Path, rank: int, config) -> dict:
+    """One step of RowParallel (64 x 64 outputs: enough for a tensor's values to be kept by
+    version) under the monitor; the outputs' max before and after the reduction."""
+    import msprobe_cpp
+    torch.manual_seed(rank)
+    model = RowParallel()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    os.environ["MONITOR_OUTPUT_DIR"] = str(out / "tp")
+    monitor = msprobe_cpp.TrainerMon(config, params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer)
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(100 + rank))
+    with torch.no_grad():
+        partial = model.part(x).max().item()
+    reduced = model(x)
+    reduced.sum().backward()
+    optimizer.step()
+    monitor.drain()
+    return {"partial_max": partial, "reduced_max": reduced.max().item()}
+
+
 def worker(argv) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("out")
-    p.add_argument("--wrap", choices=["ddp", "fsdp2"], required=True)
+    p.add_argument("--wrap", choices=["ddp", "fsdp2", "tp"], required=True)
     p.add_argument("--monitor", action="append", default=[], metavar="NAME=CONFIG")
     args = p.parse_args(argv)
     out = pathlib.Path(args.out)
@@ -141,7 +175,12 @@ def worker(argv) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     result = {"rank": rank, "runs": {}, "raised": None, "finished": False, "torch": torch.__version__}
     try:
-        result["runs"]["bare"] = _train(out, "bare", args.wrap, rank, world, None)
+        if args.wrap == "tp":
+            name, config = args.monitor[0].split("=", 1)
+            result["runs"][name] = _train_tp(out, rank, config)
+            args.monitor = []
+        else:
+            result["runs"]["bare"] = _train(out, "bare", args.wrap, rank, world, None)
         for item in args.monitor:
             name, config = item.split("=", 1)
             result["runs"][name] = _train(out, name, args.wrap, rank, world, config)
@@ -385,3 +424,20 @@ def test_fsdp2_grad_unreduced_is_each_ranks_unsharded_gradient(fsdp2_run):
             for n, g in saved["local_grads"][s].items():
                 assert rows[n]["shape"] == str(whole[n])
                 assert_stats(rows[n], g, f"rank {r} step {s} grad_unreduced {n}")
+
+
+def test_tensor_parallel_an_output_reduced_in_place_is_read_as_reduced(tmp_path):
+    """A module's output all-reduced in place by its parent (RowParallel) is the same tensor at
+    the same version as the child's output (all_reduce bumps no version counter): the parent's
+    row must hold the sum over the ranks, the child's the rank's own partial product."""
+    run = launch(tmp_path, "tp", {"tp": {"xy_distribution": True, "forward_only": True, "ops": ["max"]}})
+    for r, res in enumerate(run.results):
+        assert res["raised"] is None and res["finished"], f"rank {r}: {res['raised']}\n{run.context()}"
+        values = res["runs"]["tp"]
+        [folder] = [d for rank, d in run_folders(tmp_path / "tp").items() if rank == r]
+        with open(folder / "actv_0-0.csv", newline="", encoding="utf-8") as f:
+            rows = {row["name"]: row for row in csv.DictReader(f)}
+        assert abs(float(rows["part.output"]["max"]) - values["partial_max"]) < 1e-5
+        assert abs(float(rows[".output"]["max"]) - values["reduced_max"]) < 1e-5, \
+            f"rank {r}: the reduced output's row {rows['.output']} against {values}"
+    assert run.results[0]["runs"]["tp"]["reduced_max"] == run.results[1]["runs"]["tp"]["reduced_max"]

@@ -38,6 +38,9 @@ class TensorCapture {
     return options_;
   }
   const StatsCache& stats_cache() const { return cache_; }
+  // An in-place collective wrote `t`'s memory without a new version: nothing on it is taken from
+  // the statistics cache again this step.
+  void written_without_version(const at::Tensor& t) { cache_.written_without_version(t); }
   // Batched statistics: null where the bytes are needed on the host anyway (md5, tensor).
   PendingStats* pending() { return options_.pending; }
   FileNames& file_names() { return file_names_; }

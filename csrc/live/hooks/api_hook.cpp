@@ -79,6 +79,20 @@ void note_written(py::handle written) {
   }
 }
 
+// A collective's buffer, written without a version bump: the session's statistics cache must not
+// answer for it with what it held before the call (nor, for an asynchronous one, until the end
+// of the step: its work may write it at any time until it is waited for).
+void forget_cached_statistics(py::handle written) {
+  if (!written) return;
+  if (is_tensor(written)) {
+    if (std::shared_ptr<Session> session = current_session()) {
+      session->hooks().capture.written_without_version(tensor_of(written));
+    }
+  } else if (PyList_Check(written.ptr()) || PyTuple_Check(written.ptr())) {
+    for (py::handle item : written) forget_cached_statistics(item);
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -137,6 +151,7 @@ py::object ApiHook::call_original(py::handle args, py::handle kwargs, bool progr
     throw py::error_already_set();
   }
   if (program_call && unwritten_memory().any()) note_writes(args, kwargs);
+  if (written_.index >= 0) forget_cached_statistics(written_buffer(written_, args, kwargs));
   return result;
 }
 

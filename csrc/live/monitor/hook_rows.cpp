@@ -46,7 +46,9 @@ void MonitorHookRows::put_slots(MonitorRowTable& table, const std::string& famil
 }
 
 std::vector<MonitorValue> MonitorHookRows::values_locked(const at::Tensor& t) {
-  if (!TensorVersion::trackable(t)) return monitor_values(t, metrics_);
+  if (!TensorVersion::trackable(t) || !reuse_reads_.load(std::memory_order_relaxed)) {
+    return monitor_values(t, metrics_);
+  }
   if (const std::vector<MonitorValue>* known = read_.find(t)) return *known;
   std::vector<MonitorValue> values = monitor_values(t, metrics_);
   read_.put(t, values);

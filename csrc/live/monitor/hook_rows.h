@@ -36,6 +36,11 @@ class MonitorHookRows final : public ModuleObserver {
   // any hook is registered.
   void set_micro_steps(int64_t micro_steps) { micro_steps_ = micro_steps < 1 ? 1 : micro_steps; }
 
+  // Whether a tensor read for one slot is taken as it was for the next slot at the same version.
+  // Not once the process has peers: an in-place collective (a tensor-parallel layer's
+  // all_reduce of its output) writes its buffer and bumps no version counter. Any thread.
+  void set_reuse_reads(bool on) { reuse_reads_.store(on, std::memory_order_relaxed); }
+
   // Whether the step under way is written: the hooks look only then.
   void set_collecting(bool on) { collecting_.store(on, std::memory_order_relaxed); }
   bool observing() const override {
@@ -96,6 +101,7 @@ class MonitorHookRows final : public ModuleObserver {
   const std::unique_ptr<MonitorStructure> structure_;  // print_struct only
   int64_t micro_steps_ = 1;
   std::atomic<bool> collecting_{false};
+  std::atomic<bool> reuse_reads_{true};
   mutable std::mutex mu_;
   // Guarded by mu_:
   std::vector<std::string> module_order_;  // by first forward

@@ -64,6 +64,9 @@ class TrainerMonitor final : public TaskProcessor {
   // With wg_distribution, watched parameter `tag`'s gradient as a rank hands it to a reduction
   // that sets the parameter's .grad itself (FSDP2's reduce-scatter): its grad_unreduced row.
   void unreduced(const std::string& tag, const at::Tensor& grad);
+  // The process has peers (torch.distributed with more than one rank): what a collective writes
+  // in place bumps no version, so each slot's tensor is read on its own (MonitorHookRows).
+  void set_has_peers(bool peers) { hook_rows_->set_reuse_reads(!peers); }
   // Module `name` of model chunk `vpp_stage`: its tag if xy_distribution watches it.
   std::optional<std::string> module_tag(int vpp_stage, const std::string& name) const;
   // (pre_hook, forward_hook) for watched module "<vpp_stage>:<name>", to be registered with
@@ -89,7 +92,6 @@ class TrainerMonitor final : public TaskProcessor {
   void after_step(const std::vector<StepParameter>& params);
   // Hands the step's rows to the write thread when the step is written; then the next step.
   void end_step();
-  int64_t step() const { return step_; }
   // collect_times steps were written: msprobe removes its hooks.
   bool finished() const { return written_steps_ >= config_.schedule.collect_times; }
   const std::string& run_folder() const { return run_folder_; }

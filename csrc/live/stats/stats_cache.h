@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 
 #include "core/record.h"
 #include "core/step_ticket.h"
@@ -37,15 +38,22 @@ class StatsCache {
   std::optional<DataStats> find(const at::Tensor& t);
   void put(const at::Tensor& t, const DataStats& stats);
   void clear();
+  // `t`'s memory was written without a new version: an in-place collective writes its buffer
+  // (all_reduce, broadcast; an asynchronous one at any time until it is waited for) and bumps no
+  // version counter (both torches). No tensor on that storage is found or kept again this step.
+  void written_without_version(const at::Tensor& t);
 
   // For tests and benchmarks.
   int64_t hits() const { return hits_.load(); }
   int64_t misses() const { return misses_.load(); }
 
  private:
+  void clear_locked();
+
   std::mutex mu_;  // hooks run on autograd and user threads too
   StepLocal step_;
   TensorVersionMap<DataStats> items_;
+  std::unordered_set<const void*> unversioned_;  // storages written_without_version this step
   std::atomic<int64_t> hits_{0}, misses_{0};
 };
 
