@@ -22,11 +22,12 @@ StepParameter = Tuple[str, torch.Tensor, Optional[torch.Tensor], bool, Optional[
 
 def _local_grad(grad: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     # A DTensor's gradient is read as its shard, as msprobe reads it (its moments stay whole).
-    if grad is None:
-        return None
-    if grad.__class__.__name__ == "DTensor":
-        grad = grad.to_local()
-    return grad.detach()
+    # Any other is handed over as the very tensor (no detach: the C++ side reads under no_grad),
+    # so that the monitor knows it for the gradient it read as it accumulated (same object and
+    # version: read once).
+    if grad is not None and grad.__class__.__name__ == "DTensor":
+        return grad.to_local().detach()
+    return grad
 
 
 class OptimizerView:
@@ -55,7 +56,7 @@ class OptimizerView:
         for name, param in params:
             in_state, exp_avg, exp_avg_sq = self.moments(param) if moments else (False, None, None)
             grad = _local_grad(self.grad(param)) if grads else None
-            out.append((name, param.detach(), grad, in_state, exp_avg, exp_avg_sq))
+            out.append((name, param, grad, in_state, exp_avg, exp_avg_sq))  # read under no_grad
         return out
 
 

@@ -65,6 +65,41 @@ def test_training_is_bit_identical_and_each_family_is_written(tmp_path, monkeypa
         "fc2.bias", "fc2.weight", "fc1.bias", "fc1.weight"]
 
 
+def test_grad_reduced_is_the_gradient_the_optimizer_steps_with_changed_in_place_or_not(tmp_path, monkeypatch):
+    """On one process the optimizer steps with the gradient accumulated last, and the monitor
+    reads it once for grad_unreduced and grad_reduced; a gradient changed in place in between
+    (clip_grad_norm_, a new version) is read again. 64 x 64 weights: large enough to be kept."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    path = tmp_path / "monitor.json"
+    path.write_text(json.dumps({"wg_distribution": True, "ops": ["max", "norm"]}))
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    monitor = msprobe_cpp.TrainerMon(str(path), params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer)
+    seen = {}
+    for step, clip in enumerate((False, True)):
+        optimizer.zero_grad()
+        model(torch.randn(32, 64)).pow(2).sum().backward()
+        seen[step, "unreduced"] = model[0].weight.grad.norm().item()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+        seen[step, "reduced"] = model[0].weight.grad.norm().item()
+        optimizer.step()
+    monitor.drain()
+    files = csv_files(str(tmp_path / "out"))
+
+    def norm(name: str, step: int) -> float:
+        [row] = [line.split(",") for line in files[f"{name}_{step}-{step}.csv"].splitlines()[1:]
+                 if line.split(",")[1] == "0.weight"]
+        return float(row[4])
+
+    for step in (0, 1):
+        for family, key in (("grad_unreduced", "unreduced"), ("grad_reduced", "reduced")):
+            assert norm(family, step) == pytest.approx(seen[step, key], rel=1e-5, abs=6e-7), (family, step)  # ndigits 6
+    assert seen[1, "reduced"] < seen[1, "unreduced"] / 10  # the clip changed it
+
+
 class Residual(torch.nn.Module):
     """In-place idioms that PyTorch's full backward hooks break ("a view ... is being modified
     inplace"): `out += identity` on a module's output, ReLU(inplace=True) on a module's input."""

@@ -55,6 +55,11 @@ std::vector<MonitorValue> MonitorHookRows::values_locked(const at::Tensor& t) {
   return values;
 }
 
+std::vector<MonitorValue> MonitorHookRows::values(const at::Tensor& t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return values_locked(t);
+}
+
 void MonitorHookRows::forward(const std::string& name, ObservedTensors inputs,
                               ObservedTensors outputs) {
   if (structure_) return structure_->forward(name, inputs, outputs);  // no statistics then
@@ -79,6 +84,9 @@ void MonitorHookRows::accumulated(const std::string& tag, const at::Tensor& grad
   if (!observing()) return;
   std::vector<MonitorValue> values = monitor_values(grad, metrics_);
   std::lock_guard<std::mutex> lock(mu_);
+  if (TensorVersion::trackable(grad) && reuse_reads_.load(std::memory_order_relaxed)) {
+    read_.put(grad, values);
+  }
   std::string& key = key_;
   key.assign(tag);
   // monitor_mbs_grad: each micro step's gradient as it stands then, "<tag>:<micro>".

@@ -57,6 +57,10 @@ class MonitorHookRows final : public ModuleObserver {
   void called_from(const std::string& name, const std::string& source) override;
   // A watched parameter's gradient, just accumulated.
   void accumulated(const std::string& tag, const at::Tensor& grad);
+  // `t`'s values, taken from this step's slots and accumulations where `t` was read at its
+  // present version (grad_reduced: on one process, the optimizer steps with the very gradient
+  // accumulated last).
+  std::vector<MonitorValue> values(const at::Tensor& t);
 
   // msprobe's call ids: the order in which the step's tags came ("<tag>/<family>": the forward's
   // and the backward's slots, each accumulation, each optimizer moment), for its anomaly.json.

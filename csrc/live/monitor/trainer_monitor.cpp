@@ -228,7 +228,7 @@ void TrainerMonitor::before_step(const std::vector<StepParameter>& params,
     for (const StepParameter& p : params) {
       if (!p.grad.defined()) continue;
       hook_rows_->register_call(p.name, "/post_grad");
-      tables_.grad_reduced.put(p.name, values_of(p.grad));
+      tables_.grad_reduced.put(p.name, hook_rows_->values(p.grad));
     }
   }
   tables_.exp_avg.clear();
