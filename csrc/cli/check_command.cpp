@@ -86,8 +86,10 @@ int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err)
         // Spilled as they are found (Findings::spilled), then rendered.
         Findings findings = Findings::spilled();
         judge_next_file([&](const Finding& f) { findings.add(f); });
-        any = any || findings.counts().fails(options.fail_on);
-        write_text_report(out, file, findings);
+        const std::optional<LiveStop> live = read_live_stop(file);
+        any = any || findings.counts().fails(options.fail_on) ||
+              live_stop_fails(live, options.fail_on);
+        write_text_report(out, file, findings, live);
       }
       return any ? 1 : 0;
     }
@@ -110,9 +112,10 @@ int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err)
       // A folder's reports are members of the document's object.
       StreamedReport report(kIndent, single ? 0 : 1);
       judge_next_file([&](const Finding& f) { report.add(f); });
-      any = any || report.counts().fails(options.fail_on);
+      const std::optional<LiveStop> live = read_live_stop(file);
+      any = any || report.counts().fails(options.fail_on) || live_stop_fails(live, options.fail_on);
       std::optional<std::string> live_stop;
-      if (const std::optional<LiveStop> live = read_live_stop(file)) live_stop = live->json;
+      if (live) live_stop = live->json;
       if (!single) json.key(file);
       report.write(json, sink, live_stop);
     }

@@ -18,8 +18,8 @@ struct CheckOptions {
   Severity fail_on = Severity::Medium;  // the lowest level that makes the exit status 1
 };
 
-// Exit status: 0 no anomaly at or above fail_on after filtering, 1 such anomalies found,
-// 2 unreadable input.
+// Exit status: 0 no anomaly at or above fail_on after filtering, 1 such anomalies found (or a
+// live stop at that level beside a dump, overflow_report.json's first_anomaly), 2 unreadable input.
 int run_check(const CheckOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace msprobe

@@ -47,7 +47,21 @@ std::optional<LiveStop> read_live_stop(const std::string& dump_file) {
     }
   }
   if (!stop.not_replayed.empty()) stop.replay_lines.push_back(stop.not_replayed);
+  const auto level = first->find(report_key("level"));
+  for (Severity s : {Severity::Critical, Severity::High, Severity::Medium}) {
+    if (level != first->end() && level->is_string() && *level == to_string(s)) stop.level = s;
+  }
+  // overflow_facts.cpp writes "held" only when true, and "caught" beside it (null: never caught).
+  const auto held = first->find("held");
+  const auto caught = first->find("caught");
+  stop.held_without_damage = held != first->end() && held->is_boolean() && held->get<bool>() &&
+                             (caught == first->end() || caught->is_null());
   return stop;
+}
+
+bool live_stop_fails(const std::optional<LiveStop>& stop, Severity fail_on) {
+  if (!stop || stop->absorbed || stop->held_without_damage) return false;
+  return stop->level && static_cast<int>(*stop->level) >= static_cast<int>(fail_on);
 }
 
 }  // namespace msprobe

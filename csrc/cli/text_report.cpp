@@ -104,8 +104,29 @@ void write_batch(std::ostream& out, const std::string& dump_file, const std::vec
 
 }  // namespace
 
-void write_text_report(std::ostream& out, const std::string& dump_file, const Findings& findings) {
+namespace {
+
+void write_live_stop(std::ostream& out, const LiveStop& live) {
+  out << "  the live stop (overflow_report.json): " << live.call
+      << (live.origin.empty() ? "" : ", origin " + live.origin)
+      << (live.parameter.empty() ? "" : ", parameter " + live.parameter)
+      << (live.absorbed ? ", absorbed: no stop" : "") << "\n";
+  if (!live.note.empty()) out << "    " << live.note << "\n";
+  for (const std::string& line : live.replay_lines) out << "    " << line << "\n";
+}
+
+}  // namespace
+
+void write_text_report(std::ostream& out, const std::string& dump_file, const Findings& findings,
+                       const std::optional<LiveStop>& live) {
   if (findings.empty()) {
+    // A stop whose NaN/inf no recorded call holds: the parameters an optimizer step wrote,
+    // looked at once after it (docs/overflow-detection.md). "no anomaly" would deny the stop.
+    if (live && !live->absorbed && !live->held_without_damage) {
+      out << dump_file << ": no anomalous record; the live guard stopped training here\n";
+      write_live_stop(out, *live);
+      return;
+    }
     out << dump_file << ": no anomaly\n";
     return;
   }
@@ -123,15 +144,7 @@ void write_text_report(std::ostream& out, const std::string& dump_file, const Fi
   write_batch(out, dump_file, batch, origin ? &*origin : nullptr, origin_source);
   // The live guard's verdict comes first where the stop left one: it saw what a dump does not
   // record (which tensor is a parameter, which -inf is a mask, what came before the step).
-  const std::optional<LiveStop> live = read_live_stop(dump_file);
-  if (live) {
-    out << "  the live stop (overflow_report.json): " << live->call
-        << (live->origin.empty() ? "" : ", origin " + live->origin)
-        << (live->parameter.empty() ? "" : ", parameter " + live->parameter)
-        << (live->absorbed ? ", absorbed: no stop" : "") << "\n";
-    if (!live->note.empty()) out << "    " << live->note << "\n";
-    for (const std::string& line : live->replay_lines) out << "    " << line << "\n";
-  }
+  if (live) write_live_stop(out, *live);
   const char* reading = live ? "  offline reading (this dump's statistics alone): " : "  ";
   if (origin) {
     out << reading << "probable origin: " << *origin << " ("

@@ -4,13 +4,18 @@
 // memory holds one batch however many there are.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 
+#include "cli/stop_replays.h"
 #include "core/findings.h"
 
 namespace msprobe {
 
-void write_text_report(std::ostream& out, const std::string& dump_file, const Findings& findings);
+// `live`: the stop beside the dump (read_live_stop), shown first where it stopped training, even
+// when no record of the dump holds an anomaly.
+void write_text_report(std::ostream& out, const std::string& dump_file, const Findings& findings,
+                       const std::optional<LiveStop>& live);
 
 }  // namespace msprobe

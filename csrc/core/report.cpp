@@ -109,7 +109,12 @@ std::string step_summary(const Report& report, const std::vector<Judgement>& jud
       (report.peer_stop ? " written for a peer stop (rank " +
                               std::to_string(report.peer_stop->rank) + " overflowed): "
                         : " flagged: ") +
-      severity_summary(findings.counts()) + (rank >= 0 ? " on this rank\n" : "\n");
+      // An anomaly no call record holds (what an optimizer step wrote, looked at after it) is
+      // named below; "0 anomalous calls" alone would read as a clean step.
+      (findings.empty() && report.first_anomaly && !report.peer_stop
+           ? std::string("no anomalous call record; the first anomaly is outside the calls")
+           : severity_summary(findings.counts())) +
+      (rank >= 0 ? " on this rank\n" : "\n");
   if (report.monitor_alert) {
     text += who + "  flagged by the training monitor: " + *report.monitor_alert + "\n";
   }

@@ -146,6 +146,20 @@ TEST(ReportTest, StepSummaryOfAPeerStopWithoutRanks) {
             "  dump: /d\n");
 }
 
+TEST(ReportTest, StepSummaryOfAnAnomalyNoCallRecordHolds) {
+  // A stop after an optimizer step (its parameters looked at once after it): the step's records
+  // are clean, and the summary does not say "0 anomalous calls" above a critical first anomaly.
+  Report r;
+  OverflowFacts first;
+  first.finding = finding("(after Adam.step)", Severity::Critical);
+  r.first_anomaly = first;
+  const std::string text = step_summary(r, {}, 4, -1, "/d");
+  EXPECT_EQ(text.substr(0, text.find('\n')),
+            "msprobe_cpp: step 4 flagged: no anomalous call record; the first anomaly is outside "
+            "the calls");
+  EXPECT_NE(text.find("  first anomaly: (after Adam.step) (critical"), std::string::npos) << text;
+}
+
 TEST(ReportTest, StepSummarySaysWhenTheFirstAnomalyStoppedNothing) {
   Report r;
   r.findings.add(finding("Torch.exp.0.forward", Severity::Critical));
