@@ -288,12 +288,11 @@ void bind_step_looks(py::class_<Session, std::shared_ptr<Session>>& c) {
           "Before an optimizer step: its numeric settings ((\"lr of param_groups[0]\", value)).")
       .def(
           "judge_optimizer_gradients",
-          [](Session& s, const std::string& optimizer, std::vector<std::string> bad,
-             bool reduced) {
-            handle_event(s, judge_optimizer_gradients(s, optimizer, std::move(bad), reduced));
+          [](Session& s, const std::string& optimizer, const NamedTensors& bad, bool reduced) {
+            handle_event(s, judge_optimizer_gradients(s, optimizer, bad, reduced));
           },
           py::arg("optimizer"), py::arg("bad"), py::arg("reduced"),
-          "Before an optimizer step: the parameters whose gradients hold NaN/inf.")
+          "Before an optimizer step: (parameter name, gradient) of those that hold NaN/inf.")
       .def(
           "judge_optimizer_state",
           [](Session& s, const std::string& optimizer, const std::string& state,
@@ -308,11 +307,11 @@ void bind_step_looks(py::class_<Session, std::shared_ptr<Session>>& c) {
            "After an optimizer step: whether its calls were left, so the look is due.")
       .def(
           "judge_optimizer_update",
-          [](Session& s, const std::string& optimizer, std::vector<std::string> bad) {
-            handle_event(s, judge_optimizer_update(s, optimizer, std::move(bad)));
+          [](Session& s, const std::string& optimizer, const NamedTensors& bad) {
+            handle_event(s, judge_optimizer_update(s, optimizer, bad));
           },
           py::arg("optimizer"), py::arg("bad"),
-          "After an optimizer step whose calls were left: what holds NaN/inf now.");
+          "After an optimizer step whose calls were left: (name, tensor) of what holds NaN/inf now.");
 }
 
 // torch.distributed: another rank's stop, as the watcher thread hands it over.

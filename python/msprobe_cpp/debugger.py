@@ -16,7 +16,7 @@ from . import log
 from .errors import Overflow, OverflowError
 from .grad_probe import GradProbe
 from .gradient_guard import (install_gradient_guard, local_gradients, local_parameters, local_state, named_parameters,
-                             optimizer_settings, scaler_checked, scaler_skips)
+                             optimizer_settings, scaler_checked, scaler_skips, those_named)
 from . import deepspeed_engine
 from .loss_scalers import LossScaleSource, watch_grad_scalers
 from .patches import Patches
@@ -470,13 +470,14 @@ class PrecisionDebugger:
         # Its GradScaler found these gradients finite a moment ago: no second look.
         scaled_by = self._loss_scale.scaled_by
         if scaled_by is None or not scaler_checked(scaled_by, optimizer):
-            bad = _C.nonfinite_gradients(local_gradients(named))
+            gradients = local_gradients(named)
+            bad = _C.nonfinite_gradients(gradients)
             if bad and scaler_skips(optimizer, kwargs):
                 return  # a step the loss scaler skips inside the optimizer (step() judges the scale)
             if bad:
                 if self._peer and self._peer.wait_for_peer():
                     self._peer.check(gradients=bad)  # the rank whose backward made them stopped: origin peer
-                self._session.judge_optimizer_gradients(type(optimizer).__name__, bad, bool(self._peer))
+                self._session.judge_optimizer_gradients(type(optimizer).__name__, those_named(gradients, bad), bool(self._peer))
         # The state the step writes along with the gradients (L0 records none of its calls).
         state = local_state(optimizer, named)  # none for plain SGD, or before the first step
         bad_state = set(_C.nonfinite_gradients([(f"{key} of {name}", t) for key, name, t in state])) if state else ()
@@ -503,7 +504,7 @@ class PrecisionDebugger:
         written = local_parameters(named) + [(f"{k} of {name}", t) for k, name, t in local_state(optimizer, named)]
         bad = _C.nonfinite_gradients(written)
         if bad:
-            self._session.judge_optimizer_update(type(optimizer).__name__, bad)
+            self._session.judge_optimizer_update(type(optimizer).__name__, those_named(written, bad))
 
     def _hook_started_model(self, model: torch.nn.Module, class_name: str) -> None:
         """The started model itself is not recorded (msprobe records none), but the guard judges

@@ -53,6 +53,13 @@ def local_gradients(named: Named) -> List[Tuple[str, torch.Tensor]]:
     return out
 
 
+def those_named(tensors: List[Tuple[str, torch.Tensor]], names: List[str]) -> List[Tuple[str, torch.Tensor]]:
+    """The (name, tensor) pairs of `tensors` that `names` names, in their order: what a stop gives
+    the dtype, shape and NaN/inf counts of."""
+    wanted = set(names)
+    return [(name, t) for name, t in tensors if name in wanted]
+
+
 def local_state(optimizer: Any, named: Named) -> List[Tuple[str, str, torch.Tensor]]:
     """(state key, parameter name, tensor) of the optimizer's readable state (AdamW's exp_avg and
     exp_avg_sq, SGD's momentum_buffer) for the `named` parameters: what the step is about to

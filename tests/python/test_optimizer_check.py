@@ -77,6 +77,9 @@ def test_a_gradient_no_hook_saw_stops_before_the_optimizer_writes_it(tmp_path, d
     e = info.value
     assert (e.step, e.call, e.origin) == (2, f"(before {'SGD' if optimizer == 'sgd' else 'AdamW'}.step)", "input"), str(e)
     assert set(e.gradients) == {"fc.weight", "fc.bias"}
+    # What each holds, as a call's tensors are told (no record holds these gradients).
+    assert sorted((t["position"], t["shape"], t["nan"]) for t in e.tensors) == \
+        [("fc.bias.grad", [3], 3), ("fc.weight.grad", [3, 4], 12)], e.tensors
     assert "no recorded backward call of this step made" in e.note
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert {k: v for k, v in model.state_dict().items()}.keys() == before.keys()

@@ -86,6 +86,11 @@ def test_nan_an_optimizer_step_writes_stops_after_that_step_naming_it(tmp_path, 
     assert (e.step, e.call, e.origin) == (K, f"(after {name}.step)", "op"), str(e)
     assert e.parameter == "fc1.weight", str(e)
     assert f"{name}.step wrote NaN/inf into fc1.weight and " in str(e)
+    # What each holds, as a call's tensors are told (no record holds them): the first four.
+    first = e.tensors[0]
+    assert (first["position"], first["dtype"], first["shape"]) == ("fc1.weight", "torch.float32", [16, 8]), e.tensors
+    assert 0 < first["nan"] + first["posinf"] + first["neginf"] <= 128 and len(e.tensors) == 4, e.tensors
+    assert "  fc1.weight: torch.float32 [16, 8]: " in str(e)
     assert steps_on_disk(tmp_path) == [f"step{K}"]
     # Its calls were not recorded: the step's dump holds the forward and the backward.
     records = list(read_dump_file(tmp_path / "dump" / f"step{K}" / "rank")["data"])

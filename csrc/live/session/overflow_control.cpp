@@ -1,8 +1,12 @@
 #include "live/session/overflow_control.h"
 
+#include <limits>
+
 #include "live/capture/call_values.h"
 #include "live/crossing/python_crossing.h"
 #include "live/overflow/call_arguments.h"
+#include "live/stats/nonfinite_facts.h"
+#include "live/stats/tensor_stats.h"
 
 namespace msprobe {
 
@@ -58,13 +62,42 @@ std::optional<OverflowEvent> judge_optimizer_settings(
   return judge_look(session, std::move(look));
 }
 
+namespace {
+
+// Enough to tell a stop's kind (one weight, every layer's, the state alone) without a page of
+// lines on a model whose every parameter went NaN.
+constexpr size_t kTensorsNamed = 4;
+
+// `shown`: what the tensor is of the named parameter (".grad" for its gradient).
+void look_at(const NamedTensors& bad, OverflowGuard::OptimizerLook& look, const char* shown = "") {
+  for (const auto& [name, t] : bad) {
+    look.bad.push_back(name);
+    if (look.bad_tensors.size() == kTensorsNamed || !t.defined()) continue;
+    ArgFacts a;
+    a.position = name + shown;
+    a.type = "torch.Tensor";
+    a.dtype = dtype_name(t.scalar_type());
+    a.shape = t.sizes().vec();
+    if (t.is_floating_point() && t.layout() == at::kStrided) {
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      const NonFiniteCounts counts = nonfinite_facts(t, nan, nan).counts;
+      a.counted = counts.known();
+      a.nan = counts.nan;
+      a.posinf = counts.posinf;
+      a.neginf = counts.neginf;
+    }
+    look.bad_tensors.push_back(std::move(a));
+  }
+}
+
+}  // namespace
+
 std::optional<OverflowEvent> judge_optimizer_gradients(Session& session,
                                                        const std::string& optimizer,
-                                                       std::vector<std::string> bad,
-                                                       bool reduced) {
+                                                       const NamedTensors& bad, bool reduced) {
   OverflowGuard::OptimizerLook look;
   look.optimizer = optimizer;
-  look.bad = std::move(bad);
+  look_at(bad, look, ".grad");
   look.reduced = reduced;
   return judge_look(session, std::move(look));
 }
@@ -82,11 +115,11 @@ std::optional<OverflowEvent> judge_optimizer_state(Session& session, const std::
 }
 
 std::optional<OverflowEvent> judge_optimizer_update(Session& session, const std::string& optimizer,
-                                                    std::vector<std::string> bad) {
+                                                    const NamedTensors& bad) {
   OverflowGuard::OptimizerLook look;
   look.when = OverflowGuard::OptimizerLook::When::Update;
   look.optimizer = optimizer;
-  look.bad = std::move(bad);
+  look_at(bad, look);
   return judge_look(session, std::move(look));
 }
 

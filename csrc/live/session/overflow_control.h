@@ -32,16 +32,19 @@ std::optional<OverflowEvent> judge_optimizer_settings(
 // Before an optimizer's step: its parameters whose gradients hold NaN/inf (`reduced`: averaged
 // across ranks), or its state of `parameter` that does (and `more` others). A stop names the
 // program's line that called the step.
+// Each of `bad` is (name, tensor): the stop gives the first ones' dtype, shape and NaN/inf counts,
+// as it does for a call's tensors (no record holds these).
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 std::optional<OverflowEvent> judge_optimizer_gradients(Session& session,
                                                        const std::string& optimizer,
-                                                       std::vector<std::string> bad, bool reduced);
+                                                       const NamedTensors& bad, bool reduced);
 std::optional<OverflowEvent> judge_optimizer_state(Session& session, const std::string& optimizer,
                                                    const std::string& state,
                                                    const std::string& parameter, size_t more);
-// After a step whose calls were left: `bad` names what holds NaN/inf now ("<parameter>",
+// After a step whose calls were left: `bad` is what holds NaN/inf now ("<parameter>",
 // "<state key> of <parameter>"), finite before it: the step's own arithmetic made them.
 std::optional<OverflowEvent> judge_optimizer_update(Session& session, const std::string& optimizer,
-                                                    std::vector<std::string> bad);
+                                                    const NamedTensors& bad);
 
 // Task overflow_check at L1 and mix, an optimizer's step: its calls (Adam's ten a parameter) are
 // not judged one by one; the parameters and state it wrote are looked at once after it. Not

@@ -324,8 +324,10 @@ std::optional<OverflowEvent> OverflowGuard::optimizer_gradients(OptimizerLook& l
     source.compiled = g.watch && g.watch->compiled_region_ran();
     // Without a started model nothing says whether an earlier step left gradients.
     source.earlier_step_left = g.models.empty() || g.models.earlier_step_left_gradients();
-    std::optional<OverflowEvent> e = g.decisions->optimizer_gradients(
-        std::move(look.bad), source, optimizer_step_facts(g, ticket, paths_, look.optimizer));
+    OverflowFacts blank = optimizer_step_facts(g, ticket, paths_, look.optimizer);
+    blank.tensors = std::move(look.bad_tensors);
+    std::optional<OverflowEvent> e =
+        g.decisions->optimizer_gradients(std::move(look.bad), source, std::move(blank));
     // Written even when no call of the step was recorded: the message names its folder.
     if (e) g.flagged_unstored = true;
     return e;
@@ -336,9 +338,10 @@ std::optional<OverflowEvent> OverflowGuard::optimizer_update(OptimizerLook& look
   if (look.bad.empty()) return std::nullopt;
   return locked([&](GuardState& g, const StepTicket& ticket) -> std::optional<OverflowEvent> {
     if (!g.decisions) return std::nullopt;
-    std::optional<OverflowEvent> e = g.decisions->optimizer_update(
-        std::move(look.bad), look.optimizer,
-        optimizer_step_facts(g, ticket, paths_, look.optimizer, "after"));
+    OverflowFacts blank = optimizer_step_facts(g, ticket, paths_, look.optimizer, "after");
+    blank.tensors = std::move(look.bad_tensors);
+    std::optional<OverflowEvent> e =
+        g.decisions->optimizer_update(std::move(look.bad), look.optimizer, std::move(blank));
     if (e) g.flagged_unstored = true;  // no call of the step names it
     return e;
   });

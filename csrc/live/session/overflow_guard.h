@@ -129,6 +129,7 @@ class OverflowGuard {
     When when = When::Gradients;
     std::string optimizer;
     std::vector<std::string> bad;
+    std::vector<ArgFacts> bad_tensors;  // the first of `bad`: dtype, shape, NaN/+inf/-inf counts
     bool reduced = false;
     std::string state, parameter;
     size_t more = 0;
