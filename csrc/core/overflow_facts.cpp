@@ -102,7 +102,8 @@ std::string OverflowFacts::history_text() const {
 std::string OverflowFacts::dump_words() const {
   if (!dump.error.empty()) return "not written: " + dump.error;
   if (dump.dir.empty()) return "none (overflow_nums reached: no more dumps are written)";
-  return dump.dir + "  (overflow_report.json, dump.json, " + kTensorFolder + "/)";
+  return dump.dir + "  (overflow_report.json, dump.json" +
+         (dump.tensor_files ? std::string(", ") + kTensorFolder + "/)" : std::string(")"));
 }
 
 std::string OverflowFacts::source_line() const {

@@ -61,6 +61,9 @@ struct CaughtAt {
 struct DumpPlace {
   std::string dir;
   std::string error;  // why the step's files could not be written
+  // The flagged calls' tensors are among the files: false where no call of the step kept any (a
+  // stop at an optimizer's step, a loss scaler's), once the step is written.
+  bool tensor_files = true;
 };
 
 // An op origin's replays: what they said, and why a replay was not done ("not replayed: an

@@ -97,6 +97,8 @@ TEST(OverflowFactsTest, HistoryDumpSourceAndLaterLines) {
   EXPECT_EQ(f.history_text(), "step 6 50%, step 7 90% of float16's range: grew");
   f.dump.dir = "/d/step3/rank0";
   EXPECT_EQ(f.dump_words(), "/d/step3/rank0  (overflow_report.json, dump.json, dump_tensor_data/)");
+  f.dump.tensor_files = false;  // a step no call of which kept its tensors
+  EXPECT_EQ(f.dump_words(), "/d/step3/rank0  (overflow_report.json, dump.json)");
   f.dump.error = "No space left on device";
   EXPECT_EQ(f.dump_words(), "not written: No space left on device");
   f.source = "train.py:9: y = x.exp()";

@@ -92,6 +92,10 @@ def test_nan_an_optimizer_step_writes_stops_after_that_step_naming_it(tmp_path, 
     assert 0 < first["nan"] + first["posinf"] + first["neginf"] <= 128 and len(e.tensors) == 4, e.tensors
     assert "  fc1.weight: torch.float32 [16, 8]: " in str(e)
     assert steps_on_disk(tmp_path) == [f"step{K}"]
+    # The stop names the files its step has: no call of it kept tensors, so no tensor folder.
+    step_dir = tmp_path / "dump" / f"step{K}" / "rank"
+    assert not (step_dir / "dump_tensor_data").exists()
+    assert f"dump:   {e.dump_dir}  (overflow_report.json, dump.json)\n" in str(e) + "\n", str(e)
     # Its calls were not recorded: the step's dump holds the forward and the backward.
     records = list(read_dump_file(tmp_path / "dump" / f"step{K}" / "rank")["data"])
     assert "Functional.cross_entropy.0.forward" in records, records

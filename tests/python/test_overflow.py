@@ -52,6 +52,7 @@ def test_fp16_overflow_stops_training_at_its_step(tmp_path, capfd):
     assert list(data)[-1] == e.call
     assert data[e.call]["output"][0]["data_name"] == f"{e.call}.output.0.pt"
     saved = torch.load(step / "dump_tensor_data" / f"{e.call}.output.0.pt")
+    assert f"dump:   {e.dump_dir}  (overflow_report.json, dump.json, dump_tensor_data/)" in str(e)
     assert saved.dtype == torch.float16 and torch.isinf(saved).any()
     assert report(tmp_path, 3)["critical_apis"] == [e.call]
     # The one-screen summary: the flagged call apart from the expected mask findings.

@@ -2,7 +2,10 @@
 
 #include <pybind11/stl.h>
 
+#include <filesystem>
+
 #include "core/fact_fields.h"
+#include "core/record.h"
 #include "live/crossing/dict_fields.h"
 #include "live/capture/call_values.h"
 #include "live/crossing/python_crossing.h"
@@ -216,6 +219,12 @@ void raise_stop(Session& session, const PythonSide& side, const OverflowEvent& e
   if (!write_error.empty() && !facts.dump.dir.empty()) {
     facts.dump.dir.clear();  // never name a folder that is not there
     facts.dump.error = write_error;
+  }
+  // Named only where the write made it: a step no call of which kept its tensors has none.
+  if (!facts.dump.dir.empty()) {
+    std::error_code ec;
+    const std::string tensors = facts.dump.dir + "/" + kTensorFolder;
+    facts.dump.tensor_files = std::filesystem::is_directory(tensors, ec);
   }
   // One Overflow for everyone: the error's, on_overflow's and debugger.overflow.
   py::object error = side.error_type.attr("_of")(**overflow_fields(facts));
