@@ -120,7 +120,8 @@ void bind_hooks(py::module_& m) {
         return non_finite_gradients(gradients);
       },
       py::arg("gradients"),
-      "The optimizer-step gate (gradient_guard.py): the names whose tensors hold NaN/inf.");
+      "The look at an optimizer step's tensors (OptimizerTensors): the names whose tensors hold "
+      "NaN/inf.");
   m.def(
       "mark_unwritten",
       [](py::handle t) {

@@ -16,6 +16,7 @@
 #include "live/capture/is_tensor.h"
 #include "live/hooks/debug_save.h"
 #include "live/hooks/hook_scope.h"
+#include "live/overflow/optimizer_tensors.h"
 #include "live/overflow/python_objects.h"
 #include "live/overflow/python_side.h"
 #include "live/session/overflow_control.h"
@@ -301,6 +302,14 @@ void bind_step_looks(py::class_<Session, std::shared_ptr<Session>>& c) {
           },
           py::arg("optimizer"), py::arg("state"), py::arg("parameter"), py::arg("more"),
           "Before an optimizer step: its state of `parameter` holds NaN/inf (and `more` others).")
+      .def(
+          "optimizer_tensors",
+          [](Session& s, py::handle optimizer, bool started) {
+            return std::make_shared<OptimizerTensors>(s, optimizer, started);
+          },
+          py::arg("optimizer"), py::arg("started"),
+          "An optimizer's parameters, named (`started`: as the started models name them), for "
+          "the looks before and after its step (OptimizerTensors).")
       .def("begin_optimizer_step", &begin_optimizer_step, py::arg("runs_closure"),
            "Before an optimizer step: whether its calls are left to the look after it.")
       .def("end_optimizer_step", &end_optimizer_step,
@@ -337,7 +346,22 @@ void bind_peer_stop(py::class_<Session, std::shared_ptr<Session>>& c) {
 
 }  // namespace
 
+// What the looks around an optimizer's step read (live/overflow/optimizer_tensors.h).
+void bind_optimizer_tensors(py::module_& m) {
+  py::class_<OptimizerTensors, std::shared_ptr<OptimizerTensors>>(
+      m, "OptimizerTensors", "An optimizer's tensors, as the looks around its step read them.")
+      .def("nonfinite_gradients", &OptimizerTensors::nonfinite_gradients,
+           "Before the step: (name, gradient) of the gradients that hold NaN/inf.")
+      .def("nonfinite_state", &OptimizerTensors::nonfinite_state,
+           "Before the step: (key, parameter) of the state that holds NaN/inf.")
+      .def("nonfinite_written", &OptimizerTensors::nonfinite_written,
+           "After the step: (name, tensor) of the updated parameters and the state that hold "
+           "NaN/inf (\"exp_avg of fc.weight\").")
+      .def("of", &OptimizerTensors::of, py::arg("optimizer"), "Whether these are `optimizer`'s.");
+}
+
 void bind_session(py::module_& m) {
+  bind_optimizer_tensors(m);
   py::class_<Session, std::shared_ptr<Session>> c(
       m, "Session",
       "One debugger's engine: the config, the step's records, the guard, the writer.");

@@ -6,7 +6,7 @@ import operator
 import reprlib
 import os
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
 
@@ -15,8 +15,7 @@ from . import api_hooks
 from . import log
 from .errors import Overflow, OverflowError
 from .grad_probe import GradProbe
-from .gradient_guard import (install_gradient_guard, local_gradients, local_parameters, local_state, named_parameters,
-                             optimizer_settings, scaler_checked, scaler_skips, those_named)
+from .gradient_guard import install_gradient_guard, optimizer_settings, scaler_checked, scaler_skips
 from . import deepspeed_engine
 from .loss_scalers import LossScaleSource, watch_grad_scalers
 from .patches import Patches
@@ -181,8 +180,9 @@ class PrecisionDebugger:
         self._loss_scale = LossScaleSource()
         # Each started DeepSpeed engine's look at its optimizer's settings, run at every start().
         self._engine_looks: List[Callable[[], None]] = []
-        # (optimizer, its named parameters) while a step whose calls are left runs (begin_optimizer_step).
-        self._stepping: Optional[Tuple[Any, Any]] = None
+        # The stepping optimizer's tensors (_C.OptimizerTensors) while a step whose calls are left
+        # runs (begin_optimizer_step).
+        self._stepping: Any = None
         # torch.distributed with overflow_check: the coordinated stop; False where it cannot be had.
         self._peer: Any = None
         if self._session.watching:
@@ -454,10 +454,10 @@ class PrecisionDebugger:
         """An optimizer is about to write the gradients into the parameters: the last point where
         NaN/inf in them does no damage. Gradients that no hooked call made (DDP's all-reduce,
         FSDP's reduce-scatter, a compiled backward) are seen here. One look at each gradient, in
-        place on the CPU (gradient_guard.local_gradients; _C.nonfinite_gradients), or none where
-        the step's GradScaler just looked (gradient_guard.scaler_checked). The optimizer's state
-        (exp_avg_sq, momentum) is looked at the same way: NaN/inf written there before the step
-        (a checkpoint's, an update L0 does not see) stops here, before the parameters take it."""
+        place on the CPU (_C.OptimizerTensors), or none where the step's GradScaler just looked
+        (gradient_guard.scaler_checked). The optimizer's state (exp_avg_sq, momentum) is looked
+        at the same way: NaN/inf written there before the step (a checkpoint's, an update L0 does
+        not see) stops here, before the parameters take it."""
         if self._patches.closed:
             return
         self._session.optimizer_step_begins()
@@ -465,46 +465,40 @@ class PrecisionDebugger:
             self._peer.check()
         if not (self._session.watching and self._session.judges_optimizer):
             return  # not a started step of this debugger, or one its step or rank list leaves out
-        started = self._session.parameter_names if self._models.live() else None
-        named = named_parameters(optimizer, started)
+        tensors = self._session.optimizer_tensors(optimizer, bool(self._models.live()))
         # Its GradScaler found these gradients finite a moment ago: no second look.
         scaled_by = self._loss_scale.scaled_by
         if scaled_by is None or not scaler_checked(scaled_by, optimizer):
-            gradients = local_gradients(named)
-            bad = _C.nonfinite_gradients(gradients)
+            bad = tensors.nonfinite_gradients()
             if bad and scaler_skips(optimizer, kwargs):
                 return  # a step the loss scaler skips inside the optimizer (step() judges the scale)
             if bad:
                 if self._peer and self._peer.wait_for_peer():
-                    self._peer.check(gradients=bad)  # the rank whose backward made them stopped: origin peer
-                self._session.judge_optimizer_gradients(type(optimizer).__name__, those_named(gradients, bad), bool(self._peer))
+                    # The rank whose backward made them stopped: origin peer.
+                    self._peer.check(gradients=[name for name, _ in bad])
+                self._session.judge_optimizer_gradients(type(optimizer).__name__, bad, bool(self._peer))
         # The state the step writes along with the gradients (L0 records none of its calls).
-        state = local_state(optimizer, named)  # none for plain SGD, or before the first step
-        bad_state = set(_C.nonfinite_gradients([(f"{key} of {name}", t) for key, name, t in state])) if state else ()
+        bad_state = tensors.nonfinite_state()  # none for plain SGD, or before the first step
         if bad_state:
-            key, name = next((key, name) for key, name, _ in state if f"{key} of {name}" in bad_state)
+            key, name = bad_state[0]
             self._session.judge_optimizer_state(type(optimizer).__name__, key, name, len(bad_state) - 1)
         if self._session.begin_optimizer_step(bool(args) or kwargs.get("closure") is not None):
-            self._stepping = (optimizer, named)
+            self._stepping = tensors
 
     def _after_optimizer_step(self, optimizer: Any) -> None:
         """The step's calls were not judged one by one (overflow_check; begin_optimizer_step): one
         look at what it wrote, the parameters it updated and its state, all finite before it."""
-        stepping, self._stepping = self._stepping, None
+        tensors, self._stepping = self._stepping, None
         if self._patches.closed:
             return
         self._session.optimizer_step_ends()
         if not self._session.end_optimizer_step():
             return
-        if stepping is None or stepping[0] is not optimizer:
-            started = self._session.parameter_names if self._models.live() else None
-            stepping = (optimizer, named_parameters(optimizer, started))
-        named = stepping[1]
-        # The state after the step: an optimizer makes it at its first step.
-        written = local_parameters(named) + [(f"{k} of {name}", t) for k, name, t in local_state(optimizer, named)]
-        bad = _C.nonfinite_gradients(written)
+        if tensors is None or not tensors.of(optimizer):
+            tensors = self._session.optimizer_tensors(optimizer, bool(self._models.live()))
+        bad = tensors.nonfinite_written()
         if bad:
-            self._session.judge_optimizer_update(type(optimizer).__name__, those_named(written, bad))
+            self._session.judge_optimizer_update(type(optimizer).__name__, bad)
 
     def _hook_started_model(self, model: torch.nn.Module, class_name: str) -> None:
         """The started model itself is not recorded (msprobe records none), but the guard judges

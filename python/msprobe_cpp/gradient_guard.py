@@ -7,73 +7,17 @@ torch 2.x calls a global optimizer step pre-hook (register_optimizer_step_pre_ho
 optimizer. torch 1.13 has none: there each torch.optim.Optimizer subclass's own step is wrapped
 while a debugger is live (found again at each start(), for classes defined since), and put back
 when it is released. Either way the hook costs one look at each gradient per optimizer step
-(_C.nonfinite_gradients: read in place on the CPU, one multi-tensor pass and one sync per device
-elsewhere), and none where the step's GradScaler has just made the same look (scaler_checked)."""
+(_C.OptimizerTensors: read in place on the CPU, one multi-tensor pass and one sync per device
+elsewhere), and none where the step's GradScaler has just made the same look (scaler_checked).
+What is looked at (the parameters, their gradients, the optimizer's state) is gathered in C++
+(_C.OptimizerTensors); here are the hooks, the settings and the GradScaler's flags."""
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.optim.optimizer as optimizer_module  # torch 1.13's torch.optim deletes the name
 
 from .patches import Patches
-
-
-NamesOf = Callable[[List[torch.Tensor]], List[Optional[str]]]
-
-
-Named = List[Tuple[str, Any]]
-
-
-def named_parameters(optimizer: Any, started: Optional[NamesOf]) -> Named:
-    """(name, parameter) of the optimizer's parameters: those of the started models when models
-    were started (`started(parameters)`: their names there, None for others; the engine's
-    parameter_names), else all, named by their place in param_groups. Taken once per step: the
-    looks before and after it share it."""
-    if started is None:
-        return [(f"param_groups[{g}].params[{i}]", p)
-                for g, group in enumerate(optimizer.param_groups) for i, p in enumerate(group["params"])]
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    return [(name, p) for name, p in zip(started(params), params) if name is not None]
-
-
-def _readable(t: torch.Tensor) -> Optional[torch.Tensor]:
-    """A strided floating-point tensor as it can be read here: a DTensor's (FSDP2) is its local
-    shard (reading the whole would be a collective); None for any other kind."""
-    t = getattr(t, "_local_tensor", t)
-    return t if t.layout == torch.strided and t.is_floating_point() else None
-
-
-def local_gradients(named: Named) -> List[Tuple[str, torch.Tensor]]:
-    """(name, gradient) of the parameters that have a readable gradient."""
-    out = []
-    for name, p in named:
-        grad = _readable(p.grad) if p.grad is not None else None
-        if grad is not None:
-            out.append((name, grad))
-    return out
-
-
-def those_named(tensors: List[Tuple[str, torch.Tensor]], names: List[str]) -> List[Tuple[str, torch.Tensor]]:
-    """The (name, tensor) pairs of `tensors` that `names` names, in their order: what a stop gives
-    the dtype, shape and NaN/inf counts of."""
-    wanted = set(names)
-    return [(name, t) for name, t in tensors if name in wanted]
-
-
-def local_state(optimizer: Any, named: Named) -> List[Tuple[str, str, torch.Tensor]]:
-    """(state key, parameter name, tensor) of the optimizer's readable state (AdamW's exp_avg and
-    exp_avg_sq, SGD's momentum_buffer) for the `named` parameters: what the step is about to
-    write into the parameters along with the gradients."""
-    out = []
-    state = getattr(optimizer, "state", None)
-    if not state:
-        return out
-    for name, p in named:
-        for key, value in (state.get(p) or {}).items():  # a defaultdict: get() adds nothing
-            value = _readable(value) if isinstance(value, torch.Tensor) else None
-            if value is not None:
-                out.append((key, name, value))
-    return out
 
 
 def optimizer_settings(optimizer: Any) -> List[Tuple[str, float]]:
@@ -89,18 +33,6 @@ def optimizer_settings(optimizer: Any) -> List[Tuple[str, float]]:
                     v = v.item()
                 if isinstance(v, float):  # bool and int are always finite
                     out.append((f"{key}{f'[{i}]' if len(values) > 1 else ''} of param_groups[{g}]", v))
-    return out
-
-
-def local_parameters(named: Named) -> List[Tuple[str, torch.Tensor]]:
-    """(name, parameter) of the `named` parameters that have a gradient (those a step writes),
-    readable as _readable reads them."""
-    out = []
-    for name, p in named:
-        if p.grad is not None:
-            local = _readable(p)
-            if local is not None:
-                out.append((name, local))
     return out
 
 
