@@ -86,6 +86,33 @@ def test_a_gradient_no_hook_saw_stops_before_the_optimizer_writes_it(tmp_path, d
     assert (tmp_path / "dump" / "step2" / "rank" / "overflow_report.json").exists()
 
 
+def test_without_a_started_model_a_gradient_is_named_by_its_place_and_the_state_is_left_as_it_was(tmp_path):
+    """start() without a model: the look names a parameter by its place in the optimizer's
+    groups. The looks read the optimizer's state without adding to it (a defaultdict: reading
+    state[p] would add an entry for every parameter, and a frozen one would get state)."""
+    torch.manual_seed(0)
+    frozen, model = nn.Linear(4, 4), Net()
+    frozen.requires_grad_(False)
+    opt = torch.optim.AdamW([{"params": frozen.parameters()}, {"params": model.parameters()}], lr=0.01)
+    debugger = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"))
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        for i in range(3):
+            model.poison = i == 2
+            debugger.start()
+            opt.zero_grad()
+            model(frozen(torch.randn(5, 4))).pow(2).mean().backward()
+            assert set(opt.state) == ({model.fc.weight, model.fc.bias} if i else set())
+            opt.step()
+            debugger.stop()
+            debugger.step()
+    debugger._release()
+    e = info.value
+    assert (e.step, e.call, e.origin) == (2, "(before AdamW.step)", "input"), str(e)
+    assert e.gradients == ["param_groups[1].params[0]", "param_groups[1].params[1]"], str(e)
+    assert "param_groups[1].params[0].grad: torch.float32 [3, 4]: 12 NaN" in str(e)
+    assert set(opt.state) == {model.fc.weight, model.fc.bias}  # none for the frozen layer
+
+
 @pytest.mark.parametrize("device", devices(), indirect=True)
 def test_a_clean_run_is_untouched_and_the_guard_is_removed_with_the_debugger(tmp_path, device):
     torch.manual_seed(0)
