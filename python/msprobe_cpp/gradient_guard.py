@@ -9,8 +9,8 @@ while a debugger is live (found again at each start(), for classes defined since
 when it is released. Either way the hook costs one look at each gradient per optimizer step
 (_C.OptimizerTensors: read in place on the CPU, one multi-tensor pass and one sync per device
 elsewhere), and none where the step's GradScaler has just made the same look (scaler_checked).
-What is looked at (the parameters, their gradients, the optimizer's state) is gathered in C++
-(_C.OptimizerTensors); here are the hooks, the settings and the GradScaler's flags."""
+That class also gathers what is looked at (the parameters, their gradients, the optimizer's
+state); here are the hooks, the settings and the GradScaler's flags."""
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
