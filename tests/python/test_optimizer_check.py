@@ -3,6 +3,7 @@ they are looked at once more, so NaN/inf that no hooked call made (DDP's all-red
 backward, a C++ autograd function) stops before it does damage. Here in one process, with a
 gradient made where no hook sees it (the hooks turned off inside a custom autograd function's
 backward, as in a C++ one)."""
+import collections.abc
 import copy
 import sys
 
@@ -111,6 +112,52 @@ def test_without_a_started_model_a_gradient_is_named_by_its_place_and_the_state_
     assert e.gradients == ["param_groups[1].params[0]", "param_groups[1].params[1]"], str(e)
     assert "param_groups[1].params[0].grad: torch.float32 [3, 4]: 12 NaN" in str(e)
     assert set(opt.state) == {model.fc.weight, model.fc.bias}  # none for the frozen layer
+
+
+class StateMap(collections.abc.MutableMapping):
+    """An optimizer state that is a mapping but no dict (a library's own), per parameter too."""
+
+    def __init__(self) -> None:
+        self._d = collections.defaultdict(dict)
+
+    def __getitem__(self, key):
+        return self._d[key]
+
+    def __setitem__(self, key, value) -> None:
+        self._d[key] = value
+
+    def __delitem__(self, key) -> None:
+        del self._d[key]
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+def test_nan_in_a_state_that_is_no_dict_stops_before_the_step(tmp_path):
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt.state = StateMap()
+    debugger = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"))
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        for i in range(3):
+            debugger.start(model)
+            opt.zero_grad()
+            model(torch.randn(5, 4)).pow(2).mean().backward()
+            if i == 2:
+                with torch.no_grad():
+                    opt.state[model.fc.bias]["momentum_buffer"][1] = float("nan")
+            opt.step()
+            debugger.stop()
+            debugger.step()
+    debugger._release()
+    e = info.value
+    assert (e.step, e.call, e.origin) == (2, "(before SGD.step)", "parameter"), str(e)
+    assert (e.parameter, e.optimizer_state) == ("fc.bias", "momentum_buffer"), str(e)
+    assert torch.isfinite(model.fc.bias).all()
 
 
 @pytest.mark.parametrize("device", devices(), indirect=True)

@@ -48,6 +48,26 @@ NamedTensors nonfinite_of(const NamedTensors& all) {
   return out;
 }
 
+// The optimizer state of `parameter` as a dict, or null: state.get(parameter), read without
+// adding to it (a torch optimizer's state is a defaultdict, whose state[p] adds an entry). A
+// dict's is read in C++; another mapping's through its own get() and items().
+py::object state_of(py::handle state, py::handle parameter) {
+  try {
+    py::object entry;
+    if (PyDict_Check(state.ptr())) {
+      const py::handle found = PyDict_GetItem(state.ptr(), parameter.ptr());
+      if (!found) return py::object();
+      entry = PythonCrossing::shared(found);
+    } else {
+      entry = state.attr("get")(parameter);
+    }
+    if (entry.is_none()) return py::object();
+    return PyDict_Check(entry.ptr()) ? entry : py::object(py::dict(entry));
+  } catch (py::error_already_set&) {
+    return py::object();  // no mapping of parameters to their state: nothing to look at
+  }
+}
+
 }  // namespace
 
 OptimizerTensors::OptimizerTensors(Session& session, py::handle optimizer, bool started)
@@ -96,14 +116,13 @@ void OptimizerTensors::keep_started(Session& session) {
 std::vector<OptimizerTensors::State> OptimizerTensors::state() const {
   std::vector<State> out;
   const py::object state = PythonCrossing::owned(PyObject_GetAttrString(optimizer_.ptr(), "state"));
-  if (!state || !PyDict_Check(state.ptr())) {
+  if (!state) {
     PythonCrossing::drop_error();
     return out;
   }
   for (const Parameter& p : parameters_) {
-    // Not state[p]: a defaultdict's __missing__ would add an entry to the optimizer's state.
-    const py::handle entry = PyDict_GetItem(state.ptr(), p.object.ptr());
-    if (!entry || !PyDict_Check(entry.ptr())) continue;
+    const py::object entry = state_of(state, p.object);
+    if (!entry) continue;
     for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(entry)) {
       if (!is_tensor(value)) continue;
       const at::Tensor local = step_readable(tensor_of(value));
