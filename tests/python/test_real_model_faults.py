@@ -15,6 +15,9 @@ came in with, with the right origin, at every level (L1, mix, L0) unless said ot
    top-level model's own forward).
 6. NaN in one weight of a torch.compile'd GPT-2 (backend "eager"): a stop in that step that names
    the compiled region and `_orig_mod`, never a stale gradient.
+7. A Hugging Face decoder with activation checkpointing (its layers' forwards run again in the
+   backward): the clean run trains as without the tool, and a NaN weight stops with origin
+   parameter, that weight named.
 
 Each fault is planted at step K (or, for a checkpoint, before the first start) outside the
 debugger's start()/stop() (so no recorded call writes it): the steps before it, the same model
@@ -444,3 +447,45 @@ def test_nan_weight_of_a_compiled_model_stops_in_that_step_naming_the_compiled_r
     assert "compiled region" in str(e), str(e)
     assert "_orig_mod" in str(e), str(e)
     assert "from an earlier step" not in str(e) and "zero it" not in str(e), str(e)
+
+
+# --- 7. activation checkpointing in a Hugging Face decoder ---------------------------------------
+
+CHECKPOINTED_WEIGHT = {"hf_gpt2": "transformer.h.0.mlp.c_fc.weight",
+                       "hf_llama_sdpa": "model.layers.0.mlp.gate_proj.weight"}
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("name", list(CHECKPOINTED_WEIGHT))
+def test_a_checkpointed_decoder_trains_unchanged_and_stops_at_a_nan_weight(tmp_path, name, level):
+    """gradient_checkpointing_enable(): each layer's forward runs again inside the backward. The
+    clean run's losses and weights are the bare run's; a NaN planted in a layer's weight before
+    step K's start() stops in step K with that weight named."""
+    pytest.importorskip("transformers")
+
+    def checkpointed():
+        model, make_batch, make_optimizer = build(name)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return model, batches(make_batch, 3), make_optimizer(model)
+
+    results = []
+    for dbg in (None, guard(tmp_path / "clean", level)):
+        model, data, optimizer = checkpointed()
+        results.append((train(model, data, lambda m: optimizer, debugger=dbg, steps=3), real_models.state_of(model)))
+    (bare, bare_state), (watched, watched_state) = results
+    assert watched == bare
+    assert all(torch.equal(bare_state[k], watched_state[k]) for k in bare_state)
+    assert steps_on_disk(tmp_path / "clean") == []
+
+    model, data, optimizer = checkpointed()
+    weight = dict(model.named_parameters())[CHECKPOINTED_WEIGHT[name]]
+
+    def plant(i: int) -> None:
+        if i == K:
+            with torch.no_grad():
+                weight[0, 0] = NAN
+
+    dbg, reached = guard(tmp_path, level), Reached()
+    e = stop_of(lambda: loop(model, data, dbg, 3, reached, optimizer=optimizer, before_start=plant), dbg, tmp_path)
+    assert_stopped_in(e, K, reached, tmp_path)
+    assert (e.origin, e.parameter) == ("parameter", CHECKPOINTED_WEIGHT[name]), str(e)
