@@ -87,6 +87,19 @@ def test_a_gradient_no_hook_saw_stops_before_the_optimizer_writes_it(tmp_path, d
     assert (tmp_path / "dump" / "step2" / "rank" / "overflow_report.json").exists()
 
 
+def stop_of_steps(debugger, steps, step, model=None):
+    """`steps` steps of step(i) between debugger.start(model) and stop(), step(): the stop they
+    raise (the debugger released after it)."""
+    with pytest.raises(msprobe_cpp.OverflowError) as info:
+        for i in range(steps):
+            debugger.start(model)
+            step(i)
+            debugger.stop()
+            debugger.step()
+    debugger._release()
+    return info.value
+
+
 def test_without_a_started_model_a_gradient_is_named_by_its_place_and_the_state_is_left_as_it_was(tmp_path):
     """start() without a model: the look names a parameter by its place in the optimizer's
     groups. The looks read the optimizer's state without adding to it (a defaultdict: reading
@@ -96,18 +109,14 @@ def test_without_a_started_model_a_gradient_is_named_by_its_place_and_the_state_
     frozen.requires_grad_(False)
     opt = torch.optim.AdamW([{"params": frozen.parameters()}, {"params": model.parameters()}], lr=0.01)
     debugger = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"))
-    with pytest.raises(msprobe_cpp.OverflowError) as info:
-        for i in range(3):
-            model.poison = i == 2
-            debugger.start()
-            opt.zero_grad()
-            model(frozen(torch.randn(5, 4))).pow(2).mean().backward()
-            assert set(opt.state) == ({model.fc.weight, model.fc.bias} if i else set())
-            opt.step()
-            debugger.stop()
-            debugger.step()
-    debugger._release()
-    e = info.value
+
+    def step(i: int) -> None:
+        model.poison = i == 2
+        opt.zero_grad()
+        model(frozen(torch.randn(5, 4))).pow(2).mean().backward()
+        assert set(opt.state) == ({model.fc.weight, model.fc.bias} if i else set())
+        opt.step()
+    e = stop_of_steps(debugger, 3, step)
     assert (e.step, e.call, e.origin) == (2, "(before AdamW.step)", "input"), str(e)
     assert e.gradients == ["param_groups[1].params[0]", "param_groups[1].params[1]"], str(e)
     assert "param_groups[1].params[0].grad: torch.float32 [3, 4]: 12 NaN" in str(e)
@@ -142,19 +151,15 @@ def test_nan_in_a_state_that_is_no_dict_stops_before_the_step(tmp_path):
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     opt.state = StateMap()
     debugger = msprobe_cpp.PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"))
-    with pytest.raises(msprobe_cpp.OverflowError) as info:
-        for i in range(3):
-            debugger.start(model)
-            opt.zero_grad()
-            model(torch.randn(5, 4)).pow(2).mean().backward()
-            if i == 2:
-                with torch.no_grad():
-                    opt.state[model.fc.bias]["momentum_buffer"][1] = float("nan")
-            opt.step()
-            debugger.stop()
-            debugger.step()
-    debugger._release()
-    e = info.value
+
+    def step(i: int) -> None:
+        opt.zero_grad()
+        model(torch.randn(5, 4)).pow(2).mean().backward()
+        if i == 2:
+            with torch.no_grad():
+                opt.state[model.fc.bias]["momentum_buffer"][1] = float("nan")
+        opt.step()
+    e = stop_of_steps(debugger, 3, step, model)
     assert (e.step, e.call, e.origin) == (2, "(before SGD.step)", "parameter"), str(e)
     assert (e.parameter, e.optimizer_state) == ("fc.bias", "momentum_buffer"), str(e)
     assert torch.isfinite(model.fc.bias).all()

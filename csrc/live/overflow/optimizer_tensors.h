@@ -17,6 +17,7 @@ namespace msprobe {
 
 class Session;
 
+// (name, tensor): what the looks found, as the guard's judge calls take it (overflow_control.h).
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 class OptimizerTensors {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/overflow_decisions.h"
+#include "live/overflow/optimizer_tensors.h"
 #include "live/session/session.h"
 
 namespace msprobe {
@@ -33,8 +34,7 @@ std::optional<OverflowEvent> judge_optimizer_settings(
 // across ranks), or its state of `parameter` that does (and `more` others). A stop names the
 // program's line that called the step.
 // Each of `bad` is (name, tensor): the stop gives the first ones' dtype, shape and NaN/inf counts,
-// as it does for a call's tensors (no record holds these).
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+// as it does for a call's tensors (no record holds these). NamedTensors: optimizer_tensors.h's.
 std::optional<OverflowEvent> judge_optimizer_gradients(Session& session,
                                                        const std::string& optimizer,
                                                        const NamedTensors& bad, bool reduced);
